@@ -1,0 +1,24 @@
+// The CUDA driver, opened at run time (XLA cupti_stub habit): a function-local static handle,
+// every entry point resolved with dlsym, every failure kept as a reason string.
+#pragma once
+#include <cuda.h>
+
+#include <string>
+
+namespace warmprof::backends::cuda_driver {
+
+struct Api {
+  CUresult (*cuInit)(unsigned int) = nullptr;
+  CUresult (*cuDeviceGetCount)(int*) = nullptr;
+  CUresult (*cuGetErrorString)(CUresult, const char**) = nullptr;
+  CUresult (*cuEventCreate)(CUevent*, unsigned int) = nullptr;
+  CUresult (*cuEventDestroy)(CUevent) = nullptr;
+  CUresult (*cuEventRecord)(CUevent, CUstream) = nullptr;
+  CUresult (*cuEventSynchronize)(CUevent) = nullptr;
+  CUresult (*cuEventElapsedTime)(float*, CUevent, CUevent) = nullptr;
+};
+
+// Loads libcuda once, calls cuInit(0) and counts devices. nullptr with `reason` set on failure.
+const Api* api(std::string* reason);
+
+}  // namespace warmprof::backends::cuda_driver

@@ -1,0 +1,37 @@
+// CUPTI subscriber: driver-API and resource callbacks mapped to causes, written into the recorder.
+// Real implementation in cupti.cpp (compiled when CUDA headers are found), stub in no_cupti.cpp.
+// libcuda and libcupti are opened at run time: a missing library becomes a reason, never a crash.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace warmprof::backends::cupti {
+
+bool compiled();
+bool available();
+std::string unavailable_reason();  // empty when available
+
+// Subscribes (driver + resource domains, activity for kernels). Returns "" on success, else why not
+// (no driver, another subscriber holds CUPTI, ...). stop() unsubscribes and flushes; safe to repeat.
+std::string start();
+void stop();
+bool active();
+
+struct PassStats {
+  int64_t kernel_launches = 0;
+  std::vector<std::string> new_kernels;  // kernel names first seen since start()
+  double subscribe_ns = 0;               // CUPTI's own first-use cost (subscribe + enable)
+  int64_t callbacks = 0;
+};
+PassStats stats();
+
+// Pure decoding, testable without a GPU: (domain, callback id) -> cause id, or -1 to ignore.
+int classify(uint32_t domain, uint32_t cbid);
+std::string callback_name(uint32_t domain, uint32_t cbid);
+
+// Test-only: deliver one synthetic callback through the same handler the real subscriber uses.
+// `enter` true for API enter / resource event; `value` carries bytes where the callback has them.
+void inject(uint32_t domain, uint32_t cbid, bool enter, uint64_t ticks, int64_t value);
+
+}  // namespace warmprof::backends::cupti

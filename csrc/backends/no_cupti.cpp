@@ -1,0 +1,16 @@
+#include "backends/cupti.h"
+
+namespace warmprof::backends::cupti {
+
+bool compiled() { return false; }
+bool available() { return false; }
+std::string unavailable_reason() { return "built without CUDA/CUPTI headers (set CUDA_HOME and rebuild)"; }
+std::string start() { return unavailable_reason(); }
+void stop() {}
+bool active() { return false; }
+PassStats stats() { return {}; }
+int classify(uint32_t, uint32_t) { return -1; }
+std::string callback_name(uint32_t, uint32_t) { return ""; }
+void inject(uint32_t, uint32_t, bool, uint64_t, int64_t) {}
+
+}  // namespace warmprof::backends::cupti

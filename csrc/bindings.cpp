@@ -1,0 +1,317 @@
+// The only pybind11 file: produces warmprof._native.
+// Hot entry points (begin, end, instant, counter, sample_host, now_ticks) are raw METH_FASTCALL
+// functions registered in the same module: pybind11's dispatch costs more than the clock read.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "backends/cuda_events.h"
+#include "backends/cupti.h"
+#include "backends/metal.h"
+#include "core/causes.h"
+#include "core/clock.h"
+#include "core/host.h"
+#include "core/recorder.h"
+
+namespace py = pybind11;
+using namespace warmprof;
+
+namespace {
+
+uint32_t g_minor_faults_name = 0;
+uint32_t g_major_faults_name = 0;
+uint32_t g_rss_name = 0;
+
+// Parses a non-negative int argument below `limit`; sets a Python error and returns false otherwise.
+inline bool arg_index(PyObject* o, unsigned long limit, const char* what, unsigned long* out) {
+  if (!PyLong_Check(o)) {
+    PyErr_Format(PyExc_TypeError, "%s must be an int, not %.100s", what, Py_TYPE(o)->tp_name);
+    return false;
+  }
+  unsigned long v = PyLong_AsUnsignedLong(o);
+  if (v == (unsigned long)-1 && PyErr_Occurred()) {
+    PyErr_Clear();
+    PyErr_Format(PyExc_ValueError, "%s must be a non-negative int", what);
+    return false;
+  }
+  if (v >= limit) {
+    PyErr_Format(PyExc_ValueError, "%s %lu out of range (must be < %lu)", what, v, limit);
+    return false;
+  }
+  *out = v;
+  return true;
+}
+
+inline bool arg_value(PyObject* o, long long* out) {
+  if (!PyLong_Check(o)) {
+    PyErr_Format(PyExc_TypeError, "value must be an int, not %.100s", Py_TYPE(o)->tp_name);
+    return false;
+  }
+  *out = PyLong_AsLongLong(o);
+  return !(*out == -1 && PyErr_Occurred());
+}
+
+inline bool cause_and_name(PyObject* const* args, Py_ssize_t nargs, Py_ssize_t want_min,
+                           Py_ssize_t want_max, const char* fn, unsigned long* cause,
+                           unsigned long* name) {
+  if (nargs < want_min || nargs > want_max) {
+    PyErr_Format(PyExc_TypeError, "%s() takes %zd to %zd arguments (%zd given)", fn, want_min,
+                 want_max, nargs);
+    return false;
+  }
+  return arg_index(args[0], kNumCauses, "cause", cause) &&
+         arg_index(args[1], recorder::g_name_count.load(std::memory_order_relaxed), "name id", name);
+}
+
+PyObject* fast_begin(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  unsigned long cause, name;
+  if (!cause_and_name(args, nargs, 2, 2, "begin", &cause, &name)) return nullptr;
+  recorder::record(kBegin, uint8_t(cause), uint32_t(name), 0);
+  Py_RETURN_NONE;
+}
+
+PyObject* fast_end(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  unsigned long cause, name;
+  if (!cause_and_name(args, nargs, 2, 2, "end", &cause, &name)) return nullptr;
+  recorder::record(kEnd, uint8_t(cause), uint32_t(name), 0);
+  Py_RETURN_NONE;
+}
+
+PyObject* fast_instant(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  unsigned long cause, name;
+  long long value = 0;
+  if (!cause_and_name(args, nargs, 2, 3, "instant", &cause, &name)) return nullptr;
+  if (nargs == 3 && !arg_value(args[2], &value)) return nullptr;
+  recorder::record(kInstant, uint8_t(cause), uint32_t(name), value);
+  Py_RETURN_NONE;
+}
+
+PyObject* fast_counter(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 2) {
+    PyErr_Format(PyExc_TypeError, "counter() takes 2 arguments (%zd given)", nargs);
+    return nullptr;
+  }
+  unsigned long name;
+  long long value;
+  if (!arg_index(args[0], recorder::g_name_count.load(std::memory_order_relaxed), "name id", &name) ||
+      !arg_value(args[1], &value))
+    return nullptr;
+  recorder::record(kCounter, kStructure, uint32_t(name), value);
+  Py_RETURN_NONE;
+}
+
+// Records the process's fault counters and RSS (a getrusage and a /proc read: boundaries only).
+PyObject* fast_sample_host(PyObject*, PyObject* const*, Py_ssize_t nargs) {
+  if (nargs != 0) {
+    PyErr_SetString(PyExc_TypeError, "sample_host() takes no arguments");
+    return nullptr;
+  }
+  if (recorder::enabled()) {
+    host::Faults f = host::faults();
+    uint64_t t = clock::ticks();
+    recorder::append(kCounter, kStructure, g_minor_faults_name, f.minor, t);
+    recorder::append(kCounter, kStructure, g_major_faults_name, f.major, t);
+    recorder::append(kCounter, kStructure, g_rss_name, host::rss_bytes(), t);
+  }
+  Py_RETURN_NONE;
+}
+
+PyObject* fast_now_ticks(PyObject*, PyObject* const*, Py_ssize_t) {
+  return PyLong_FromUnsignedLongLong(clock::ticks());
+}
+
+PyMethodDef g_fast_methods[] = {
+    {"begin", (PyCFunction)(void (*)(void))fast_begin, METH_FASTCALL,
+     "begin(cause: int, name: int) -> None\nOpen a span on this thread."},
+    {"end", (PyCFunction)(void (*)(void))fast_end, METH_FASTCALL,
+     "end(cause: int, name: int) -> None\nClose the innermost span on this thread."},
+    {"instant", (PyCFunction)(void (*)(void))fast_instant, METH_FASTCALL,
+     "instant(cause: int, name: int, value: int = 0) -> None\nRecord a point event."},
+    {"counter", (PyCFunction)(void (*)(void))fast_counter, METH_FASTCALL,
+     "counter(name: int, value: int) -> None\nRecord a counter sample."},
+    {"sample_host", (PyCFunction)(void (*)(void))fast_sample_host, METH_FASTCALL,
+     "sample_host() -> None\nRecord host counters (minor/major faults, RSS) now."},
+    {"now_ticks", (PyCFunction)(void (*)(void))fast_now_ticks, METH_FASTCALL,
+     "now_ticks() -> int\nThe raw clock, in ticks."},
+    {nullptr, nullptr, 0, nullptr}};
+
+py::dict drain_to_arrays() {
+  recorder::Drained d = recorder::drain();
+  const size_t n = d.records.size();
+  py::array_t<int64_t> ts(n), value(n);
+  py::array_t<uint8_t> kind(n), cause(n);
+  py::array_t<uint32_t> name(n);
+  py::array_t<uint16_t> thread(n);
+  auto ts_m = ts.mutable_unchecked<1>();
+  auto value_m = value.mutable_unchecked<1>();
+  auto kind_m = kind.mutable_unchecked<1>();
+  auto cause_m = cause.mutable_unchecked<1>();
+  auto name_m = name.mutable_unchecked<1>();
+  auto thread_m = thread.mutable_unchecked<1>();
+  for (size_t i = 0; i < n; ++i) {
+    const recorder::Record& r = d.records[i];
+    ts_m(i) = clock::to_ns(r.ticks);
+    value_m(i) = r.value;
+    kind_m(i) = r.kind;
+    cause_m(i) = r.cause;
+    name_m(i) = r.name;
+    thread_m(i) = r.thread;
+  }
+  py::dict out;
+  out["ts_ns"] = ts;
+  out["kind"] = kind;
+  out["cause"] = cause;
+  out["name"] = name;
+  out["value"] = value;
+  out["thread"] = thread;
+  out["names"] = recorder::names();
+  out["dropped"] = d.dropped;
+  out["threads"] = d.threads;
+  out["os_tids"] = d.os_tids;
+  return out;
+}
+
+py::dict backend_entry(bool compiled, bool available, const std::string& reason) {
+  py::dict e;
+  e["compiled"] = compiled;
+  e["available"] = available;
+  e["reason"] = available ? std::string() : reason;
+  return e;
+}
+
+void check_positive(long long v, const char* what) {
+  if (v <= 0) throw py::value_error(std::string(what) + " must be positive, got " + std::to_string(v));
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_native, m) {
+  m.doc() = "warmprof native core: clock, recorder, host counters, CUDA/CUPTI/Metal backends";
+  m.attr("__version__") = WARMPROF_VERSION;
+  m.attr("NUM_CAUSES") = int(kNumCauses);
+  m.attr("RECORD_BYTES") = int(sizeof(recorder::Record));
+  if (PyModule_AddFunctions(m.ptr(), g_fast_methods) != 0) throw py::error_already_set();
+
+  g_minor_faults_name = recorder::intern("host:minor_faults");
+  g_major_faults_name = recorder::intern("host:major_faults");
+  g_rss_name = recorder::intern("host:rss_bytes");
+
+  // Recorder (cold).
+  m.def("start", &recorder::start, "Start a recording generation: every thread's buffer is emptied.");
+  m.def("stop", &recorder::stop, "Stop recording; records stay until the next start().");
+  m.def("enabled", &recorder::enabled);
+  m.def("intern", &recorder::intern, py::arg("name"), "Interned id of a span/counter name.");
+  m.def("names", &recorder::names);
+  m.def("set_capacity", [](long long n) {
+    check_positive(n, "capacity");
+    if (recorder::enabled()) throw py::value_error("cannot change the capacity while recording");
+    recorder::set_capacity(size_t(n));
+  }, py::arg("records_per_thread"));
+  m.def("capacity", &recorder::capacity);
+  m.def("drain", &drain_to_arrays,
+        "Records of the current generation as numpy arrays (ts_ns, kind, cause, name, value, thread).");
+  m.def("record_at", [](int kind, int cause, uint32_t name, long long value, uint64_t ticks) {
+    if (kind < 0 || kind > kCounter) throw py::value_error("kind must be 0..3");
+    if (cause < 0 || cause >= kNumCauses) throw py::value_error("cause out of range");
+    if (name >= recorder::g_name_count.load()) throw py::value_error("unknown name id");
+    return recorder::append(uint8_t(kind), uint8_t(cause), name, value, ticks);
+  }, py::arg("kind"), py::arg("cause"), py::arg("name"), py::arg("value"), py::arg("ticks"),
+     "Append a record with an explicit timestamp (instruments that learn times after the fact).");
+  m.def("cpp_span_cost_ns", [](uint32_t name, int iterations) {
+    check_positive(iterations, "iterations");
+    return recorder::cpp_span_cost_ns(name, iterations);
+  }, py::arg("name"), py::arg("iterations"), "Mean ns of one begin+end pair recorded from C++.");
+
+  // Clock.
+  m.def("clock_info", [] {
+    const clock::Calibration& c = clock::calibration();
+    py::dict d;
+    d["source"] = c.source;
+    d["ns_per_tick"] = c.ns_per_tick;
+    d["samples"] = c.samples;
+    d["spread"] = c.spread;
+    d["invariant_tsc"] = clock::invariant_tsc();
+    return d;
+  });
+  m.def("now_ns", [] { return clock::monotonic_ns(); }, "CLOCK_MONOTONIC in ns.");
+  m.def("ticks_to_ns", [](uint64_t t) { return clock::to_ns(t); }, py::arg("ticks"));
+  m.def("ns_to_ticks", [](int64_t ns) { return clock::from_ns(ns); }, py::arg("ns"));
+  m.def("calibrate_clock", [](int pairs, double duration_ms) {
+    check_positive(pairs, "pairs");
+    if (!(duration_ms > 0)) throw py::value_error("duration_ms must be positive");
+    clock::Calibration c = clock::calibrate(pairs, duration_ms);
+    py::dict d;
+    d["source"] = c.source;
+    d["ns_per_tick"] = c.ns_per_tick;
+    d["samples"] = c.samples;
+    d["spread"] = c.spread;
+    return d;
+  }, py::arg("pairs"), py::arg("duration_ms"), "A fresh calibration (does not replace the cached one).");
+  m.def("_median", &clock::median, py::arg("values"), "The clock calibration's median (for tests).");
+  m.def("_percentile", &clock::percentile, py::arg("values"), py::arg("q"));
+
+  // Host counters and calibration probes.
+  m.def("faults", [] {
+    host::Faults f = host::faults();
+    return py::make_tuple(f.minor, f.major);
+  }, "(minor, major) page faults of this process so far.");
+  m.def("rss_bytes", &host::rss_bytes);
+  m.def("thread_count", &host::thread_count);
+  m.def("page_size", &host::page_size);
+  m.def("calibrate_fault_cost", [](long long bytes, int trials) {
+    check_positive(bytes, "bytes");
+    check_positive(trials, "trials");
+    host::FaultCost c;
+    {
+      py::gil_scoped_release nogil;
+      c = host::calibrate_fault_cost(size_t(bytes), trials);
+    }
+    py::dict d;
+    d["ns_per_fault"] = c.ns_per_fault;
+    d["ns_per_page"] = c.ns_per_page;
+    d["faults"] = c.faults;
+    d["pages"] = c.pages;
+    d["trials"] = c.trials;
+    return d;
+  }, py::arg("bytes") = 32ll << 20, py::arg("trials") = 5);
+  m.def("fresh_allocation_ns", [](long long bytes, int trials) {
+    check_positive(bytes, "bytes");
+    check_positive(trials, "trials");
+    py::gil_scoped_release nogil;
+    return host::fresh_allocation_ns(size_t(bytes), trials);
+  }, py::arg("bytes"), py::arg("trials") = 5);
+  m.def("thread_start_ns", [](int trials) {
+    check_positive(trials, "trials");
+    py::gil_scoped_release nogil;
+    return host::thread_start_ns(trials);
+  }, py::arg("trials") = 9);
+
+  // Backends.
+  m.def("backends", [] {
+    namespace b = backends;
+    py::dict d;
+    d["cupti"] = backend_entry(b::cupti::compiled(), b::cupti::available(), b::cupti::unavailable_reason());
+    d["cuda_events"] = backend_entry(b::cuda_events::compiled(), b::cuda_events::available(),
+                                     b::cuda_events::unavailable_reason());
+    d["metal"] = backend_entry(b::metal::compiled(), b::metal::available(), b::metal::unavailable_reason());
+    return d;
+  }, "backend name -> {compiled, available, reason}");
+  m.def("cupti_start", &backends::cupti::start, "Subscribe to CUPTI; '' on success, else the reason.");
+  m.def("cupti_stop", &backends::cupti::stop);
+  m.def("cupti_active", &backends::cupti::active);
+  m.def("cupti_stats", [] {
+    backends::cupti::PassStats s = backends::cupti::stats();
+    py::dict d;
+    d["kernel_launches"] = s.kernel_launches;
+    d["new_kernels"] = s.new_kernels;
+    d["subscribe_ns"] = s.subscribe_ns;
+    d["callbacks"] = s.callbacks;
+    return d;
+  });
+  m.def("cupti_classify", &backends::cupti::classify, py::arg("domain"), py::arg("cbid"),
+        "Cause id for a CUPTI (domain, callback id), or -1 when ignored.");
+  m.def("cupti_callback_name", &backends::cupti::callback_name, py::arg("domain"), py::arg("cbid"));
+  m.def("_cupti_inject", &backends::cupti::inject, py::arg("domain"), py::arg("cbid"),
+        py::arg("enter"), py::arg("ticks"), py::arg("value") = 0,
+        "Test-only: deliver a synthetic CUPTI callback through the real handler.");
+}

@@ -1,0 +1,117 @@
+#include "core/host.h"
+
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "core/clock.h"
+
+namespace warmprof::host {
+
+Faults faults() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return {int64_t(ru.ru_minflt), int64_t(ru.ru_majflt)};
+}
+
+int64_t page_size() {
+  static const int64_t ps = int64_t(sysconf(_SC_PAGESIZE));
+  return ps;
+}
+
+int64_t rss_bytes() {
+  FILE* f = std::fopen("/proc/self/statm", "r");
+  if (!f) return 0;
+  long long size = 0, resident = 0;
+  int n = std::fscanf(f, "%lld %lld", &size, &resident);
+  std::fclose(f);
+  return n == 2 ? int64_t(resident) * page_size() : 0;
+}
+
+int64_t thread_count() {
+  FILE* f = std::fopen("/proc/self/stat", "r");
+  if (!f) return 0;
+  char buf[4096];
+  size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
+  std::fclose(f);
+  buf[n] = 0;
+  // Field 20 (num_threads); the command name (field 2) may hold spaces, so count after ')'.
+  const char* p = std::strrchr(buf, ')');
+  if (!p) return 0;
+  int field = 2;
+  for (++p; *p && field < 20; ++p) {
+    if (*p == ' ') ++field;
+  }
+  return field == 20 ? std::atoll(p) : 0;
+}
+
+FaultCost calibrate_fault_cost(size_t bytes, int trials) {
+  FaultCost out;
+  if (bytes == 0 || trials <= 0) return out;
+  const size_t ps = size_t(page_size());
+  const size_t pages = (bytes + ps - 1) / ps;
+  std::vector<double> per_fault, per_page;
+  std::vector<int64_t> fault_counts;
+  for (int t = 0; t < trials; ++t) {
+    void* mem = mmap(nullptr, pages * ps, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mem == MAP_FAILED) continue;
+    volatile char* p = static_cast<volatile char*>(mem);
+    Faults f0 = faults();
+    uint64_t t0 = clock::monotonic_ns();
+    for (size_t i = 0; i < pages; ++i) p[i * ps] = 1;
+    uint64_t t1 = clock::monotonic_ns();
+    Faults f1 = faults();
+    munmap(mem, pages * ps);
+    int64_t nf = (f1.minor - f0.minor) + (f1.major - f0.major);
+    double dt = double(t1 - t0);
+    per_page.push_back(dt / double(pages));
+    // Transparent huge pages can serve many pages per fault; fall back to per-page cost.
+    per_fault.push_back(nf > 0 ? dt / double(nf) : dt / double(pages));
+    fault_counts.push_back(nf);
+  }
+  if (per_page.empty()) return out;
+  out.ns_per_fault = clock::median(per_fault);
+  out.ns_per_page = clock::median(per_page);
+  out.faults = fault_counts[fault_counts.size() / 2];
+  out.pages = int64_t(pages);
+  out.trials = int(per_page.size());
+  return out;
+}
+
+double fresh_allocation_ns(size_t bytes, int trials) {
+  // mmap, not malloc: glibc would recycle a freed block after the first trial, and the
+  // question is the cost of memory the process has never touched.
+  if (bytes == 0 || trials <= 0) return 0.0;
+  const size_t ps = size_t(page_size());
+  const size_t len = ((bytes + ps - 1) / ps) * ps;
+  std::vector<double> times;
+  for (int t = 0; t < trials; ++t) {
+    uint64_t t0 = clock::monotonic_ns();
+    void* mem = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mem == MAP_FAILED) continue;
+    volatile char* v = static_cast<volatile char*>(mem);
+    for (size_t i = 0; i < len; i += ps) v[i] = 1;
+    munmap(mem, len);
+    times.push_back(double(clock::monotonic_ns() - t0));
+  }
+  return clock::median(times);
+}
+
+double thread_start_ns(int trials) {
+  std::vector<double> times;
+  for (int t = 0; t < trials; ++t) {
+    uint64_t t0 = clock::monotonic_ns();
+    std::thread th([] {});
+    th.join();
+    times.push_back(double(clock::monotonic_ns() - t0));
+  }
+  return clock::median(times);
+}
+
+}  // namespace warmprof::host

@@ -1,0 +1,33 @@
+// Host counters of this process and the calibration probes that turn them into time.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace warmprof::host {
+
+struct Faults {
+  int64_t minor = 0;
+  int64_t major = 0;
+};
+Faults faults();            // getrusage(RUSAGE_SELF)
+int64_t rss_bytes();        // resident set size, from /proc/self/statm (0 where unavailable)
+int64_t thread_count();     // threads of this process, from /proc/self/stat (0 where unavailable)
+int64_t page_size();
+
+struct FaultCost {
+  double ns_per_fault = 0;  // median over trials of (touch time / faults taken)
+  double ns_per_page = 0;   // median over trials of (touch time / pages touched)
+  int64_t faults = 0;       // faults seen in the median trial
+  int64_t pages = 0;
+  int trials = 0;
+};
+// Maps `bytes` of fresh anonymous memory `trials` times, touches one byte per page, times it.
+FaultCost calibrate_fault_cost(size_t bytes, int trials);
+
+// Median ns of malloc(bytes) + first touch of every page + free, over `trials` fresh allocations.
+double fresh_allocation_ns(size_t bytes, int trials);
+
+// Median ns of starting and joining one thread.
+double thread_start_ns(int trials);
+
+}  // namespace warmprof::host

@@ -1,0 +1,37 @@
+"""The WarmprofError hierarchy: every refusal a user can meet, each with one clear line."""
+
+from __future__ import annotations
+
+
+class WarmprofError(Exception):
+    """Base of every error warmprof raises on purpose. The CLI prints it as one line."""
+
+    exit_code = 2
+
+
+class InputError(WarmprofError):
+    """A bad model, shape, dtype, input or option."""
+
+
+class DeviceError(WarmprofError):
+    """An unknown device, or one that is not present on this machine."""
+
+    exit_code = 3
+
+
+class ModelError(WarmprofError):
+    """The model raised; its own exception is chained as __cause__."""
+
+    exit_code = 4
+
+
+class ReportError(WarmprofError):
+    """A report file that is corrupt, foreign, or of a kind this command cannot use."""
+
+    exit_code = 5
+
+
+class BackendError(WarmprofError):
+    """A native backend (CUPTI, CUDA events) that cannot be used here."""
+
+    exit_code = 6

@@ -1,0 +1,168 @@
+"""The thin Python face of the native recorder: cause ids, spans, counters, drained arrays.
+
+Instruments write through this module; attribution reads what it drains. Nothing here times
+anything itself: every timestamp comes from the native clock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from typing import Iterator
+
+import numpy as np
+
+from . import _native
+from .errors import WarmprofError
+
+# Stable cause ids, mirrored from csrc/core/causes.h (a test keeps them in sync).
+STRUCTURE = 0
+JIT_COMPILE = 1
+ALGORITHM_SELECTION = 2
+GRAPH_CAPTURE = 3
+ALLOCATOR_GROWTH = 4
+RUNTIME_INIT = 5
+DATA_TRANSFER = 6
+CLOCK_RAMP = 7
+PROFILER_OVERHEAD = 8
+
+CAUSE_NAMES = {
+    JIT_COMPILE: "jit_compile",
+    ALGORITHM_SELECTION: "algorithm_selection",
+    GRAPH_CAPTURE: "graph_capture",
+    ALLOCATOR_GROWTH: "allocator_growth",
+    RUNTIME_INIT: "runtime_init",
+    DATA_TRANSFER: "data_transfer",
+    CLOCK_RAMP: "clock_ramp",
+    PROFILER_OVERHEAD: "profiler_overhead",
+}
+CAUSE_IDS = {v: k for k, v in CAUSE_NAMES.items()}
+# Every id a report may carry; "unattributed" is computed, never recorded.
+REPORT_CAUSES = tuple(CAUSE_NAMES.values()) + ("unattributed",)
+
+BEGIN, END, INSTANT, COUNTER = 0, 1, 2, 3
+
+# Hot entry points, straight from the native module (raw METH_FASTCALL functions).
+begin = _native.begin
+end = _native.end
+instant = _native.instant
+counter = _native.counter
+sample_host = _native.sample_host
+now_ticks = _native.now_ticks
+
+_name_ids: dict[str, int] = {}
+
+
+def name_id(name: str) -> int:
+    """Interned id of a span or counter name ("source:detail"); cached on the Python side."""
+    nid = _name_ids.get(name)
+    if nid is None:
+        nid = _name_ids[name] = _native.intern(name)
+    return nid
+
+
+def source_of(name: str) -> str:
+    """The source part of a "source:detail" name."""
+    return name.split(":", 1)[0]
+
+
+@contextlib.contextmanager
+def span(cause: int, name: str) -> Iterator[None]:
+    """A span for cold code (instruments' setup); hot paths call begin/end with cached ids."""
+    nid = name_id(name)
+    begin(cause, nid)
+    try:
+        yield
+    finally:
+        end(cause, nid)
+
+
+def record_span_ns(cause: int, name: str, start_ns: int, end_ns: int, value: int = 0) -> None:
+    """A span learned after the fact (oneDNN's create time, a compile metric), in monotonic ns."""
+    if end_ns < start_ns:
+        raise WarmprofError(f"span {name!r} ends before it starts ({start_ns} > {end_ns})")
+    nid = name_id(name)
+    _native.record_at(BEGIN, cause, nid, value, _native.ns_to_ticks(int(start_ns)))
+    _native.record_at(END, cause, nid, value, _native.ns_to_ticks(int(end_ns)))
+
+
+def now_ns() -> int:
+    return int(_native.now_ns())
+
+
+@dataclass
+class Timeline:
+    """Drained records, sorted by time. Arrays share one index."""
+
+    ts_ns: np.ndarray
+    kind: np.ndarray
+    cause: np.ndarray
+    name: np.ndarray
+    value: np.ndarray
+    thread: np.ndarray
+    names: list[str]
+    dropped: int = 0
+    threads: int = 0
+    os_tids: list[int] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return int(self.ts_ns.shape[0])
+
+    def name_of(self, i: int) -> str:
+        return self.names[int(self.name[i])]
+
+    @classmethod
+    def empty(cls) -> "Timeline":
+        z = np.zeros(0, dtype=np.int64)
+        return cls(z, z.astype(np.uint8), z.astype(np.uint8), z.astype(np.uint32), z, z.astype(np.uint16), [])
+
+    @classmethod
+    def from_records(cls, records: list[tuple], names: list[str]) -> "Timeline":
+        """Synthetic timelines for tests: records are (ts_ns, kind, cause, name, value[, thread])."""
+        recs = sorted(records, key=lambda r: r[0])
+        cols = list(zip(*recs)) if recs else [[]] * 6
+        thread = cols[5] if len(cols) > 5 else [0] * len(recs)
+        return cls(
+            ts_ns=np.asarray(cols[0], dtype=np.int64),
+            kind=np.asarray(cols[1], dtype=np.uint8),
+            cause=np.asarray(cols[2], dtype=np.uint8),
+            name=np.asarray(cols[3], dtype=np.uint32),
+            value=np.asarray(cols[4], dtype=np.int64),
+            thread=np.asarray(thread, dtype=np.uint16),
+            names=list(names),
+            threads=len(set(thread)) if recs else 0,
+        )
+
+
+class Recording:
+    """Starts a recorder generation; drain() after the context ends. Not re-entrant."""
+
+    _active: "Recording | None" = None
+
+    def __init__(self) -> None:
+        self.timeline: Timeline | None = None
+
+    def __enter__(self) -> "Recording":
+        if Recording._active is not None or _native.enabled():
+            raise WarmprofError("a warmprof recording is already active in this process")
+        Recording._active = self
+        _native.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _native.stop()
+        Recording._active = None
+
+    def drain(self) -> Timeline:
+        d = _native.drain()
+        self.timeline = Timeline(
+            ts_ns=d["ts_ns"], kind=d["kind"], cause=d["cause"], name=d["name"], value=d["value"],
+            thread=d["thread"], names=list(d["names"]), dropped=int(d["dropped"]),
+            threads=int(d["threads"]), os_tids=list(d["os_tids"]),
+        )
+        return self.timeline
+
+
+def active() -> bool:
+    """True while a recording is on (tests assert it is off after each test)."""
+    return bool(_native.enabled()) or Recording._active is not None
