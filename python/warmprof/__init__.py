@@ -20,7 +20,39 @@ def backends() -> dict[str, dict]:
     return {name: dict(entry) for name, entry in _native.backends().items()}
 
 
+def trace(model, shape=None, **kwargs):
+    """Trace a model's first pass and attribute its excess time to causes. See warmprof.trace_api."""
+    from .trace_api import trace as _trace
+
+    return _trace(model, shape, **kwargs)
+
+
+def probe(ops=("matmul", "softmax", "elementwise"), **kwargs):
+    """Run the op probes (first call vs steady, shape keying, bucketing). See warmprof.probes."""
+    from .probes import probe as _probe
+
+    return _probe(ops, **kwargs)
+
+
+def compare(*reports, **kwargs):
+    """Put two or more reports side by side. See warmprof.compare_api."""
+    from .compare_api import compare as _compare
+
+    return _compare(*reports, **kwargs)
+
+
+def load(path):
+    """Load a saved report (trace or probe)."""
+    from .report import load as _load
+
+    return _load(path)
+
+
 __all__ = [
+    "compare",
+    "load",
+    "probe",
+    "trace",
     "BackendError",
     "DeviceError",
     "InputError",

@@ -1,0 +1,44 @@
+"""The instrument protocol: a context manager that turns one runtime's own signal into recorder events.
+
+Rules every instrument keeps:
+- __enter__ installs hooks/flags/subscriptions; __exit__ removes every one of them, even when the
+  model raised (the trace runs instruments in an ExitStack).
+- `reason` is set (and __enter__ does nothing) when the source is not available here; the report
+  lists it, so a missing source is said, never silently dropped.
+- Between passes the trace calls mark_pass(name); instruments that keep per-pass state use it.
+- summary() returns plain JSON data for report["instruments"][name] (counts, cache hits, notes);
+  it may also put lines in `notes` for the text report.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class Instrument:
+    name = "instrument"
+
+    def __init__(self) -> None:
+        self.reason: str = ""  # non-empty: not available, with why
+        self.notes: list[str] = []
+
+    @property
+    def available(self) -> bool:
+        return not self.reason
+
+    def __enter__(self) -> "Instrument":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+    def mark_pass(self, name: str) -> None:
+        """Called by the trace at the start of each instrumented pass ("first", "seen_rerun")."""
+
+    def summary(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"active": self.available}
+        if self.reason:
+            out["reason"] = self.reason
+        if self.notes:
+            out["notes"] = list(self.notes)
+        return out

@@ -1,0 +1,1 @@
+"""Op probes: the first-call fingerprint of a backend (filled in by the probes issue)."""

@@ -1,0 +1,195 @@
+"""The trace report: one first pass split into causes, with evidence, modules and the timeline."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import ReportError
+from .base import SCHEMA_VERSION, ReportBase, non_negative, register_kind, require
+
+CAUSES = (
+    "jit_compile",
+    "algorithm_selection",
+    "graph_capture",
+    "allocator_growth",
+    "runtime_init",
+    "data_transfer",
+    "clock_ramp",
+    "profiler_overhead",
+    "unattributed",
+)
+EVIDENCE = ("measured", "estimated", "inferred", "residual")
+
+
+@dataclass
+class CauseEntry:
+    """One cause from one source: how much of the excess, and how warmprof knows."""
+
+    cause: str
+    ms: float
+    share: float  # of the excess; 0 when there is no excess
+    evidence: str
+    source: str
+    module: str = ""  # the module holding most of it ("" = outside any module)
+    count: int = 0  # spans, faults, compiles... behind the figure
+    detail: str = ""
+
+    def validate(self) -> None:
+        if self.cause not in CAUSES:
+            raise ReportError(f"unknown cause id {self.cause!r}")
+        if self.evidence not in EVIDENCE:
+            raise ReportError(f"unknown evidence {self.evidence!r} for {self.cause}")
+        if self.cause != "unattributed":
+            non_negative(self.ms, f"{self.cause}/{self.source} ms")
+            non_negative(self.share, f"{self.cause}/{self.source} share")
+
+
+@dataclass
+class Span:
+    """One span of a recorded pass, in ms from that pass's start."""
+
+    pass_: str  # "first" | "seen_rerun" | "steady"
+    name: str
+    cause: str  # cause id, or "" for structure (pass, module)
+    source: str
+    module: str
+    start_ms: float
+    dur_ms: float
+    depth: int
+    thread: int = 0
+    value: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["pass"] = d.pop("pass_")
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Span":
+        d = dict(d)
+        d["pass_"] = d.pop("pass")
+        s = cls(**d)
+        if s.cause and s.cause not in CAUSES:
+            raise ReportError(f"span {s.name!r} has unknown cause {s.cause!r}")
+        non_negative(s.dur_ms, f"span {s.name!r} duration")
+        return s
+
+
+@dataclass
+class CounterSample:
+    pass_: str
+    name: str
+    t_ms: float
+    value: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"pass": self.pass_, "name": self.name, "t_ms": self.t_ms, "value": self.value}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "CounterSample":
+        return cls(pass_=d["pass"], name=d["name"], t_ms=float(d["t_ms"]), value=float(d["value"]))
+
+
+@register_kind
+@dataclass
+class Report(ReportBase):
+    """A trace report. JSON field names are a public contract (see docs in README)."""
+
+    KIND = "trace"
+
+    model: str
+    shape: list[int] | None
+    device: str
+    first_pass_ms: float
+    seen_rerun_ms: float
+    steady_median_ms: float
+    noise_band_ms: float
+    excess_ms: float
+    unattributed_ms: float
+    causes: list[CauseEntry]
+    platform: dict[str, Any] = field(default_factory=dict)
+    dtype: str = ""
+    compile: str | None = None
+    steady_passes: int = 0
+    steady_p10_ms: float = 0.0
+    steady_p90_ms: float = 0.0
+    attributed_ms: float = 0.0
+    seen_rerun_causes: list[CauseEntry] = field(default_factory=list)
+    modules: list[dict[str, Any]] = field(default_factory=list)  # {"module", "ms", "causes": {id: ms}}
+    counters: dict[str, Any] = field(default_factory=dict)
+    protocol: dict[str, Any] = field(default_factory=dict)
+    instruments: dict[str, Any] = field(default_factory=dict)
+    spans: list[Span] = field(default_factory=list)
+    counter_samples: list[CounterSample] = field(default_factory=list)
+    advice: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    warmprof_version: str = ""
+    created: str = ""
+    schema_version: int = SCHEMA_VERSION
+
+    # -- data access -------------------------------------------------------------------------
+    def cause_ms(self, cause: str) -> float:
+        return sum(c.ms for c in self.causes if c.cause == cause)
+
+    def by_cause(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for c in self.causes:
+            out[c.cause] = out.get(c.cause, 0.0) + c.ms
+        return out
+
+    def top_cause(self) -> CauseEntry | None:
+        real = [c for c in self.causes if c.cause != "unattributed"]
+        return max(real, key=lambda c: c.ms) if real else None
+
+    # -- JSON ----------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"schema_version": self.schema_version, "kind": self.KIND}
+        for f in dataclasses.fields(self):
+            if f.name in ("schema_version",):
+                continue
+            v = getattr(self, f.name)
+            if f.name in ("causes", "seen_rerun_causes"):
+                v = [dataclasses.asdict(c) for c in v]
+            elif f.name in ("spans", "counter_samples"):
+                v = [s.to_dict() for s in v]
+            d[f.name] = v
+        return d
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Report":
+        for key, types in (
+            ("model", str), ("device", str), ("first_pass_ms", (int, float)), ("seen_rerun_ms", (int, float)),
+            ("steady_median_ms", (int, float)), ("noise_band_ms", (int, float)), ("excess_ms", (int, float)),
+            ("unattributed_ms", (int, float)), ("causes", list), ("platform", dict),
+        ):
+            require(data, key, types)
+        known = {f.name for f in dataclasses.fields(cls)}
+        kwargs = {k: v for k, v in data.items() if k in known}
+        kwargs["causes"] = [CauseEntry(**c) for c in data["causes"]]
+        kwargs["seen_rerun_causes"] = [CauseEntry(**c) for c in data.get("seen_rerun_causes", [])]
+        kwargs["spans"] = [Span.from_dict(s) for s in data.get("spans", [])]
+        kwargs["counter_samples"] = [CounterSample.from_dict(s) for s in data.get("counter_samples", [])]
+        report = cls(**kwargs)
+        report.validate()
+        return report
+
+    def validate(self) -> None:
+        """Invariants a loaded report must hold; a violation means a corrupt or edited file."""
+        for name in ("first_pass_ms", "seen_rerun_ms", "steady_median_ms", "noise_band_ms"):
+            non_negative(getattr(self, name), name)
+        for c in self.causes + self.seen_rerun_causes:
+            c.validate()
+        shares = sum(c.share for c in self.causes if c.cause != "unattributed")
+        if shares > 1.0 + 1e-6:
+            raise ReportError(f"cause shares sum to {shares:.3f} > 1")
+        expected = self.first_pass_ms - self.steady_median_ms
+        if abs(self.excess_ms - expected) > 1e-3 * max(1.0, abs(expected)):
+            raise ReportError(f"excess_ms {self.excess_ms} != first_pass_ms - steady_median_ms ({expected})")
+
+    # -- rendering -----------------------------------------------------------------------------
+    def __str__(self) -> str:
+        from ..render.text import TraceTextRenderer
+
+        return TraceTextRenderer().render(self)

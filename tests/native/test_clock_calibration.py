@@ -1,0 +1,115 @@
+"""The tick clock: calibration plausible, conversion monotonic, intervals agree with CLOCK_MONOTONIC."""
+
+import random
+
+import numpy as np
+import pytest
+
+from warmprof import _native
+
+
+def _spin_ns(duration_ns: int) -> None:
+    end = _native.now_ns() + duration_ns
+    while _native.now_ns() < end:
+        pass
+
+
+def test_clock_info_is_plausible():
+    info = _native.clock_info()
+    assert info["source"] in {"rdtsc", "cntvct_el0", "clock_gettime"}
+    assert 0.01 < info["ns_per_tick"] < 100  # a 10 MHz .. 100 GHz counter
+    if info["source"] == "clock_gettime":
+        assert info["ns_per_tick"] == 1.0
+    else:
+        assert info["samples"] > 0
+        assert 0 <= info["spread"] < 0.05
+    if info["source"] == "rdtsc":
+        assert info["invariant_tsc"], "rdtsc is only used with an invariant TSC"
+    assert isinstance(info["invariant_tsc"], bool)
+
+
+def test_ticks_to_ns_is_monotonic():
+    ticks = [_native.now_ticks() for _ in range(2000)]
+    assert all(b >= a for a, b in zip(ticks, ticks[1:]))
+    ns = [_native.ticks_to_ns(t) for t in ticks]
+    assert all(b >= a for a, b in zip(ns, ns[1:]))
+    # Also over synthetic ticks a step apart, far from the calibration point.
+    base = ticks[-1]
+    steps = [_native.ticks_to_ns(base + k * 1_000_003) for k in range(200)]
+    assert all(b > a for a, b in zip(steps, steps[1:]))
+
+
+@pytest.mark.parametrize("interval_ms", [5, 50])
+def test_converted_intervals_agree_with_now_ns(interval_ms):
+    t0, n0 = _native.now_ticks(), _native.now_ns()
+    _spin_ns(interval_ms * 1_000_000)
+    t1, n1 = _native.now_ticks(), _native.now_ns()
+    from_ticks = _native.ticks_to_ns(t1) - _native.ticks_to_ns(t0)
+    assert from_ticks / (n1 - n0) == pytest.approx(1.0, rel=0.03)
+
+
+def test_converted_ticks_fall_between_two_now_ns_reads():
+    before = _native.now_ns()
+    ns = _native.ticks_to_ns(_native.now_ticks())
+    after = _native.now_ns()
+    slack = max(100_000, (after - before))  # calibration offset: a fraction of a millisecond at most
+    assert before - slack <= ns <= after + slack
+
+
+def test_ns_to_ticks_round_trips():
+    ns_per_tick = _native.clock_info()["ns_per_tick"]
+    for ns in (_native.now_ns(), _native.now_ns() + 10**9, _native.now_ns() - 10**9):
+        assert abs(_native.ticks_to_ns(_native.ns_to_ticks(ns)) - ns) <= max(2, 2 * ns_per_tick)
+
+
+def test_a_fresh_calibration_agrees_with_the_cached_one():
+    cached = _native.clock_info()
+    fresh = _native.calibrate_clock(21, 5.0)
+    assert fresh["source"] == cached["source"]
+    assert fresh["ns_per_tick"] == pytest.approx(cached["ns_per_tick"], rel=1e-3)
+
+
+# The calibration's median and percentile (the comparator must order doubles, not truncated ints).
+
+
+@pytest.mark.parametrize(
+    "values, expected",
+    [
+        ([0.3, 0.1, 0.2], 0.2),  # an int-truncating comparator sees three equal zeros
+        ([0.9, 0.1, 0.5, 0.7, 0.3], 0.5),
+        ([0.4, 0.1, 0.3, 0.2], 0.25),  # even length: mean of the middle two
+        ([4.0, 1.0, 3.0, 2.0], 2.5),
+        ([-5.0, -1.0, -3.0], -3.0),
+        ([-0.5, 0.5], 0.0),
+        ([-2.5, 3.5, -0.25, 1.0, 0.0], 0.0),
+        ([1e9 + 0.75, 1e9 + 0.25, 1e9 + 0.5], 1e9 + 0.5),
+        ([7.0], 7.0),
+        ([2.0, 2.0, 2.0, 2.0], 2.0),
+        ([], 0.0),
+    ],
+)
+def test_median(values, expected):
+    assert _native._median(values) == pytest.approx(expected, abs=1e-12)
+
+
+def test_median_and_percentile_match_numpy_on_random_data():
+    rng = random.Random(1234)
+    for n in (1, 2, 3, 10, 11, 100, 1001):
+        values = [rng.uniform(-1.0, 1.0) for _ in range(n)]
+        assert _native._median(values) == pytest.approx(float(np.median(values)), abs=1e-12)
+        for q in (0.0, 0.1, 0.25, 0.5, 0.9, 1.0):
+            expected = float(np.percentile(values, q * 100))
+            assert _native._percentile(values, q) == pytest.approx(expected, abs=1e-12)
+
+
+def test_percentile_ends_are_min_and_max():
+    values = [0.7, -0.2, 0.05, 0.3]
+    assert _native._percentile(values, 0.0) == -0.2
+    assert _native._percentile(values, 1.0) == 0.7
+
+
+def test_median_does_not_modify_its_input():
+    values = [0.3, 0.1, 0.2]
+    _native._median(values)
+    assert values == [0.3, 0.1, 0.2]
+

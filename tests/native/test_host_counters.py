@@ -1,0 +1,73 @@
+"""Host counters (faults, RSS, threads) and the probes that turn them into time on this machine."""
+
+import threading
+
+import numpy as np
+
+from warmprof import _native
+
+MIB = 1 << 20
+
+
+def test_page_size_is_a_power_of_two():
+    ps = _native.page_size()
+    assert ps >= 4096 and ps & (ps - 1) == 0
+
+
+def test_faults_are_two_counts_and_first_touch_raises_minor_faults():
+    minor0, major0 = _native.faults()
+    assert minor0 >= 0 and major0 >= 0
+    touched = np.ones(16 * MIB, dtype=np.uint8)  # fresh memory, every page written
+    minor1, major1 = _native.faults()
+    assert touched[-1] == 1
+    assert minor1 > minor0 and major1 >= major0
+
+
+def test_rss_is_page_aligned_and_grows_with_touched_memory():
+    before = _native.rss_bytes()
+    assert before > 0 and before % _native.page_size() == 0
+    touched = np.ones(64 * MIB, dtype=np.uint8)
+    after = _native.rss_bytes()
+    assert touched[0] == 1
+    assert after - before >= 32 * MIB
+
+
+def test_thread_count_sees_a_new_thread():
+    before = _native.thread_count()
+    assert before >= 1
+    release = threading.Event()
+    t = threading.Thread(target=release.wait)
+    t.start()
+    try:
+        assert _native.thread_count() >= before + 1
+    finally:
+        release.set()
+        t.join()
+
+
+def test_fault_cost_probe_is_positive_and_plausible():
+    cost = _native.calibrate_fault_cost()
+    assert cost["trials"] == 5
+    assert cost["pages"] == 32 * MIB // _native.page_size()
+    assert cost["faults"] > 0
+    assert 50 <= cost["ns_per_page"] <= 50_000  # 0.05 .. 50 us per page
+    assert cost["ns_per_fault"] > 0
+
+
+def test_fault_cost_probe_with_a_small_region():
+    cost = _native.calibrate_fault_cost(MIB, 3)
+    assert cost["trials"] == 3
+    assert cost["pages"] == MIB // _native.page_size()
+    assert cost["ns_per_page"] > 0 and cost["ns_per_fault"] > 0
+
+
+def test_fresh_allocation_costs_more_for_more_memory():
+    small = _native.fresh_allocation_ns(64 * 1024)
+    large = _native.fresh_allocation_ns(64 * MIB)
+    assert small > 0 and large > 0
+    assert large > small
+
+
+def test_thread_start_cost_is_positive():
+    assert _native.thread_start_ns() > 0
+    assert _native.thread_start_ns(trials=1) > 0
