@@ -5,7 +5,7 @@ Rules every instrument keeps:
   model raised (the trace runs instruments in an ExitStack).
 - `reason` is set (and __enter__ does nothing) when the source is not available here; the report
   lists it, so a missing source is said, never silently dropped.
-- Between passes the trace calls mark_pass(name); instruments that keep per-pass state use it.
+- The trace calls mark_pass(name) before and end_pass(name) after each instrumented pass.
 - summary() returns plain JSON data for report["instruments"][name] (counts, cache hits, notes);
   it may also put lines in `notes` for the text report.
 """
@@ -34,6 +34,9 @@ class Instrument:
 
     def mark_pass(self, name: str) -> None:
         """Called by the trace at the start of each instrumented pass ("first", "seen_rerun")."""
+
+    def end_pass(self, name: str) -> None:
+        """Called by the trace at the end of each instrumented pass, after the device sync."""
 
     def summary(self) -> dict[str, Any]:
         out: dict[str, Any] = {"active": self.available}

@@ -1,0 +1,143 @@
+"""Turning (shape, dtype, inputs) into the model's arguments, and refusing bad ones clearly."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from .errors import DeviceError, InputError
+
+_DTYPES = {
+    "float32": "float32", "float": "float32", "fp32": "float32", "float16": "float16", "half": "float16",
+    "fp16": "float16", "bfloat16": "bfloat16", "bf16": "bfloat16", "float64": "float64", "double": "float64",
+    "int64": "int64", "long": "int64", "int32": "int32", "int": "int32", "int16": "int16", "int8": "int8",
+    "uint8": "uint8", "bool": "bool",
+}
+
+
+def parse_dtype(dtype: Any):
+    import torch
+
+    if dtype is None or isinstance(dtype, torch.dtype):
+        return dtype
+    if isinstance(dtype, str):
+        key = dtype.lower().removeprefix("torch.")
+        if key in _DTYPES:
+            return getattr(torch, _DTYPES[key])
+    raise InputError(f"unknown dtype {dtype!r} (try float32, bfloat16, float16, int64)")
+
+
+def parse_shape(shape: Any) -> tuple[int, ...]:
+    if isinstance(shape, str):
+        try:
+            shape = tuple(int(s) for s in shape.replace("x", ",").split(",") if s.strip())
+        except ValueError:
+            raise InputError(f"cannot read shape {shape!r}: use comma-separated integers like 1,128") from None
+    if isinstance(shape, int):
+        shape = (shape,)
+    try:
+        dims = tuple(shape)
+    except TypeError:
+        raise InputError(f"shape must be a tuple of positive integers, got {shape!r}") from None
+    if not dims:
+        raise InputError("shape is empty: give at least one dimension, e.g. (1, 128)")
+    for d in dims:
+        if isinstance(d, bool) or not isinstance(d, int):
+            raise InputError(f"shape {dims!r} holds {d!r}: dimensions must be integers")
+        if d <= 0:
+            raise InputError(f"shape {dims!r} has a dimension {d} <= 0: every dimension must be positive")
+    return dims
+
+
+def parse_device(device: Any):
+    """A torch.device that exists here, or a DeviceError saying why not."""
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise DeviceError(f"unknown device {device!r} ({e}); use cpu, cuda, cuda:N or mps") from None
+    if dev.type == "cpu":
+        return dev
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            from . import backends
+
+            why = backends().get("cuda_events", {}).get("reason", "")
+            raise DeviceError(
+                "device 'cuda' requested but torch.cuda.is_available() is False"
+                + (f" ({why})" if why else "")
+            )
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise DeviceError(f"device {device!r} requested but only {torch.cuda.device_count()} CUDA device(s) exist")
+        return dev
+    if dev.type == "mps":
+        if not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
+            raise DeviceError("device 'mps' requested but torch.backends.mps.is_available() is False")
+        return dev
+    raise DeviceError(f"device type {dev.type!r} is not supported (use cpu, cuda or mps)")
+
+
+def _embedding_vocab(model: Any) -> int | None:
+    """num_embeddings of the model's first leaf module, if that leaf is an nn.Embedding."""
+    try:
+        from torch import nn
+    except ImportError:
+        return None
+    if not isinstance(model, nn.Module):
+        return None
+    for m in model.modules():
+        if len(list(m.children())) == 0:
+            return m.num_embeddings if isinstance(m, nn.Embedding) else None
+    return None
+
+
+def make_inputs(model: Any, shape: Any, dtype: Any, inputs: Any, device) -> tuple[tuple, dict, str]:
+    """(args, kwargs, description) for the model. `inputs` wins over `shape`."""
+    import torch
+
+    if inputs is not None:
+        if shape is not None:
+            raise InputError("give either shape or inputs, not both")
+        made = inputs() if callable(inputs) and not isinstance(inputs, torch.Tensor) else inputs
+        args, kwargs = _as_call(made)
+        return _to(args, device), {k: _to(v, device) for k, v in kwargs.items()}, "caller's inputs"
+    if shape is None:
+        raise InputError("give a shape, e.g. trace(model, (1, 128)), or inputs=...")
+    dims = parse_shape(shape)
+    dt = parse_dtype(dtype)
+    vocab = _embedding_vocab(model)
+    if dt is None:
+        dt = torch.int64 if vocab is not None else torch.float32
+    if dt.is_floating_point:
+        x = torch.randn(dims, dtype=dt, device=device)
+        desc = f"randn{list(dims)} {str(dt).removeprefix('torch.')}"
+    elif dt == torch.bool:
+        x = torch.zeros(dims, dtype=dt, device=device)
+        desc = f"zeros{list(dims)} bool"
+    else:
+        high = vocab if vocab is not None else 100
+        x = torch.randint(0, high, dims, dtype=dt, device=device)
+        desc = f"token ids {list(dims)} in [0, {high})"
+    return (x,), {}, desc
+
+
+def _as_call(made: Any) -> tuple[tuple, dict]:
+    if isinstance(made, dict):
+        return (), dict(made)
+    if isinstance(made, (tuple, list)):
+        return tuple(made), {}
+    return (made,), {}
+
+
+def _to(x: Any, device) -> Any:
+    import torch
+
+    if isinstance(x, torch.Tensor) and x.device != device:
+        return x.to(device)
+    return x
+
+
+def check_model(model: Any) -> Callable:
+    if not callable(model):
+        raise InputError(f"the model must be callable (an nn.Module or a function), got {type(model).__name__}")
+    return model

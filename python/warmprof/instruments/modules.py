@@ -1,0 +1,84 @@
+"""Per-module forward hooks: structure spans that place every cause in the innermost module.
+
+Each boundary also samples the host counters (faults, RSS, threads), so counter deltas land in
+the right module and cause (attribution.py). Hooks are removed on exit, even if the model raised.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import _native
+from ..timeline import STRUCTURE, begin, counter, end, name_id, sample_host
+from .base import Instrument
+
+
+class ModuleHooks(Instrument):
+    name = "modules"
+
+    def __init__(self, model: Any, *, top_level_only: bool = False) -> None:
+        super().__init__()
+        self.model = model
+        self.top_level_only = top_level_only
+        self._handles: list[Any] = []
+        self.modules = 0
+        try:
+            from torch import nn
+        except ImportError:
+            self.reason = "torch is not installed"
+            return
+        if not isinstance(model, nn.Module):
+            self.reason = "the model is not a torch.nn.Module: no per-module placement"
+        if top_level_only:
+            self.notes.append("compiled model: only the top-level module is hooked (hooks inside a "
+                              "compiled region would change what dynamo compiles)")
+
+    def _targets(self):
+        root_name = type(getattr(self.model, "_orig_mod", self.model)).__name__
+        if self.top_level_only:
+            return [(root_name, self.model)]
+        return [(root_name if not q else f"{root_name}.{q}", m) for q, m in self.model.named_modules()]
+
+    def __enter__(self) -> "ModuleHooks":
+        if self.reason:
+            return self
+        threads_id = name_id("host:threads")
+        thread_count = _native.thread_count
+        try:
+            for qual, mod in self._targets():
+                nid = name_id(f"module:{qual}")
+
+                def pre(_m, _args, _nid=nid):
+                    sample_host()
+                    counter(threads_id, thread_count())
+                    begin(STRUCTURE, _nid)
+
+                def post(_m, _args, _out, _nid=nid):
+                    end(STRUCTURE, _nid)
+                    sample_host()
+                    counter(threads_id, thread_count())
+
+                self._handles.append(mod.register_forward_pre_hook(pre))
+                self._handles.append(mod.register_forward_hook(post))
+                self.modules += 1
+        except BaseException:
+            self._remove()
+            raise
+        return self
+
+    def _remove(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+
+    def __exit__(self, *exc: Any) -> None:
+        self._remove()
+
+    @property
+    def installed(self) -> int:
+        return len(self._handles)
+
+    def summary(self) -> dict[str, Any]:
+        out = super().summary()
+        out["modules"] = self.modules
+        return out

@@ -1,0 +1,88 @@
+"""Text renderer for a trace report: header, protocol figures, cause table, top modules, advice."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .base import Renderer
+
+
+def _ms(v: float) -> str:
+    if abs(v) >= 1000:
+        return f"{v / 1000:.2f} s"
+    if abs(v) >= 10:
+        return f"{v:.1f} ms"
+    return f"{v:.2f} ms"
+
+
+def _platform_line(p: dict[str, Any]) -> str:
+    keys = ("gpu", "cpu", "os", "python", "torch", "cuda", "jetson_model")
+    parts = []
+    for k in keys:
+        v = p.get(k)
+        if isinstance(v, dict):
+            v = v.get("name") or v.get("model")
+        if v:
+            parts.append(f"{k} {v}")
+    return ", ".join(parts) or "unknown platform"
+
+
+class TraceTextRenderer(Renderer):
+    extension = ".txt"
+
+    def render(self, report: Any) -> str:
+        r = report
+        lines: list[str] = []
+        what = f"{r.model}" + (f" {tuple(r.shape)}" if r.shape else "") + (f" {r.dtype}" if r.dtype else "")
+        mode = f"torch.compile({r.compile})" if r.compile else "eager"
+        lines.append(f"warmprof trace: {what} on {r.device}, {mode}")
+        lines.append(f"  platform: {_platform_line(r.platform)}")
+        lines.append(
+            f"  first pass {_ms(r.first_pass_ms)} | seen-shape re-run {_ms(r.seen_rerun_ms)} | "
+            f"steady median {_ms(r.steady_median_ms)} (p10-p90 {_ms(r.steady_p10_ms)}-{_ms(r.steady_p90_ms)}, "
+            f"{r.steady_passes} passes)"
+        )
+        ratio = r.first_pass_ms / r.steady_median_ms if r.steady_median_ms > 0 else float("inf")
+        lines.append(f"  excess {_ms(r.excess_ms)} ({ratio:.1f}x steady); noise band {_ms(r.noise_band_ms)}")
+        lines.append("")
+        lines.append(f"  {'cause':<20} {'ms':>10} {'share':>6}  {'evidence':<9} {'source':<34} where")
+        lines.append(f"  {'-' * 20} {'-' * 10} {'-' * 6}  {'-' * 9} {'-' * 34} {'-' * 20}")
+        for c in sorted(r.causes, key=lambda c: -c.ms):
+            count = f" x{c.count}" if c.count > 1 else ""
+            lines.append(
+                f"  {c.cause:<20} {c.ms:>10.2f} {c.share:>6.1%}  {c.evidence:<9} {(c.source + count)[:34]:<34} "
+                f"{c.module or '-'}"
+            )
+        within = "within" if abs(r.unattributed_ms) <= r.noise_band_ms else "outside"
+        un_share = r.unattributed_ms / r.excess_ms if r.excess_ms > 0 else 0.0
+        lines.append(
+            f"  {'unattributed':<20} {r.unattributed_ms:>10.2f} {un_share:>6.1%}  {'residual':<9} "
+            f"{'excess - attributed':<34} ({within} the noise band)"
+        )
+        if r.seen_rerun_causes:
+            rerun = ", ".join(f"{c.cause}/{c.source} {_ms(c.ms)}" for c in r.seen_rerun_causes[:4])
+            lines.append(f"  seen-shape re-run still paid: {rerun}")
+        else:
+            lines.append("  seen-shape re-run paid none of these causes (one-time costs)")
+        compile_info = r.instruments.get("torch_compile", {})
+        if compile_info.get("active"):
+            lines.append(
+                f"  torch reports {_ms(compile_info.get('torch_reported_compile_ms', 0.0))} of compile time; "
+                f"{len(compile_info.get('compiles', []))} compile(s); inductor cache: {compile_info.get('inductor_cache')}"
+            )
+        top = [m for m in r.modules if m["ms"] > 0][:5]
+        if top:
+            lines.append("")
+            lines.append("  top modules (attributed time inside each):")
+            for m in top:
+                parts = ", ".join(f"{k} {_ms(v)}" for k, v in sorted(m["causes"].items(), key=lambda kv: -kv[1]))
+                lines.append(f"    {m['module']:<40} {_ms(m['ms']):>10}  {parts}")
+        if r.advice:
+            lines.append("")
+            lines.append("  advice:")
+            lines.extend(f"    - {a}" for a in r.advice)
+        if r.notes:
+            lines.append("")
+            lines.append("  notes:")
+            lines.extend(f"    - {n}" for n in r.notes)
+        return "\n".join(lines) + "\n"

@@ -1,0 +1,116 @@
+"""From attribution results to the Report (data only; no timing, no instruments' hooks)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import __version__
+from .advice import advise
+from .attribution import PassAttribution, SpanRec, Summary
+from .platform import fingerprint
+from .report import CauseEntry, CounterSample, Report, Span
+from .timeline import CAUSE_NAMES, COUNTER, Timeline, source_of
+
+MAX_SPANS = 20000
+
+
+def _entries(att: PassAttribution, excess_ms: float) -> list[CauseEntry]:
+    attributed = att.attributed_ms
+    denom = max(excess_ms, attributed, 1e-12)
+    return [
+        CauseEntry(cause=p.cause, ms=p.ms, share=max(0.0, p.ms / denom) if denom > 0 else 0.0,
+                   evidence=p.evidence, source=p.source, module=p.top_module, count=p.count)
+        for p in att.parts if p.ns > 0
+    ]
+
+
+def _spans(att: PassAttribution, pass_name: str) -> list[Span]:
+    if not att.spans:
+        return []
+    t0 = att.spans[0].start_ns
+    out = []
+    for s in att.spans[:MAX_SPANS]:
+        mod = s.name[len("module:"):] if s.name.startswith("module:") else ""
+        out.append(Span(pass_=pass_name, name=s.name, cause=CAUSE_NAMES.get(s.cause, ""), source=source_of(s.name),
+                        module=mod, start_ms=(s.start_ns - t0) / 1e6, dur_ms=max(0, s.dur_ns) / 1e6,
+                        depth=s.depth, thread=s.thread, value=s.value))
+    return out
+
+
+def _counter_samples(tl: Timeline, att: PassAttribution, pass_name: str) -> list[CounterSample]:
+    if not att.spans or len(tl) == 0:
+        return []
+    t0, t1 = att.spans[0].start_ns, att.spans[0].end_ns
+    out = []
+    for i in range(len(tl)):
+        if tl.kind[i] != COUNTER:
+            continue
+        t = int(tl.ts_ns[i])
+        if t0 <= t <= t1:
+            out.append(CounterSample(pass_=pass_name, name=tl.names[int(tl.name[i])], t_ms=(t - t0) / 1e6,
+                                     value=float(tl.value[i])))
+    return out[:MAX_SPANS]
+
+
+def build_report(*, model: str, shape, dtype: str, device: str, compile, first: PassAttribution,
+                 rerun: PassAttribution, summary: Summary, stats: dict, steady_ms: list[float],
+                 steady_faults: list[int], calibration: dict, instruments: list, timeline: Timeline,
+                 warm_reasons: list[str], input_desc: str, created: str) -> Report:
+    causes = _entries(first, summary.excess_ms)
+    rerun_excess = rerun.pass_ms - stats["median"]
+    inst: dict[str, Any] = {i.name: i.summary() for i in instruments}
+    notes: list[str] = []
+    for i in instruments:
+        notes.extend(f"{i.name}: {n}" for n in i.notes)
+        if i.reason:
+            notes.append(f"{i.name}: off ({i.reason})")
+    if warm_reasons:
+        notes.append("runtime already warm: " + "; ".join(warm_reasons) + " (run in a fresh process for a true first pass)")
+    if timeline.dropped:
+        notes.append(f"{timeline.dropped} records dropped (recorder buffer full): figures may be low")
+    if first.unmatched:
+        notes.append(f"{first.unmatched} spans never closed in the first pass (closed at its end)")
+    if first.off_thread_ms > 0:
+        notes.append(f"{first.off_thread_ms:.1f} ms of cause spans on other threads (overlapping the pass, not counted)")
+    modules = [
+        {"module": mod or "(outside modules)", "ms": sum(d.values()), "causes": d}
+        for mod, d in first.by_module().items()
+    ]
+    modules.sort(key=lambda m: -m["ms"])
+    spans = _spans(first, "first") + _spans(rerun, "seen_rerun")
+    spans.append(Span(pass_="steady", name="pass:steady", cause="", source="pass", module="", start_ms=0.0,
+                      dur_ms=stats["median"], depth=0))
+    host = inst.get("host", {}).get("passes", {})
+    report = Report(
+        model=model, shape=shape, device=device, dtype=dtype, compile=compile,
+        first_pass_ms=first.pass_ms, seen_rerun_ms=rerun.pass_ms,
+        steady_median_ms=stats["median"], steady_p10_ms=stats["p10"], steady_p90_ms=stats["p90"],
+        steady_passes=stats["n"], noise_band_ms=stats["noise_band"],
+        excess_ms=summary.excess_ms, attributed_ms=summary.attributed_ms, unattributed_ms=summary.unattributed_ms,
+        causes=causes, seen_rerun_causes=_entries(rerun, rerun_excess),
+        modules=modules,
+        counters={
+            "first_pass": host.get("first", {}),
+            "seen_rerun": host.get("seen_rerun", {}),
+            "steady_faults_median": sorted(steady_faults)[len(steady_faults) // 2] if steady_faults else 0,
+            "first_pass_faults_outside_causes": first.faults_outside_causes,
+        },
+        protocol={
+            "input": input_desc,
+            "steady_ms": steady_ms,
+            "calibration": calibration,
+            "runtime_warm": bool(warm_reasons),
+            "warm_reasons": warm_reasons,
+            "unattributed_within_noise": summary.within_noise,
+            "attribution_thread_only": True,
+        },
+        instruments=inst,
+        spans=spans,
+        counter_samples=_counter_samples(timeline, first, "first") + _counter_samples(timeline, rerun, "seen_rerun"),
+        platform=fingerprint(),
+        warmprof_version=__version__,
+        created=created,
+        notes=notes,
+    )
+    report.advice = advise(report)
+    return report

@@ -1,0 +1,256 @@
+"""warmprof.trace: the trace protocol (ARCHITECTURE.md, method).
+
+calibrate -> first pass (all instruments) -> seen-shape re-run (instruments on) -> steady passes
+(clean, timed) -> attribution (pure) -> Report.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import sys
+import time
+import weakref
+from typing import Any, Callable
+
+from . import _native
+from .attribution import Calibration, attribute_pass, steady_stats, summarize
+from .errors import InputError, ModelError, WarmprofError
+from .inputs import check_model, make_inputs, parse_device
+from .instruments.host import HostCounters
+from .instruments.modules import ModuleHooks
+from .report import CauseEntry, Report
+from .report_build import build_report
+from .timeline import STRUCTURE, Recording, begin, end, name_id
+
+_traced_models: "weakref.WeakSet[Any]" = weakref.WeakSet()
+_calibration: dict[str, float] | None = None
+
+
+def _progress_printer(progress: Any) -> Callable[[str], None]:
+    if progress is True:
+        return lambda msg: print(f"warmprof: {msg}", file=sys.stderr, flush=True)
+    if callable(progress):
+        return progress
+    return lambda msg: None
+
+
+def calibrate() -> dict[str, float]:
+    """Once per process: timer overhead, per-fault cost, thread start cost (this machine's)."""
+    global _calibration
+    if _calibration is None:
+        pairs = []
+        for _ in range(201):
+            a = _native.now_ns()
+            b = _native.now_ns()
+            pairs.append(b - a)
+        pairs.sort()
+        fault = _native.calibrate_fault_cost(16 << 20, 5)
+        _calibration = {
+            "timer_overhead_ns": float(pairs[len(pairs) // 2]),
+            "fault_cost_ns": float(fault["ns_per_fault"]),
+            "fault_cost_per_page_ns": float(fault["ns_per_page"]),
+            "thread_start_ns": float(_native.thread_start_ns(9)),
+            "clock": dict(_native.clock_info()),
+        }
+    return _calibration
+
+
+def _sync(device) -> Callable[[], None]:
+    if device.type == "cuda":
+        import torch
+
+        return torch.cuda.synchronize
+    if device.type == "mps":
+        import torch
+
+        return torch.mps.synchronize
+    return lambda: None
+
+
+def _warm_reasons(model: Any, compiled: bool) -> list[str]:
+    reasons = []
+    target = getattr(model, "_orig_mod", model)
+    try:
+        if target in _traced_models:
+            reasons.append("this model was already traced in this process")
+    except TypeError:
+        pass
+    if compiled:
+        try:
+            from torch._dynamo.utils import counters
+
+            if counters["stats"].get("unique_graphs", 0):
+                reasons.append("dynamo already compiled graphs in this process")
+        except Exception:
+            pass
+    return reasons
+
+
+def _compile_model(model: Any, compile: Any) -> Any:
+    if compile in (None, False):
+        return model
+    import torch
+
+    if compile is True or compile == "default":
+        return torch.compile(model)
+    if isinstance(compile, str):
+        return torch.compile(model, mode=compile)
+    if isinstance(compile, dict):
+        return torch.compile(model, **compile)
+    raise InputError(f"compile must be None, True, a mode string or a dict of torch.compile options, got {compile!r}")
+
+
+def _instruments(model: Any, device, compiled: bool) -> list:
+    from .instruments.onednn import OneDNN
+    from .instruments.torch_compile import TorchCompile
+
+    inst = [HostCounters(), ModuleHooks(model, top_level_only=compiled)]
+    if compiled:
+        inst.append(TorchCompile())
+    if device.type == "cpu":
+        inst.append(OneDNN())
+    if device.type == "cuda":
+        try:
+            from .instruments.cuda_set import cuda_instruments
+
+            inst.extend(cuda_instruments({"device": device, "compiled": compiled}))
+        except ImportError as e:  # pragma: no cover - CUDA instruments not built in
+            inst[0].notes.append(f"CUDA instruments unavailable: {e}")
+    return inst
+
+
+def _run_pass(model, args, kwargs, pass_name: str, instruments: list, sync) -> None:
+    nid = name_id(f"pass:{pass_name}")
+    for i in instruments:
+        i.mark_pass(pass_name)
+    begin(STRUCTURE, nid)
+    try:
+        model(*args, **kwargs)
+        sync()
+    finally:
+        end(STRUCTURE, nid)
+        for i in instruments:
+            i.end_pass(pass_name)
+
+
+def _steady(model, args, kwargs, sync, min_passes: int, max_passes: int, budget_s: float) -> tuple[list[float], list[int]]:
+    times, faults = [], []
+    deadline = time.monotonic() + budget_s
+    while len(times) < max_passes:
+        f0 = sum(_native.faults())
+        t0 = _native.now_ns()
+        model(*args, **kwargs)
+        sync()
+        t1 = _native.now_ns()
+        faults.append(sum(_native.faults()) - f0)
+        times.append((t1 - t0) / 1e6)
+        if len(times) >= min_passes and time.monotonic() > deadline:
+            break
+    return times, faults
+
+
+def trace(
+    model: Any,
+    shape: Any = None,
+    *,
+    inputs: Any = None,
+    dtype: Any = None,
+    device: Any = "cpu",
+    steady: int | tuple[int, int] = (5, 50),
+    steady_budget_s: float = 3.0,
+    compile: Any = None,
+    progress: Any = False,
+    no_grad: bool = True,
+    label: str | None = None,
+) -> Report:
+    """Trace the first pass of `model` and attribute its excess over a steady pass to causes.
+
+    model: an nn.Module or any callable. shape: a tuple for a synthetic input (token ids when the
+    model starts with an embedding or dtype is an integer type, else randn). inputs: the caller's
+    tensors, a tuple/dict of them, or a callable that makes them. compile: None, True, a mode
+    ("reduce-overhead", "max-autotune") or a dict of torch.compile options. steady: the number of
+    clean passes (an int, or (min, max) adaptive within steady_budget_s seconds).
+    """
+    try:
+        import torch
+    except ImportError:
+        raise WarmprofError("warmprof.trace needs torch: pip install 'warmprof[torch]'") from None
+    say = _progress_printer(progress)
+    check_model(model)
+    dev = parse_device(device)
+    min_steady, max_steady = (steady, steady) if isinstance(steady, int) else steady
+    if min_steady < 1 or max_steady < min_steady:
+        raise InputError(f"steady must be a positive int or (min, max) with min <= max, got {steady!r}")
+
+    if dev.type != "cpu" and isinstance(model, torch.nn.Module):
+        model = model.to(dev)
+    args, kwargs, input_desc = make_inputs(model, shape, dtype, inputs, dev)
+    compiled = compile not in (None, False)
+    warm = _warm_reasons(model, compiled)
+    runner = _compile_model(model, compile)
+    sync = _sync(dev)
+
+    say("calibrating (timer, page-fault cost, thread start)")
+    cal = calibrate()
+    instruments = _instruments(runner, dev, compiled)
+    grad_ctx = torch.no_grad() if no_grad else contextlib.nullcontext()
+
+    with grad_ctx:
+        with Recording() as rec:
+            with contextlib.ExitStack() as stack:
+                for inst in instruments:
+                    stack.enter_context(inst)
+                say("first pass" + (" (includes torch.compile: seconds to minutes)" if compiled else ""))
+                try:
+                    _run_pass(runner, args, kwargs, "first", instruments, sync)
+                except WarmprofError:
+                    raise
+                except Exception as e:
+                    raise ModelError(f"the model raised on the first pass: {type(e).__name__}: {e}") from e
+                say("seen-shape re-run")
+                try:
+                    _run_pass(runner, args, kwargs, "seen_rerun", instruments, sync)
+                except Exception as e:
+                    raise ModelError(
+                        f"the model raised on the second pass (seen-shape re-run): {type(e).__name__}: {e}") from e
+            timeline = rec.drain()
+        say("steady passes")
+        try:
+            steady_ms, steady_faults = _steady(runner, args, kwargs, sync, min_steady, max_steady, steady_budget_s)
+        except Exception as e:
+            raise ModelError(f"the model raised during the steady passes: {type(e).__name__}: {e}") from e
+
+    try:
+        _traced_models.add(getattr(model, "_orig_mod", model))
+    except TypeError:
+        pass
+    say("attributing")
+    stats = steady_stats(steady_ms)
+    calibration = Calibration(fault_cost_ns=cal["fault_cost_ns"], thread_start_ns=cal["thread_start_ns"])
+    steady_fault_median = sorted(steady_faults)[len(steady_faults) // 2] if steady_faults else 0
+    first = attribute_pass(timeline, "first", calibration=calibration, steady_faults=steady_fault_median)
+    rerun = attribute_pass(timeline, "seen_rerun", calibration=calibration, steady_faults=steady_fault_median)
+    summary = summarize(first.pass_ms, stats["median"], stats["noise_band"], first.attributed_ms)
+    return build_report(
+        model=label or type(getattr(model, "_orig_mod", model)).__name__,
+        shape=list(args[0].shape) if shape is not None and args and hasattr(args[0], "shape") else None,
+        dtype=str(args[0].dtype).removeprefix("torch.") if args and hasattr(args[0], "dtype") else "",
+        device=str(dev),
+        compile=None if not compiled else (compile if isinstance(compile, str) else "default"),
+        first=first,
+        rerun=rerun,
+        summary=summary,
+        stats=stats,
+        steady_ms=steady_ms,
+        steady_faults=steady_faults,
+        calibration=cal,
+        instruments=instruments,
+        timeline=timeline,
+        warm_reasons=warm,
+        input_desc=input_desc,
+        created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    )
+
+
+__all__ = ["calibrate", "trace", "CauseEntry"]
