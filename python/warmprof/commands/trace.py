@@ -1,19 +1,141 @@
-"""warmprof trace: placeholder until the trace issue lands."""
+"""warmprof trace: trace a model's first pass, by default in a fresh subprocess.
+
+A first pass is only a first pass once per process, so the command re-runs itself in a fresh
+interpreter (with an empty inductor cache unless --cache keep) and that child does the trace.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
+import os
+import shutil
+import subprocess
 import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError, WarmprofError
 
 NAME = "trace"
-HELP = "Trace a model's first pass and attribute its excess to causes."
+HELP = "Trace a model's first pass and attribute its excess over a steady pass to causes."
 
 
 def setup(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("target", nargs="?")
-    parser.add_argument("--demo", action="store_true")
+    parser.add_argument("target", nargs="?", help="MODULE:FACTORY or path/to/file.py:FACTORY returning the model")
+    parser.add_argument("--demo", action="store_true", help="trace the built-in demo LM (warmprof.demo, shape 1,128)")
+    parser.add_argument("--shape", help="input shape, e.g. 1,128 (token ids if the model starts with an embedding)")
+    parser.add_argument("--dtype", help="input dtype (float32, bfloat16, int64, ...)")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps (default cpu)")
+    parser.add_argument("--compile", nargs="?", const="default", default=None, metavar="MODE",
+                        help="wrap the model in torch.compile (optionally a mode: reduce-overhead, max-autotune)")
+    parser.add_argument("--json", metavar="PATH", help="also save the report as JSON")
+    parser.add_argument("--steady", type=int, default=None, metavar="N", help="exactly N steady passes (default adaptive)")
+    parser.add_argument("--threads", type=int, default=None, metavar="N", help="torch.set_num_threads(N) first")
+    parser.add_argument("--in-process", action="store_true",
+                        help="trace in this process (not a fresh one); earlier work here may have warmed the runtime")
+    parser.add_argument("--cache", choices=("fresh", "keep"), default="fresh",
+                        help="inductor/Triton caches: a fresh empty dir (a cold pod, default) or the user's own")
+    parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    parser.add_argument("--fresh-process", action="store_true", help=argparse.SUPPRESS)
+
+
+def load_target(target: str) -> Any:
+    """MODULE:FACTORY or FILE.py:FACTORY -> the model the factory returns."""
+    if ":" not in target:
+        raise InputError(f"target {target!r} must look like MODULE:FACTORY or path/to/file.py:FACTORY")
+    where, factory = target.rsplit(":", 1)
+    try:
+        if where.endswith(".py"):
+            path = Path(where)
+            if not path.is_file():
+                raise InputError(f"no such file: {where}")
+            spec = importlib.util.spec_from_file_location(path.stem, path)
+            module = importlib.util.module_from_spec(spec)
+            sys.path.insert(0, str(path.parent.resolve()))
+            spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(where)
+    except WarmprofError:
+        raise
+    except Exception as e:
+        raise InputError(f"cannot import {where!r}: {type(e).__name__}: {e}") from e
+    fn = getattr(module, factory, None)
+    if fn is None or not callable(fn):
+        raise InputError(f"{where!r} has no callable {factory!r}")
+    try:
+        return fn()
+    except Exception as e:
+        raise InputError(f"the factory {target} raised: {type(e).__name__}: {e}") from e
+
+
+def _child_argv(args: argparse.Namespace) -> list[str]:
+    argv = ["trace"]
+    if args.target:
+        argv.append(args.target)
+    for flag in ("demo", "quiet"):
+        if getattr(args, flag):
+            argv.append(f"--{flag}")
+    for opt in ("shape", "dtype", "device", "json", "steady", "threads"):
+        v = getattr(args, opt)
+        if v is not None:
+            argv += [f"--{opt}", str(os.path.abspath(v) if opt == "json" else v)]
+    if args.compile is not None:
+        argv.append(f"--compile={args.compile}")
+    return argv + ["--in-process", "--fresh-process", "--cache", args.cache]
+
+
+def _run_child(args: argparse.Namespace) -> int:
+    env = dict(os.environ)
+    tmp = None
+    if args.cache == "fresh":
+        tmp = tempfile.mkdtemp(prefix="warmprof-cache-")
+        env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(tmp, "inductor")
+        env["TRITON_CACHE_DIR"] = os.path.join(tmp, "triton")
+    try:
+        return subprocess.call([sys.executable, "-m", "warmprof", *_child_argv(args)], env=env)
+    finally:
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def run(args: argparse.Namespace) -> int:
-    print("warmprof trace: not yet available", file=sys.stderr)
-    return 1
+    if args.demo and args.target:
+        raise InputError("give either --demo or a MODULE:FACTORY target, not both")
+    if not args.demo and not args.target:
+        raise InputError("nothing to trace: give --demo or a MODULE:FACTORY target (see warmprof trace -h)")
+    if args.target and not args.shape:
+        raise InputError("--shape is required with a target, e.g. --shape 1,128")
+    if not args.in_process:
+        return _run_child(args)
+
+    import warmprof
+
+    if args.threads is not None:
+        if args.threads < 1:
+            raise InputError("--threads must be at least 1")
+        import torch
+
+        torch.set_num_threads(args.threads)
+    if args.demo:
+        from ..demo import DEFAULT_SHAPE, demo_model
+
+        model, shape = demo_model(), args.shape or DEFAULT_SHAPE
+    else:
+        model, shape = load_target(args.target), args.shape
+    steady = args.steady if args.steady is not None else (5, 50)
+    report = warmprof.trace(model, shape, dtype=args.dtype, device=args.device, compile=args.compile,
+                            steady=steady, progress=not args.quiet)
+    report.protocol["fresh_process"] = bool(args.fresh_process)
+    report.protocol["cache"] = args.cache if args.fresh_process else "in-process (caller's)"
+    if args.threads is not None:
+        report.protocol["threads"] = args.threads
+    if not args.fresh_process:
+        report.notes.append("traced in-process (--in-process): earlier work in this process may have warmed shared state")
+    print(report, end="")
+    if args.json:
+        path = report.save(args.json)
+        print(f"\nreport saved to {path}", file=sys.stderr)
+    return 0
