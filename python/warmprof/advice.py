@@ -50,7 +50,7 @@ def advise(report: Any, share_floor: float = 0.1, max_causes: int = 3) -> list[s
         if c.cause in ("unattributed", "profiler_overhead"):
             continue
         totals[c.cause] = totals.get(c.cause, 0.0) + c.share
-        base = c.source.split(":", 1)[0]
+        base = c.source.split(":", 1)[0].split("/", 1)[0]
         sources.setdefault(c.cause, {})
         sources[c.cause][base] = sources[c.cause].get(base, 0.0) + c.ms
     lines: list[str] = []

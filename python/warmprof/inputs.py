@@ -29,7 +29,7 @@ def parse_dtype(dtype: Any):
 def parse_shape(shape: Any) -> tuple[int, ...]:
     if isinstance(shape, str):
         try:
-            shape = tuple(int(s) for s in shape.replace("x", ",").split(",") if s.strip())
+            shape = tuple(int(s) for s in shape.split(","))
         except ValueError:
             raise InputError(f"cannot read shape {shape!r}: use comma-separated integers like 1,128") from None
     if isinstance(shape, int):

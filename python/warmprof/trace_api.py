@@ -106,7 +106,8 @@ def _instruments(model: Any, device, compiled: bool) -> list:
     from .instruments.torch_compile import TorchCompile
 
     inst = [HostCounters(), ModuleHooks(model, top_level_only=compiled)]
-    if compiled:
+    # Also when the model compiles something inside itself (dynamo already imported).
+    if compiled or "torch._dynamo" in sys.modules:
         inst.append(TorchCompile())
     if device.type == "cpu":
         inst.append(OneDNN())

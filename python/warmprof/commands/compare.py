@@ -1,4 +1,4 @@
-"""warmprof compare: not yet available in this build."""
+"""warmprof compare: two or more saved reports side by side, largest change first."""
 
 from __future__ import annotations
 
@@ -6,13 +6,31 @@ import argparse
 import sys
 
 NAME = "compare"
-HELP = "(compare: not yet available)"
+HELP = "Compare saved reports (trace with trace, probe with probe): which cause or op moved."
 
 
 def setup(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("args", nargs="*")
+    parser.add_argument("reports", nargs="+", metavar="REPORT", help="two or more saved reports; the first is the baseline")
+    parser.add_argument("--label", action="append", metavar="NAME",
+                        help="a name per report, in order (default: the file names)")
+    parser.add_argument("--png", metavar="FILE", help="also draw the comparison as grouped bars into FILE")
+    parser.add_argument("--json", metavar="FILE", help="also write the comparison as JSON into FILE")
 
 
 def run(args: argparse.Namespace) -> int:
-    print("warmprof compare: not yet available in this build", file=sys.stderr)
-    return 1
+    from ..compare_api import compare
+
+    comparison = compare(*args.reports, labels=args.label)
+    if args.png:
+        from ..render.png import PngRenderer
+
+        PngRenderer().write(comparison, args.png)
+    if args.json:
+        from ..render.json import JsonRenderer
+
+        JsonRenderer().write(comparison, args.json)
+    sys.stdout.write(str(comparison))
+    for path in (args.png, args.json):
+        if path:
+            print(f"wrote {path}", file=sys.stderr)
+    return 0

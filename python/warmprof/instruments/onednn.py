@@ -86,8 +86,7 @@ class OneDNN(Instrument):
             self.reason = "this torch build has no oneDNN (mkldnn)"
             return
         self._torch = torch
-        # Only effective if oneDNN has not read its settings yet (true on a fresh process).
-        os.environ.setdefault("ONEDNN_VERBOSE_TIMESTAMP", "1")
+        self._env_set = False
 
     def __enter__(self) -> "OneDNN":
         if self.reason:
@@ -95,6 +94,11 @@ class OneDNN(Instrument):
         sys.stdout.flush()
         _fflush_c_stdout()
         self._tmp = tempfile.TemporaryFile(mode="w+b")
+        # Only effective if oneDNN has not read its settings yet (true in a fresh process);
+        # removed again on exit.
+        if "ONEDNN_VERBOSE_TIMESTAMP" not in os.environ:
+            os.environ["ONEDNN_VERBOSE_TIMESTAMP"] = "1"
+            self._env_set = True
         self._saved_fd = os.dup(1)
         # Offset between oneDNN's wall clock (ms since the epoch) and the monotonic clock.
         self._wall_minus_mono_ns = time.time_ns() - now_ns()
@@ -129,6 +133,9 @@ class OneDNN(Instrument):
             os.dup2(self._saved_fd, 1)
             os.close(self._saved_fd)
             self._saved_fd = None
+        if self._env_set:
+            os.environ.pop("ONEDNN_VERBOSE_TIMESTAMP", None)
+            self._env_set = False
         if self._tmp is not None:
             self._tmp.seek(0)
             data = self._tmp.read()

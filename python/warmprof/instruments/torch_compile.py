@@ -70,11 +70,11 @@ def phases(totals: dict[str, float], span_s: float) -> list[tuple[int, str, floa
     autotune = sum(v for k, v in totals.items() if any(m in k for m in AUTOTUNE_MARKERS))
     autotune = min(autotune, codegen if codegen else inductor)
     out = [
-        (JIT_COMPILE, "torch.compile:dynamo", max(0.0, span_s - user)),
-        (JIT_COMPILE, "torch.compile:aot_autograd", max(0.0, user - inductor)),
-        (JIT_COMPILE, "torch.compile:inductor", max(0.0, inductor - codegen)),
-        (JIT_COMPILE, "torch.compile:codegen_and_cxx_compile", max(0.0, codegen - autotune)),
-        (ALGORITHM_SELECTION, "torch.compile:autotune", max(0.0, autotune)),
+        (JIT_COMPILE, "torch.compile/dynamo", max(0.0, span_s - user)),
+        (JIT_COMPILE, "torch.compile/aot_autograd", max(0.0, user - inductor)),
+        (JIT_COMPILE, "torch.compile/inductor", max(0.0, inductor - codegen)),
+        (JIT_COMPILE, "torch.compile/codegen_and_cxx_compile", max(0.0, codegen - autotune)),
+        (ALGORITHM_SELECTION, "torch.compile/autotune", max(0.0, autotune)),
     ]
     total = sum(p[2] for p in out)
     if total > span_s > 0:  # torch's timers overlap the span's edges by a little: never exceed it

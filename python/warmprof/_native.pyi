@@ -1,0 +1,138 @@
+"""warmprof native core: clock, recorder, host counters, CUDA/CUPTI/Metal backends.
+
+Typed stub of the extension built from csrc/bindings.cpp. tests/native/test_stub_sync.py keeps
+its names and parameters equal to the module's; classes here are type-only and start with "_".
+"""
+
+from typing import TypedDict
+
+import numpy as np
+import numpy.typing as npt
+
+__version__: str
+NUM_CAUSES: int
+RECORD_BYTES: int
+
+class _Drained(TypedDict):
+    ts_ns: npt.NDArray[np.int64]
+    kind: npt.NDArray[np.uint8]
+    cause: npt.NDArray[np.uint8]
+    name: npt.NDArray[np.uint32]
+    value: npt.NDArray[np.int64]
+    thread: npt.NDArray[np.uint16]
+    names: list[str]
+    dropped: int
+    threads: int
+    os_tids: list[int]
+
+class _Calibration(TypedDict):
+    source: str
+    ns_per_tick: float
+    samples: int
+    spread: float
+
+class _ClockInfo(_Calibration):
+    invariant_tsc: bool
+
+class _FaultCost(TypedDict):
+    ns_per_fault: float
+    ns_per_page: float
+    faults: int
+    pages: int
+    trials: int
+
+class _Backend(TypedDict):
+    compiled: bool
+    available: bool
+    reason: str
+
+class _CuptiStats(TypedDict):
+    kernel_launches: int
+    new_kernels: list[str]
+    subscribe_ns: float
+    callbacks: int
+
+# Hot entry points (raw METH_FASTCALL: positional only).
+def begin(cause: int, name: int, /) -> None:
+    """Open a span on this thread."""
+
+def end(cause: int, name: int, /) -> None:
+    """Close the innermost span on this thread."""
+
+def instant(cause: int, name: int, value: int = 0, /) -> None:
+    """Record a point event."""
+
+def counter(name: int, value: int, /) -> None:
+    """Record a counter sample."""
+
+def sample_host() -> None:
+    """Record host counters (minor/major faults, RSS) now."""
+
+def now_ticks() -> int:
+    """The raw clock, in ticks."""
+
+# Recorder (cold).
+def start() -> None:
+    """Start a recording generation: every thread's buffer is emptied."""
+
+def stop() -> None:
+    """Stop recording; records stay until the next start()."""
+
+def enabled() -> bool: ...
+def intern(name: str) -> int:
+    """Interned id of a span/counter name."""
+
+def names() -> list[str]: ...
+def set_capacity(records_per_thread: int) -> None: ...
+def capacity() -> int: ...
+def drain() -> _Drained:
+    """Records of the current generation as numpy arrays (ts_ns, kind, cause, name, value, thread)."""
+
+def record_at(kind: int, cause: int, name: int, value: int, ticks: int) -> bool:
+    """Append a record with an explicit timestamp (instruments that learn times after the fact)."""
+
+def cpp_span_cost_ns(name: int, iterations: int) -> float:
+    """Mean ns of one begin+end pair recorded from C++."""
+
+# Clock.
+def clock_info() -> _ClockInfo: ...
+def now_ns() -> int:
+    """CLOCK_MONOTONIC in ns."""
+
+def ticks_to_ns(ticks: int) -> int: ...
+def ns_to_ticks(ns: int) -> int: ...
+def calibrate_clock(pairs: int, duration_ms: float) -> _Calibration:
+    """A fresh calibration (does not replace the cached one)."""
+
+def _median(values: list[float]) -> float:
+    """The clock calibration's median (for tests)."""
+
+def _percentile(values: list[float], q: float) -> float: ...
+
+# Host counters and calibration probes.
+def faults() -> tuple[int, int]:
+    """(minor, major) page faults of this process so far."""
+
+def rss_bytes() -> int: ...
+def thread_count() -> int: ...
+def page_size() -> int: ...
+def calibrate_fault_cost(bytes: int = 33554432, trials: int = 5) -> _FaultCost: ...
+def fresh_allocation_ns(bytes: int, trials: int = 5) -> float: ...
+def thread_start_ns(trials: int = 9) -> float: ...
+
+# Backends.
+def backends() -> dict[str, _Backend]:
+    """backend name -> {compiled, available, reason}"""
+
+def cupti_start() -> str:
+    """Subscribe to CUPTI; '' on success, else the reason."""
+
+def cupti_stop() -> None: ...
+def cupti_active() -> bool: ...
+def cupti_stats() -> _CuptiStats: ...
+def cupti_classify(domain: int, cbid: int) -> int:
+    """Cause id for a CUPTI (domain, callback id), or -1 when ignored."""
+
+def cupti_callback_name(domain: int, cbid: int) -> str: ...
+def _cupti_inject(domain: int, cbid: int, enter: bool, ticks: int, value: int = 0) -> None:
+    """Test-only: deliver a synthetic CUPTI callback through the real handler."""

@@ -1,0 +1,235 @@
+"""Two or more reports side by side, as data: which cause (or op) moved, and on what platforms.
+
+`compare(a, b, ...)` takes reports or paths to saved reports, all of one kind (trace or probe),
+and returns a `Comparison`; renderers turn it into text (render/compare_text.py), JSON or a PNG.
+Every figure in a comparison is one of the reports' own figures, or a ratio of two of them.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import InputError, ReportError
+from .platform import describe_device
+from .render.compare_text import op_key
+from .report import SCHEMA_VERSION, ReportBase, load
+
+# Report settings that are part of the configuration being compared (shown when they differ).
+_TRACE_SETTINGS = ("device", "dtype", "compile")
+_SUMMARY = (("first pass", "first_pass_ms"), ("seen re-run", "seen_rerun_ms"),
+            ("steady median", "steady_median_ms"), ("excess", "excess_ms"))
+
+
+@dataclass
+class Cell:
+    """One report's figures in a row; ms is None where the row is absent from that report."""
+
+    ms: float | None
+    share: float | None = None  # of that report's excess (trace causes)
+    steady_ms: float | None = None  # probe ops
+    verdict: str = ""  # probe ops
+
+
+@dataclass
+class Row:
+    key: str  # cause id, "op shape", or a summary line's name
+    cells: list[Cell]
+    ratios: list[float | None]  # each report's ms over the first report's; None where undefined
+    change_ms: float  # the largest |ms - first report's ms|: what the rows are sorted by
+
+
+@dataclass
+class PredictionRow:
+    id: str
+    holds: list[bool | None]  # None: the prediction is absent from that report
+    figures: list[Any]
+
+
+@dataclass
+class Comparison:
+    kind: str  # "trace" | "probe"
+    labels: list[str]
+    sources: list[str]  # the file each report came from ("" for an in-memory report)
+    devices: list[str]  # a short device name per report, for titles
+    differs: list[tuple[str, list[str]]]  # settings and platform keys whose values differ
+    warnings: list[str]
+    summary: list[Row]  # trace: first pass, seen re-run, steady median, excess
+    rows: list[Row]  # trace: one per cause; probe: one per op and shape
+    predictions: list[PredictionRow] = field(default_factory=list)
+    reports: list[ReportBase] = field(default_factory=list, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON of the comparison itself (kind "comparison": load() refuses it as a report)."""
+        return {
+            "schema_version": SCHEMA_VERSION, "kind": "comparison", "report_kind": self.kind,
+            "labels": self.labels, "sources": self.sources, "devices": self.devices,
+            "differs": [{"key": k, "values": v} for k, v in self.differs], "warnings": self.warnings,
+            "summary": [asdict(r) for r in self.summary], "rows": [asdict(r) for r in self.rows],
+            "predictions": [asdict(p) for p in self.predictions],
+        }
+
+    def to_json(self, indent: int | None = 2) -> str:
+        import json
+
+        return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
+
+    def __str__(self) -> str:
+        from .render.compare_text import CompareTextRenderer
+
+        return CompareTextRenderer().render(self)
+
+
+def compare(*reports: ReportBase | str | os.PathLike, labels: list[str] | None = None) -> Comparison:
+    """Compare reports (objects or paths) of one kind; the first is the baseline of every ratio."""
+    if len(reports) == 1 and isinstance(reports[0], (list, tuple)):
+        reports = tuple(reports[0])
+    if len(reports) < 2:
+        raise InputError(f"compare needs at least two reports, got {len(reports)}")
+    loaded = [_as_report(r) for r in reports]
+    sources = [str(r) if isinstance(r, (str, os.PathLike)) else "" for r in reports]
+    if labels is None:
+        labels = _default_labels(sources)
+    elif len(labels) != len(loaded):
+        raise InputError(f"{len(labels)} labels for {len(loaded)} reports")
+    dicts = [r.to_dict() for r in loaded]
+    kinds = [d.get("kind", "") for d in dicts]
+    if len(set(kinds)) > 1:
+        named = ", ".join(f"{lab}: {k}" for lab, k in zip(labels, kinds))
+        raise ReportError(f"cannot compare reports of different kinds ({named}); compare trace with trace, probe with probe")
+    kind = kinds[0]
+    if kind not in ("trace", "probe"):
+        raise ReportError(f"cannot compare {kind!r} reports (only trace and probe reports)")
+    platforms = [d.get("platform") or {} for d in dicts]
+    devices = [describe_device(p, str(d.get("device", ""))) for p, d in zip(platforms, dicts)]
+    comparison = Comparison(
+        kind=kind, labels=list(labels), sources=sources, devices=devices,
+        differs=_differs(dicts, platforms, kind), warnings=_warnings(dicts, labels, kind),
+        summary=[], rows=[], reports=loaded,
+    )
+    if kind == "trace":
+        comparison.summary = [_row(name, [Cell(float(d.get(key, 0.0)))
+                                          for d in dicts]) for name, key in _SUMMARY]
+        comparison.rows = _cause_rows(loaded)
+    else:
+        comparison.rows = _op_rows(dicts)
+        comparison.predictions = _prediction_rows(dicts)
+    return comparison
+
+
+def _as_report(r: ReportBase | str | os.PathLike) -> ReportBase:
+    if isinstance(r, ReportBase):
+        return r
+    if isinstance(r, (str, os.PathLike)):
+        return load(r)
+    raise InputError(f"compare takes reports or paths to saved reports, not {type(r).__name__}")
+
+
+def _default_labels(sources: list[str]) -> list[str]:
+    labels = [Path(s).stem if s else f"report {i + 1}" for i, s in enumerate(sources)]
+    if len(set(labels)) < len(labels):  # two runs saved under the same name in different folders
+        labels = [f"{lab} ({i + 1})" for i, lab in enumerate(labels)]
+    return labels
+
+
+def _row(key: str, cells: list[Cell]) -> Row:
+    base = cells[0].ms or 0.0
+    ratios = [None if c.ms is None or base <= 0 else c.ms / base for c in cells]
+    change = max(abs((c.ms or 0.0) - base) for c in cells)
+    return Row(key=key, cells=cells, ratios=ratios, change_ms=change)
+
+
+def _by_largest_change(rows: list[Row], last: tuple[str, ...] = ()) -> list[Row]:
+    return sorted(rows, key=lambda r: (r.key in last, -r.change_ms, r.key))
+
+
+# -- trace reports ---------------------------------------------------------------------------
+def _cause_rows(reports: list[Any]) -> list[Row]:
+    """Per cause and report: its ms and share summed over the report's own entries."""
+    per_report: list[dict[str, Cell]] = []
+    for r in reports:
+        cells: dict[str, Cell] = {}
+        for c in r.causes:
+            cell = cells.setdefault(c.cause, Cell(0.0, 0.0))
+            cell.ms += c.ms
+            cell.share += c.share
+        if "unattributed" not in cells:  # the residual lives in its own field when not listed
+            excess = r.excess_ms
+            cells["unattributed"] = Cell(r.unattributed_ms, r.unattributed_ms / excess if excess > 0 else 0.0)
+        per_report.append(cells)
+    order = list(dict.fromkeys(k for cells in per_report for k in cells))
+    rows = [_row(cause, [cells.get(cause, Cell(0.0, 0.0)) for cells in per_report]) for cause in order]
+    return _by_largest_change(rows, last=("unattributed",))
+
+
+# -- probe reports (read through to_dict: the probe report's class is its own module's) ---------
+def _op_rows(dicts: list[dict[str, Any]]) -> list[Row]:
+    per_report: list[dict[str, Cell]] = []
+    for d in dicts:
+        cells: dict[str, Cell] = {}
+        for op in d.get("ops") or []:
+            if not isinstance(op, dict):
+                continue
+            key, n = op_key(op), 2
+            while key in cells:  # the same op and shape probed twice (a seen-shape re-run, say)
+                key = f"{op_key(op)} #{n}"
+                n += 1
+            cells[key] = Cell(_number(op.get("first_ms")), steady_ms=_number(op.get("steady_ms")),
+                              verdict=str(op.get("verdict") or ""))
+        per_report.append(cells)
+    order = list(dict.fromkeys(k for cells in per_report for k in cells))
+    return _by_largest_change([_row(key, [cells.get(key, Cell(None)) for cells in per_report]) for key in order])
+
+
+def _prediction_rows(dicts: list[dict[str, Any]]) -> list[PredictionRow]:
+    per_report = [{str(p.get("id")): p for p in d.get("predictions") or [] if isinstance(p, dict)} for d in dicts]
+    ids = list(dict.fromkeys(k for preds in per_report for k in preds))
+    return [
+        PredictionRow(
+            id=pid,
+            holds=[None if pid not in preds else bool(preds[pid].get("holds")) for preds in per_report],
+            figures=[preds.get(pid, {}).get("figure") for preds in per_report],
+        )
+        for pid in ids
+    ]
+
+
+def _number(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+# -- what differs ----------------------------------------------------------------------------
+def _differs(dicts: list[dict[str, Any]], platforms: list[dict[str, Any]], kind: str) -> list[tuple[str, list[str]]]:
+    out: list[tuple[str, list[str]]] = []
+    settings = _TRACE_SETTINGS if kind == "trace" else ("device",)
+    for key in settings:
+        values = [_show(d.get(key)) for d in dicts]
+        if len(set(values)) > 1:
+            out.append((key, values))
+    keys = list(dict.fromkeys(k for p in platforms for k in p))
+    for key in keys:
+        values = [_show(p.get(key)) for p in platforms]
+        if len(set(values)) > 1:
+            out.append((key, values))
+    return out
+
+
+def _warnings(dicts: list[dict[str, Any]], labels: list[str], kind: str) -> list[str]:
+    out = []
+    fields = (("model", "model"), ("shape", "shape")) if kind == "trace" else ()
+    for name, key in fields + (("warmprof version", "warmprof_version"),):
+        values = [_show(d.get(key)) for d in dicts]
+        if len(set(values)) > 1:
+            listed = ", ".join(f"{lab}: {v}" for lab, v in zip(labels, values))
+            out.append(f"{name} differs ({listed}): the reports may not measure the same work")
+    return out
+
+
+def _show(v: Any) -> str:
+    if v is None or v == "":
+        return "-"
+    if isinstance(v, (list, tuple)):
+        return "(" + ", ".join(str(x) for x in v) + ")"
+    return str(v)

@@ -1,0 +1,173 @@
+"""A comparison as text: what differs between the platforms, then the table, largest change first."""
+
+from __future__ import annotations
+
+import string
+from typing import Any
+
+from .base import Renderer
+
+_WIDE = 100  # a "differs" line longer than this is stacked, one report per line
+
+
+class CompareTextRenderer(Renderer):
+    extension = ".txt"
+
+    def render(self, comparison: Any) -> str:
+        c = comparison
+        letters = _letters(len(c.labels))
+        lines = [f"warmprof compare: {len(c.labels)} {c.kind} reports (ratios are to {letters[0]})"]
+        lines += _legend(c, letters)
+        if c.differs:
+            lines += ["", "differs"] + _differs(c.differs, letters)
+        else:
+            lines += ["", "platform and settings: identical"]
+        if c.warnings:
+            lines += [""] + [f"warning: {w}" for w in c.warnings]
+        if c.kind == "trace":
+            lines += [""] + _summary_table(c.summary, letters)
+            lines += [""] + _cause_table(c.rows, letters)
+        else:
+            lines += [""] + _op_table(c.rows, letters)
+            if c.predictions:
+                lines += [""] + _prediction_table(c.predictions, letters)
+        return "\n".join(lines) + "\n"
+
+
+def _shape_str(shape: Any) -> str:
+    if isinstance(shape, (list, tuple)):
+        if shape and all(isinstance(s, (list, tuple)) for s in shape):  # one shape per operand
+            return ",".join(_shape_str(s) for s in shape)
+        return "x".join(str(s) for s in shape)
+    return "" if shape is None else str(shape)
+
+
+def op_key(row: dict[str, Any]) -> str:
+    """'matmul 64x64' for a probe report's op row."""
+    return f"{row.get('op', '?')} {_shape_str(row.get('shape'))}".strip()
+
+
+def _letters(n: int) -> list[str]:
+    abc = string.ascii_uppercase
+    return [abc[i] if i < 26 else f"R{i + 1}" for i in range(n)]
+
+
+def _legend(c: Any, letters: list[str]) -> list[str]:
+    width = max(len(lab) for lab in c.labels)
+    out = []
+    for letter, label, device, source, report in zip(letters, c.labels, c.devices, c.sources, c.reports or [None] * len(c.labels)):
+        what = _what(report)
+        src = f"  [{source}]" if source and source != label else ""
+        out.append(f"  {letter}  {label:<{width}}  {what}on {device}{src}")
+    return out
+
+
+def _what(report: Any) -> str:
+    """'demo_lm (1, 64) float32 cpu, compile=default ' for a trace report; '' when unknown."""
+    if report is None or not hasattr(report, "model"):
+        return ""
+    shape = f" ({', '.join(str(d) for d in report.shape)})" if report.shape else ""
+    dtype = f" {report.dtype}" if report.dtype else ""
+    comp = f", compile={report.compile}" if report.compile else ""
+    return f"{report.model}{shape}{dtype}{comp} "
+
+
+def _differs(differs: list[tuple[str, list[str]]], letters: list[str]) -> list[str]:
+    keyw = max(len(k) for k, _ in differs)
+    valw = max(len(v) for _, vals in differs for v in vals)
+    out = []
+    for key, values in differs:
+        cells = [f"{letter}: {v}" for letter, v in zip(letters, values)]
+        line = f"  {key:<{keyw}}  " + "   ".join(f"{cell:<{valw + 3}}" for cell in cells).rstrip()
+        if len(line) <= _WIDE:
+            out.append(line)
+        else:
+            out.append(f"  {key:<{keyw}}  {cells[0]}")
+            out += [f"  {'':<{keyw}}  {cell}" for cell in cells[1:]]
+    return out
+
+
+def fmt_ms(ms: float | None) -> str:
+    return "-" if ms is None else f"{ms:.2f}"
+
+
+def fmt_share(share: float | None, ms: float | None) -> str:
+    if share is None or (not ms and not share):
+        return "-"
+    return f"{share * 100:.1f}%"
+
+
+def fmt_ratio(ratio: float | None, ms: float | None, base: float | None) -> str:
+    if ratio is not None:
+        return "gone" if ratio == 0 and (base or 0) > 0 else f"x{ratio:.2f}"
+    if ms and (base is None or base <= 0):
+        return "new"
+    return "-"
+
+
+def _table(header: list[str], rows: list[list[str]], left: int = 1) -> list[str]:
+    """Columns right-aligned except the first `left`; two spaces between columns."""
+    widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
+
+    def line(cells: list[str]) -> str:
+        return "  " + "  ".join(c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
+    return [line(header)] + [line(r) for r in rows]
+
+
+def _ratio_cols(row: Any, i: int) -> list[str]:
+    base = row.cells[0].ms
+    return [] if i == 0 else [fmt_ratio(row.ratios[i], row.cells[i].ms, base)]
+
+
+def _summary_table(rows: list[Any], letters: list[str]) -> list[str]:
+    header = [""]
+    for i, letter in enumerate(letters):
+        header += [f"{letter} ms"] + ([f"{letter}/{letters[0]}"] if i else [])
+    body = []
+    for row in rows:
+        cells = [row.key]
+        for i, cell in enumerate(row.cells):
+            cells += [fmt_ms(cell.ms)] + _ratio_cols(row, i)
+        body.append(cells)
+    return _table(header, body)
+
+
+def _cause_table(rows: list[Any], letters: list[str]) -> list[str]:
+    header = ["cause (share of each excess)"]
+    for i, letter in enumerate(letters):
+        header += [f"{letter} ms", "share"] + ([f"{letter}/{letters[0]}"] if i else [])
+    body = []
+    for row in rows:
+        cells = [row.key]
+        for i, cell in enumerate(row.cells):
+            cells += [fmt_ms(cell.ms), fmt_share(cell.share, cell.ms)] + _ratio_cols(row, i)
+        body.append(cells)
+    return _table(header, body)
+
+
+def _op_table(rows: list[Any], letters: list[str]) -> list[str]:
+    header = ["op and shape (first call, steady, in ms)"]
+    for i, letter in enumerate(letters):
+        header += [f"{letter} first", f"{letter} steady", "verdict"] + ([f"{letter}/{letters[0]}"] if i else [])
+    body = []
+    for row in rows:
+        cells = [row.key]
+        for i, cell in enumerate(row.cells):
+            cells += [fmt_ms(cell.ms), fmt_ms(cell.steady_ms), cell.verdict or "-"] + _ratio_cols(row, i)
+        body.append(cells)
+    if not body:
+        return ["  (no op rows in these reports)"]
+    return _table(header, body)
+
+
+def _prediction_table(predictions: list[Any], letters: list[str]) -> list[str]:
+    header = ["prediction"] + letters
+    body = []
+    for p in predictions:
+        cells = [p.id]
+        for holds, figure in zip(p.holds, p.figures):
+            word = "-" if holds is None else "holds" if holds else "fails"
+            cells.append(f"{word} ({figure})" if holds is not None and figure not in (None, "") else word)
+        body.append(cells)
+    return _table(header, body, left=len(header))

@@ -1,0 +1,69 @@
+"""Shared fixtures for the integration tests: models with known first-pass behaviour, and a
+check that a trace left nothing behind."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+from torch import nn
+
+from warmprof import _native, timeline
+from warmprof.instruments.torch_compile import registered_callbacks
+
+
+class FirstTouch(nn.Module):
+    """Allocates and first-touches `nbytes` on its first call only, timing that itself."""
+
+    def __init__(self, nbytes: int = 64 << 20) -> None:
+        super().__init__()
+        self.nbytes = nbytes
+        self.buf = None
+        self.alloc_ms = None
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x):
+        if self.buf is None:
+            t0 = _native.now_ns()
+            buf = torch.empty(self.nbytes, dtype=torch.uint8)
+            buf.numpy()[::4096] = 1  # one byte per page: single-threaded first touch
+            self.alloc_ms = (_native.now_ns() - t0) / 1e6
+            self.buf = buf
+        return self.lin(x)
+
+
+class RaisesOnSecond(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        self.calls += 1
+        if self.calls == 2:
+            raise RuntimeError("second call fails")
+        return self.lin(x)
+
+
+def hook_count(model: nn.Module) -> int:
+    return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
+
+
+class Leftovers:
+    """Snapshot of everything a trace may touch; `check()` asserts it is as before."""
+
+    def __init__(self, model=None) -> None:
+        self.model = model
+        self.hooks = hook_count(model) if isinstance(model, nn.Module) else 0
+        self.callbacks = registered_callbacks()
+        self.fd1 = os.fstat(1)
+        self.env = os.environ.get("ONEDNN_VERBOSE_TIMESTAMP")
+
+    def check(self) -> None:
+        assert not timeline.active(), "recording left on"
+        if isinstance(self.model, nn.Module):
+            assert hook_count(self.model) == self.hooks, "module hooks left on"
+        assert registered_callbacks() == self.callbacks, "dynamo compile callbacks left registered"
+        now = os.fstat(1)
+        assert (now.st_dev, now.st_ino) == (self.fd1.st_dev, self.fd1.st_ino), "stdout (fd 1) not restored"
+        assert os.environ.get("ONEDNN_VERBOSE_TIMESTAMP") == self.env, "oneDNN env flag not restored"

@@ -1,0 +1,73 @@
+"""Bad input gets a clear WarmprofError and leaves nothing behind."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import warmprof
+from warmprof.errors import DeviceError, InputError, ModelError, WarmprofError
+
+from .helpers import Leftovers, RaisesOnSecond
+
+
+def lin():
+    return nn.Sequential(nn.Linear(8, 8))
+
+
+def test_non_callable_model():
+    with pytest.raises(InputError, match="callable"):
+        warmprof.trace(42, (1, 8))
+
+
+def test_shape_the_model_rejects_chains_its_own_error():
+    model = lin()
+    left = Leftovers(model)
+    with pytest.raises(ModelError, match="first pass") as info:
+        warmprof.trace(model, (1, 9))
+    assert isinstance(info.value.__cause__, RuntimeError)
+    left.check()
+
+
+@pytest.mark.parametrize("shape", [(1, 0), (0,), (1, -3), (), "1,x", (1.5, 2)])
+def test_zero_negative_or_malformed_dimensions(shape):
+    with pytest.raises(InputError):
+        warmprof.trace(lin(), shape)
+
+
+@pytest.mark.parametrize("device, err", [("tpu", DeviceError), ("gpu", DeviceError), ("banana:3", DeviceError)])
+def test_unknown_device(device, err):
+    with pytest.raises(err):
+        warmprof.trace(lin(), (1, 8), device=device)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_cuda_without_cuda_is_a_clear_error():
+    with pytest.raises(DeviceError, match="cuda"):
+        warmprof.trace(lin(), (1, 8), device="cuda")
+
+
+def test_model_raising_only_on_second_pass():
+    model = RaisesOnSecond()
+    left = Leftovers(model)
+    with pytest.raises(ModelError, match="second pass") as info:
+        warmprof.trace(model, (2, 4))
+    assert "second call fails" in str(info.value.__cause__)
+    left.check()
+
+
+def test_bad_options():
+    with pytest.raises(InputError):
+        warmprof.trace(lin(), (1, 8), dtype="float7")
+    with pytest.raises(InputError):
+        warmprof.trace(lin(), (1, 8), steady=0)
+    with pytest.raises(InputError):
+        warmprof.trace(lin(), (1, 8), inputs=torch.randn(1, 8))
+    with pytest.raises(InputError):
+        warmprof.trace(lin())
+
+
+def test_all_errors_are_warmprof_errors():
+    for cls in (InputError, DeviceError, ModelError):
+        assert issubclass(cls, WarmprofError)

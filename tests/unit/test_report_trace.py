@@ -1,0 +1,82 @@
+"""The trace Report: JSON round trip, public field names, validation of corrupt/foreign files."""
+
+import json
+
+import pytest
+
+from warmprof.errors import ReportError
+from warmprof.report import CauseEntry, Report, Span, load
+
+
+def make_report(**over):
+    kw = dict(
+        model="M", shape=[1, 8], device="cpu", first_pass_ms=100.0, seen_rerun_ms=11.0, steady_median_ms=10.0,
+        noise_band_ms=1.0, excess_ms=90.0, unattributed_ms=10.0,
+        causes=[CauseEntry("jit_compile", 70.0, 70 / 90, "measured", "torch.compile", "M"),
+                CauseEntry("allocator_growth", 10.0, 10 / 90, "estimated", "host_faults", "M.a", count=12)],
+        spans=[Span("first", "pass:first", "", "pass", "", 0.0, 100.0, 0)],
+    )
+    kw.update(over)
+    return Report(**kw)
+
+
+def test_round_trip_keeps_every_public_field(tmp_path):
+    r = make_report()
+    p = r.save(tmp_path / "r.json")
+    data = json.loads(p.read_text())
+    for key in ("schema_version", "kind", "platform", "model", "shape", "first_pass_ms", "seen_rerun_ms",
+                "steady_median_ms", "noise_band_ms", "excess_ms", "unattributed_ms", "causes"):
+        assert key in data
+    assert data["kind"] == "trace"
+    assert set(data["causes"][0]) >= {"cause", "ms", "share", "evidence", "source", "module"}
+    back = load(p)
+    assert isinstance(back, Report)
+    assert back.to_dict() == r.to_dict()
+
+
+@pytest.mark.parametrize("text, message", [
+    ("{not json", "invalid JSON"),
+    ('{"hello": 1}', "not a warmprof report"),
+    ('{"schema_version": 99, "kind": "trace"}', "newer"),
+    ('{"schema_version": 1, "kind": "pizza"}', "unknown report kind"),
+    ('{"schema_version": 1, "kind": "trace", "model": "M"}', "missing field"),
+])
+def test_corrupt_or_foreign_files_are_refused_clearly(tmp_path, text, message):
+    p = tmp_path / "bad.json"
+    p.write_text(text)
+    with pytest.raises(ReportError, match=message):
+        load(p)
+
+
+def test_invariants_checked_on_load(tmp_path):
+    bad_cause = make_report().to_dict()
+    bad_cause["causes"][0]["cause"] = "gremlins"
+    bad_share = make_report().to_dict()
+    bad_share["causes"][0]["share"] = 0.9
+    bad_share["causes"][1]["share"] = 0.9
+    negative = make_report().to_dict()
+    negative["causes"][0]["ms"] = -5.0
+    excess = make_report().to_dict()
+    excess["excess_ms"] = 12.0
+    for data, msg in ((bad_cause, "unknown cause"), (bad_share, "sum to"), (negative, "negative"),
+                      (excess, "excess_ms")):
+        p = tmp_path / "x.json"
+        p.write_text(json.dumps(data))
+        with pytest.raises(ReportError, match=msg):
+            load(p)
+
+
+def test_missing_file_is_a_clear_error(tmp_path):
+    with pytest.raises(ReportError, match="no such file"):
+        load(tmp_path / "nope.json")
+
+
+def test_text_rendering_names_causes_evidence_and_advice():
+    r = make_report()
+    from warmprof.advice import advise
+
+    r.advice = advise(r)
+    text = str(r)
+    assert "jit_compile" in text and "measured" in text and "estimated" in text
+    assert "unattributed" in text and "advice" in text
+    assert any("torch.compile" in a for a in r.advice)
