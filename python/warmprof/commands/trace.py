@@ -106,6 +106,8 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("give either --demo or a MODULE:FACTORY target, not both")
     if not args.demo and not args.target:
         raise InputError("nothing to trace: give --demo or a MODULE:FACTORY target (see warmprof trace -h)")
+    if args.target and ":" not in args.target:
+        raise InputError(f"target {args.target!r} must look like MODULE:FACTORY or path/to/file.py:FACTORY")
     if args.target and not args.shape:
         raise InputError("--shape is required with a target, e.g. --shape 1,128")
     if not args.in_process:

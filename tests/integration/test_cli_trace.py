@@ -1,0 +1,52 @@
+"""The trace command: a fresh subprocess by default, JSON output, one-line errors with exit codes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from warmprof.cli import main
+
+
+def run_cli(*argv, timeout=300):
+    return subprocess.run([sys.executable, "-m", "warmprof", *argv], capture_output=True, text=True, timeout=timeout)
+
+
+def test_trace_demo_in_fresh_process_writes_json(tmp_path):
+    out = tmp_path / "demo.json"
+    p = run_cli("trace", "--demo", "--shape", "1,32", "--steady", "3", "--json", str(out), "--quiet")
+    assert p.returncode == 0, p.stderr
+    assert "warmprof trace: DemoLM (1, 32)" in p.stdout
+    data = json.loads(out.read_text())
+    assert data["kind"] == "trace" and data["protocol"]["fresh_process"] is True
+    assert data["protocol"]["cache"] == "fresh"
+
+
+def test_trace_factory_from_a_file(tmp_path):
+    f = tmp_path / "mymodel.py"
+    f.write_text("import torch\ndef build():\n    return torch.nn.Sequential(torch.nn.Linear(8, 4))\n")
+    p = run_cli("trace", f"{f}:build", "--shape", "2,8", "--steady", "3", "--in-process", "--quiet")
+    assert p.returncode == 0, p.stderr
+    assert "Sequential (2, 8) float32" in p.stdout
+
+
+@pytest.mark.parametrize("argv, code, message", [
+    (["trace"], 2, "nothing to trace"),
+    (["trace", "nomodule"], 2, "MODULE:FACTORY"),
+    (["trace", "warmprof.demo:build"], 2, "--shape is required"),
+    (["trace", "no_such_module_xyz:build", "--shape", "1,2", "--in-process"], 2, "cannot import"),
+    (["trace", "--demo", "--shape", "1,0", "--in-process", "--quiet"], 2, "dimension 0"),
+    (["trace", "--demo", "--device", "tpu", "--in-process", "--quiet"], 3, "unknown device"),
+])
+def test_cli_errors_are_one_line_with_exit_codes(capsys, argv, code, message):
+    assert main(argv) == code
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("warmprof: error:") and message in err[-1]
+
+
+def test_python_dash_m_help():
+    p = run_cli("--help")
+    assert p.returncode == 0 and "trace" in p.stdout and "compare" in p.stdout
