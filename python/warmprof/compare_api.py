@@ -7,6 +7,7 @@ Every figure in a comparison is one of the reports' own figures, or a ratio of t
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -19,6 +20,8 @@ from .report import SCHEMA_VERSION, ReportBase, load
 
 # Report settings that are part of the configuration being compared (shown when they differ).
 _TRACE_SETTINGS = ("device", "dtype", "compile")
+_PROBE_SETTINGS = ("device", "backend", "dtype")
+_PROTOCOL_SETTINGS = ("threads", "cache", "fresh_process")  # how the trace ran (report["protocol"])
 _SUMMARY = (("first pass", "first_pass_ms"), ("seen re-run", "seen_rerun_ms"),
             ("steady median", "steady_median_ms"), ("excess", "excess_ms"))
 
@@ -44,6 +47,7 @@ class Row:
 @dataclass
 class PredictionRow:
     id: str
+    claim: str
     holds: list[bool | None]  # None: the prediction is absent from that report
     figures: list[Any]
 
@@ -72,8 +76,6 @@ class Comparison:
         }
 
     def to_json(self, indent: int | None = 2) -> str:
-        import json
-
         return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
 
     def __str__(self) -> str:
@@ -94,29 +96,25 @@ def compare(*reports: ReportBase | str | os.PathLike, labels: list[str] | None =
         labels = _default_labels(sources)
     elif len(labels) != len(loaded):
         raise InputError(f"{len(labels)} labels for {len(loaded)} reports")
-    dicts = [r.to_dict() for r in loaded]
-    kinds = [d.get("kind", "") for d in dicts]
+    kinds = [r.KIND for r in loaded]
     if len(set(kinds)) > 1:
         named = ", ".join(f"{lab}: {k}" for lab, k in zip(labels, kinds))
         raise ReportError(f"cannot compare reports of different kinds ({named}); compare trace with trace, probe with probe")
     kind = kinds[0]
     if kind not in ("trace", "probe"):
         raise ReportError(f"cannot compare {kind!r} reports (only trace and probe reports)")
-    platforms = [d.get("platform") or {} for d in dicts]
-    devices = [describe_device(p, str(d.get("device", ""))) for p, d in zip(platforms, dicts)]
-    comparison = Comparison(
-        kind=kind, labels=list(labels), sources=sources, devices=devices,
-        differs=_differs(dicts, platforms, kind), warnings=_warnings(dicts, labels, kind),
-        summary=[], rows=[], reports=loaded,
-    )
     if kind == "trace":
-        comparison.summary = [_row(name, [Cell(float(d.get(key, 0.0)))
-                                          for d in dicts]) for name, key in _SUMMARY]
-        comparison.rows = _cause_rows(loaded)
+        summary = [_row(name, [Cell(float(getattr(r, key))) for r in loaded]) for name, key in _SUMMARY]
+        rows, predictions = _cause_rows(loaded), []
     else:
-        comparison.rows = _op_rows(dicts)
-        comparison.predictions = _prediction_rows(dicts)
-    return comparison
+        dicts = [r.to_dict() for r in loaded]  # read through the probe report's JSON contract
+        summary, rows, predictions = [], _op_rows(dicts), _prediction_rows(dicts)
+    return Comparison(
+        kind=kind, labels=list(labels), sources=sources,
+        devices=[describe_device(r.platform or {}, r.device) for r in loaded],
+        differs=_differs(loaded, kind), warnings=_warnings(loaded, labels, kind),
+        summary=summary, rows=rows, predictions=predictions, reports=loaded,
+    )
 
 
 def _as_report(r: ReportBase | str | os.PathLike) -> ReportBase:
@@ -164,14 +162,18 @@ def _cause_rows(reports: list[Any]) -> list[Row]:
     return _by_largest_change(rows, last=("unattributed",))
 
 
-# -- probe reports (read through to_dict: the probe report's class is its own module's) ---------
+# -- probe reports (read through to_dict, the probe report's JSON contract) ---------------------
+def _op_list(d: dict[str, Any]) -> list[dict[str, Any]]:
+    """The probe report's rows ({op: [rows]}) as one list, each row naming its op."""
+    ops = d.get("ops") or {}
+    return [dict(row, op=op) for op, rows in ops.items() for row in rows]
+
+
 def _op_rows(dicts: list[dict[str, Any]]) -> list[Row]:
     per_report: list[dict[str, Cell]] = []
     for d in dicts:
         cells: dict[str, Cell] = {}
-        for op in d.get("ops") or []:
-            if not isinstance(op, dict):
-                continue
+        for op in _op_list(d):
             key, n = op_key(op), 2
             while key in cells:  # the same op and shape probed twice (a seen-shape re-run, say)
                 key = f"{op_key(op)} #{n}"
@@ -189,6 +191,7 @@ def _prediction_rows(dicts: list[dict[str, Any]]) -> list[PredictionRow]:
     return [
         PredictionRow(
             id=pid,
+            claim=next((str(preds[pid].get("claim")) for preds in per_report if preds.get(pid, {}).get("claim")), ""),
             holds=[None if pid not in preds else bool(preds[pid].get("holds")) for preds in per_report],
             figures=[preds.get(pid, {}).get("figure") for preds in per_report],
         )
@@ -201,26 +204,29 @@ def _number(v: Any) -> float | None:
 
 
 # -- what differs ----------------------------------------------------------------------------
-def _differs(dicts: list[dict[str, Any]], platforms: list[dict[str, Any]], kind: str) -> list[tuple[str, list[str]]]:
+def _differs(reports: list[Any], kind: str) -> list[tuple[str, list[str]]]:
+    """Settings, then how the trace ran, then platform keys: each whose values are not all equal."""
+    settings = _TRACE_SETTINGS if kind == "trace" else _PROBE_SETTINGS
+    fields = [{k: getattr(r, k, None) for k in settings} for r in reports]
+    protocols = [r.protocol or {} for r in reports]
+    platforms = [r.platform or {} for r in reports]
+    sources = [(key, fields) for key in settings]
+    if kind == "trace":
+        sources += [(key, protocols) for key in _PROTOCOL_SETTINGS]
+    sources += [(key, platforms) for key in dict.fromkeys(k for p in platforms for k in p)]
     out: list[tuple[str, list[str]]] = []
-    settings = _TRACE_SETTINGS if kind == "trace" else ("device",)
-    for key in settings:
-        values = [_show(d.get(key)) for d in dicts]
-        if len(set(values)) > 1:
-            out.append((key, values))
-    keys = list(dict.fromkeys(k for p in platforms for k in p))
-    for key in keys:
-        values = [_show(p.get(key)) for p in platforms]
+    for key, where in sources:
+        values = [_show(w.get(key)) for w in where]
         if len(set(values)) > 1:
             out.append((key, values))
     return out
 
 
-def _warnings(dicts: list[dict[str, Any]], labels: list[str], kind: str) -> list[str]:
+def _warnings(reports: list[Any], labels: list[str], kind: str) -> list[str]:
     out = []
     fields = (("model", "model"), ("shape", "shape")) if kind == "trace" else ()
     for name, key in fields + (("warmprof version", "warmprof_version"),):
-        values = [_show(d.get(key)) for d in dicts]
+        values = [_show(getattr(r, key, None)) for r in reports]
         if len(set(values)) > 1:
             listed = ", ".join(f"{lab}: {v}" for lab, v in zip(labels, values))
             out.append(f"{name} differs ({listed}): the reports may not measure the same work")

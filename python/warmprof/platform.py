@@ -325,17 +325,28 @@ def _runtime_facts() -> dict[str, Any]:
     if version:
         out["torch"] = str(version)
     if torch is not None:
-        out.update(_torch_cuda_facts(torch))
+        out.update(_torch_facts(torch))
     cupy = sys.modules.get("cupy")
     version = getattr(cupy, "__version__", None) or _dist_version(_CUPY_DISTS)
     if version:
         out["cupy"] = str(version)
+    if cupy is not None:
+        try:  # cudaRuntimeGetVersion: a constant of the loaded library, no CUDA initialization
+            out.setdefault("cuda_runtime", _cuda_version(cupy.cuda.runtime.runtimeGetVersion()))
+        except Exception:
+            pass
     return out
 
 
-def _torch_cuda_facts(torch: Any) -> dict[str, Any]:
+def _cuda_version(v: int) -> str:
+    """CUDA's integer versions (12040) as text (12.4)."""
+    return f"{v // 1000}.{v % 1000 // 10}"
+
+
+def _torch_facts(torch: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     try:
+        out["torch_threads"] = torch.get_num_threads()
         if getattr(torch.version, "cuda", None):
             out["cuda_runtime"] = torch.version.cuda
         if getattr(torch.version, "hip", None):
@@ -348,6 +359,9 @@ def _torch_cuda_facts(torch: Any) -> dict[str, Any]:
         out["gpu_memory_gb"] = round(props.total_memory / _GIB, 1)
         out["gpu_count"] = torch.cuda.device_count()
         out["gpu_capability"] = f"{props.major}.{props.minor}"
+        driver_api = getattr(torch._C, "_cuda_getDriverVersion", None)
+        if driver_api is not None:
+            out["cuda_driver_api"] = _cuda_version(driver_api())
     except Exception:  # a broken or partial CUDA install is a fact we simply do not record
         pass
     return out

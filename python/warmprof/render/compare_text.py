@@ -43,8 +43,8 @@ def _shape_str(shape: Any) -> str:
 
 
 def op_key(row: dict[str, Any]) -> str:
-    """'matmul 64x64' for a probe report's op row."""
-    return f"{row.get('op', '?')} {_shape_str(row.get('shape'))}".strip()
+    """'matmul 64x64x64' for a probe report's op row."""
+    return f"{row.get('op', '?')} {row.get('label') or _shape_str(row.get('shape'))}".strip()
 
 
 def _letters(n: int) -> list[str]:
@@ -88,7 +88,10 @@ def _differs(differs: list[tuple[str, list[str]]], letters: list[str]) -> list[s
 
 
 def fmt_ms(ms: float | None) -> str:
-    return "-" if ms is None else f"{ms:.2f}"
+    """Two decimals, or three significant digits below 1 ms (probe steady times are microseconds)."""
+    if ms is None:
+        return "-"
+    return f"{ms:.2f}" if ms == 0 or abs(ms) >= 1 else f"{ms:.3g}"
 
 
 def fmt_share(share: float | None, ms: float | None) -> str:
@@ -162,12 +165,9 @@ def _op_table(rows: list[Any], letters: list[str]) -> list[str]:
 
 
 def _prediction_table(predictions: list[Any], letters: list[str]) -> list[str]:
-    header = ["prediction"] + letters
-    body = []
-    for p in predictions:
-        cells = [p.id]
-        for holds, figure in zip(p.holds, p.figures):
-            word = "-" if holds is None else "holds" if holds else "fails"
-            cells.append(f"{word} ({figure})" if holds is not None and figure not in (None, "") else word)
-        body.append(cells)
-    return _table(header, body, left=len(header))
+    header = ["prediction"] + letters + ["claim"]
+    body = [[p.id] + ["-" if h is None else "holds" if h else "fails" for h in p.holds] + [p.claim] for p in predictions]
+    out = _table(header, body, left=len(header))
+    for p in predictions:  # the figures behind each verdict, one report per line
+        out += [f"  {p.id} {letter}: {figure}" for letter, figure in zip(letters, p.figures) if figure not in (None, "")]
+    return out

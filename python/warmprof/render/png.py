@@ -11,12 +11,13 @@ Titles name the device (the GPU, the Jetson board and power mode, or the CPU).
 from __future__ import annotations
 
 import io
+import textwrap
 from typing import Any
 
 from ..errors import WarmprofError
 from ..platform import describe_device
 from .base import Renderer
-from .compare_text import op_key
+from .compare_text import fmt_ms
 
 CAUSE_LABELS = {
     "jit_compile": "JIT compile", "algorithm_selection": "algorithm selection", "graph_capture": "graph capture",
@@ -42,7 +43,7 @@ class PngRenderer(Renderer):
         if getattr(obj, "KIND", None) == "trace":
             fig = _trace_figure(figure_cls, obj)
         elif getattr(obj, "KIND", None) == "probe":
-            fig = _probe_figure(figure_cls, obj.to_dict(), obj)
+            fig = _probe_figure(figure_cls, obj)
         elif hasattr(obj, "rows") and hasattr(obj, "labels"):
             fig = _comparison_figure(figure_cls, obj)
         else:
@@ -135,50 +136,59 @@ def _comparison_figure(Figure: Any, c: Any) -> Any:
     probe = c.kind == "probe"
     rows = [r for r in c.rows if any((cell.ms or 0) > 0 for cell in r.cells)] or c.rows
     n = len(c.labels)
+    same_device = len(set(c.devices)) == 1
     totals = {row.key: [cell.ms or 0.0 for cell in row.cells] for row in c.summary}
     height = 0.8 / n
-    fig = Figure(figsize=(10, 1.6 + 0.22 * n * max(len(rows), 1) + 0.5 * n), layout="constrained")
+    fig = Figure(figsize=(10, 1.8 + 0.22 * n * max(len(rows), 1) + 0.5 * n), layout="constrained")
     ax = fig.add_subplot()
-    for i, (label, device) in enumerate(zip(c.labels, c.devices)):
+    for i, label in enumerate(c.labels):
         values = [row.cells[i].ms or 0.0 for row in rows]
         ys = [y + (i - (n - 1) / 2) * height for y in range(len(rows))]
-        summary = "" if probe else f": first pass {totals['first pass'][i]:.1f} ms, excess {totals['excess'][i]:.1f} ms"
-        bars = ax.barh(ys, values, height=height * 0.92, color=REPORT_COLORS[i % len(REPORT_COLORS)],
-                       label=f"{label} ({device}){summary}")
-        ax.bar_label(bars, labels=[f" {v:.2f}" if v > 0 else "" for v in values], fontsize=8)
-    ax.set_yticks(range(len(rows)), [_label(r.key) if not probe else r.key for r in rows])
+        name = label if same_device else f"{label} ({c.devices[i]})"
+        if not probe:
+            name += f": first pass {totals['first pass'][i]:.1f} ms, excess {totals['excess'][i]:.1f} ms"
+        bars = ax.barh(ys, values, height=height * 0.92, color=REPORT_COLORS[i % len(REPORT_COLORS)], label=name)
+        ax.bar_label(bars, labels=[f" {fmt_ms(v)}" if v > 0 else "" for v in values], fontsize=8)
+    ax.set_yticks(range(len(rows)), [r.key if probe else _label(r.key) for r in rows])
     ax.invert_yaxis()
-    if probe:
+    positive = [cell.ms for r in rows for cell in r.cells if (cell.ms or 0) > 0]
+    top, low = (max(positive), min(positive)) if positive else (1.0, 1.0)
+    unit = "first call (ms" if probe else "ms of the first-pass excess ("
+    if probe or top / low > 50:  # a linear axis would flatten every bar but the largest
         ax.set_xscale("log")
-        ax.set_xlabel("first call (ms, log scale)")
+        ax.set_xlim(low / 3, top * 3)  # room for the value labels
+        ax.set_xlabel(f"{unit}{', ' if probe else ''}log scale)")
     else:
-        ax.set_xlabel("share of the first-pass excess (ms)")
-        ax.set_xlim(0, max([cell.ms or 0 for r in rows for cell in r.cells] + [1e-3]) * 1.2)
+        ax.set_xlim(0, top * 1.2)
+        ax.set_xlabel("ms of the first-pass excess")
     ax.grid(axis="x", alpha=0.3)
     ax.set_axisbelow(True)
-    what = "first call per op" if probe else "first-pass excess by cause"
-    ax.set_title(f"{what}: " + " vs ".join(f"{lab} ({dev})" for lab, dev in zip(c.labels, c.devices)),
-                 fontsize=11, wrap=True)
-    ax.legend(loc="lower right", fontsize=8.5)
+    what = "First call per op" if probe else "First-pass excess by cause"
+    if same_device:
+        who = f"on {c.devices[0]}: " + " vs ".join(c.labels)
+    else:
+        who = " vs ".join(f"{lab} on {dev}" for lab, dev in zip(c.labels, c.devices))
+    ax.set_title(f"{what}\n{textwrap.fill(who, 110)}", fontsize=11)
+    ax.legend(loc="best", fontsize=8.5)
     return fig
 
 
 # -- one probe report: first vs steady per op ------------------------------------------------------
-def _probe_figure(Figure: Any, d: dict[str, Any], report: Any) -> Any:
-        ops = [op for op in d.get("ops") or [] if isinstance(op, dict)]
-    device = describe_device(d.get("platform") or {}, str(d.get("device", "")))
-    fig = Figure(figsize=(max(8, 0.9 * len(ops) + 3), 5), layout="constrained")
+def _probe_figure(Figure: Any, r: Any) -> Any:
+    rows = r.rows()
+    fig = Figure(figsize=(max(8.0, 0.9 * len(rows) + 3), 5.2), layout="constrained")
     ax = fig.add_subplot()
-    xs = range(len(ops))
-    for offset, key, name, color in ((-0.2, "first_ms", "first call", "#d62728"), (0.2, "steady_ms", "steady", STEADY_COLOR)):
-        values = [float(op.get(key) or 0.0) for op in ops]
+    xs = range(len(rows))
+    for offset, key, name, color in ((-0.2, "first_ms", "first call", "#d62728"), (0.2, "steady_ms", "steady (median)", STEADY_COLOR)):
+        values = [getattr(row, key) for _, row in rows]
         bars = ax.bar([x + offset for x in xs], values, width=0.38, color=color, label=name)
         ax.bar_label(bars, labels=[f"{v:.3g}" for v in values], fontsize=7.5)
-    ax.set_xticks(list(xs), [f"{op_key(op)}\n{op.get('verdict') or ''}" for op in ops], rotation=30, ha="right", fontsize=8)
+    ax.set_xticks(list(xs), [f"{op} {row.label}\n{row.verdict}" for op, row in rows], rotation=30, ha="right", fontsize=8)
     ax.set_yscale("log")
     ax.set_ylabel("time per call (ms, log scale)")
     ax.grid(axis="y", alpha=0.3)
     ax.set_axisbelow(True)
-    ax.set_title(f"op probes on {device}: first call vs steady", fontsize=11)
+    backend = f" ({r.backend}, {r.dtype})" if getattr(r, "backend", "") else ""
+    ax.set_title(f"op probes on {describe_device(r.platform, r.device)}{backend}: first call vs steady", fontsize=11)
     ax.legend(fontsize=9)
     return fig

@@ -1,0 +1,311 @@
+"""warmprof.compare: one row per cause (or op), each report's own figures, ratios to the first.
+
+The synthetic report builders here are shared with the chrome, png and show tests.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+import warmprof
+from warmprof.cli import main
+from warmprof.compare_api import Comparison, compare
+from warmprof.errors import InputError, ReportError
+from warmprof.render.compare_text import CompareTextRenderer, fmt_ms
+from warmprof.report import CauseEntry, CounterSample, Report, Span
+from warmprof.report.probe import Prediction, ProbeReport, ShapeRow
+
+ORIN = {"os": "Ubuntu 22.04.4 LTS", "cpu": "ARM Cortex-A78AE", "cpu_count": 12, "jetson": "NVIDIA Jetson AGX Orin Developer Kit",
+        "power_mode": "MAXN", "gpu": "Orin integrated GPU (Ampere)", "python": "3.10.12", "torch": "2.5.0"}
+DESKTOP = {"os": "Ubuntu 22.04.4 LTS", "cpu": "AMD Ryzen 9 5950X 16-Core Processor", "cpu_count": 32,
+           "gpu": "NVIDIA GeForce RTX 4090", "cuda_driver": "550.54.14", "python": "3.10.12", "torch": "2.5.0"}
+
+
+def trace_report(causes: dict[str, float], *, steady: float = 4.0, unattributed: float = 1.5, model: str = "demo_lm",
+                 shape=(1, 64), device: str = "cpu", platform: dict | None = None, compile: str | None = None,
+                 version: str = "0.1.0", rerun_causes: dict[str, float] | None = None, steady_spans: int = 0) -> Report:
+    """A consistent trace report: excess = causes + unattributed, spans nested inside modules."""
+    excess = sum(causes.values()) + unattributed
+    first = steady + excess
+    entries = [CauseEntry(cause=c, ms=ms, share=ms / excess, evidence="measured", source=f"src_{c}", module="blocks.0", count=2)
+               for c, ms in causes.items()]
+    entries.append(CauseEntry(cause="unattributed", ms=unattributed, share=unattributed / excess, evidence="residual", source="residual"))
+    rerun = rerun_causes or {}
+    rerun_ms = steady + sum(rerun.values()) + 0.2
+    spans = [Span("first", "pass:first", "", "pass", "", 0.0, first, 0),
+             Span("first", "module:blocks.0", "", "module", "blocks.0", 0.1, first - 0.2, 1)]
+    t = 0.2
+    for c, ms in causes.items():
+        spans.append(Span("first", f"src_{c}:{c}", c, f"src_{c}", "blocks.0", t, ms * 0.9, 2, value=7))
+        t += ms * 0.9 + 0.01
+    # A child whose end overruns its parent by a rounding error, and a span on a second thread.
+    spans.append(Span("first", "module:blocks.0.mlp", "", "module", "blocks.0.mlp", first - 0.15, 0.05 + 1e-7, 2))
+    spans.append(Span("first", "onednn:create", "jit_compile", "onednn", "", 0.3, 0.2, 0, thread=1))
+    spans += [Span("seen_rerun", "pass:seen_rerun", "", "pass", "", 0.0, rerun_ms, 0),
+              Span("seen_rerun", "module:blocks.0", "", "module", "blocks.0", 0.05, rerun_ms - 0.1, 1)]
+    for i in range(steady_spans):
+        start = 100.0 * i
+        spans += [Span("steady", "pass:steady", "", "pass", "", start, steady + 0.1 * i, 0),
+                  Span("steady", "module:blocks.0", "", "module", "blocks.0", start + 0.05, steady / 2, 1)]
+    samples = [CounterSample("first", "host:minor_faults", t_ms, v) for t_ms, v in ((0.0, 1000), (first / 2, 1600), (first, 2100))]
+    samples += [CounterSample("first", "host:rss_bytes", t_ms, v) for t_ms, v in ((0.0, 2e8), (first, 2.5e8))]
+    samples += [CounterSample("seen_rerun", "host:minor_faults", t_ms, v) for t_ms, v in ((0.0, 2100), (rerun_ms, 2110))]
+    return Report(
+        model=model, shape=list(shape) if shape else None, device=device, first_pass_ms=first, seen_rerun_ms=rerun_ms,
+        steady_median_ms=steady, noise_band_ms=0.3, excess_ms=excess, unattributed_ms=unattributed, causes=entries,
+        platform=dict(platform if platform is not None else DESKTOP), dtype="float32", compile=compile, steady_passes=20,
+        attributed_ms=excess - unattributed,
+        seen_rerun_causes=[CauseEntry(c, ms, 0.0, "measured", f"src_{c}") for c, ms in rerun.items()],
+        spans=spans, counter_samples=samples, warmprof_version=version, created="2025-01-01T00:00:00Z",
+    )
+
+
+def shape_row(shape: list[int], first_ms: float, steady_ms: float, verdict: str, role: str = "new_shape") -> ShapeRow:
+    return ShapeRow(shape=shape, label="x".join(map(str, shape)), role=role, output_bytes=4096, first_ms=first_ms,
+                    steady_ms=steady_ms, steady_p10_ms=steady_ms * 0.9, steady_p90_ms=steady_ms * 1.2,
+                    ratio=first_ms / steady_ms, seen_rerun_ms=steady_ms * 1.1, alloc_hi_ms=0.2, keyed="shape", verdict=verdict)
+
+
+def probe_report(scale: float = 1.0, platform: dict | None = None, holds: bool = True, ops: tuple[str, ...] = ("matmul", "softmax"),
+                 backend: str = "compile") -> ProbeReport:
+    rows = {
+        "matmul": [shape_row([64, 64, 64], 30.0 * scale, 0.05, "compile", "op_first"),
+                   shape_row([96, 64, 32], 25.0, 0.04, "compile")],
+        "softmax": [shape_row([1, 1024], 2.0, 0.02, "allocation", "op_first"), shape_row([3, 1024], 0.03, 0.02, "launch")],
+    }
+    return ProbeReport(
+        device="cuda", backend=backend,
+        bands={"launch": {"lo_ms": 0.001, "hi_ms": 0.01, "how": "trivial op"},
+               "allocation": {"lo_ms": 0.01, "hi_ms": 0.5, "how": "fresh allocation"},
+               "compile": {"lo_ms": 0.5, "hi_ms": None, "how": "above allocation"}},
+        ops={op: rows[op] for op in ops}, shape_vs_size=[],
+        bucketing={"K": 8, "B": 2, "distinct": {"compiles": 8, "wall_ms": 120.0}, "bucketed": {"compiles": 2, "wall_ms": 31.0},
+                   "default_dynamic": None},
+        predictions=[Prediction("P1", "first call >> steady at new shapes", True, "median first/steady: matmul 600x"),
+                     Prediction("P3", "keyed on shape, not size", holds, "both pay > 5x? matmul 64x64 12x / 32x128 1.1x")],
+        platform=dict(platform if platform is not None else DESKTOP), warmprof_version="0.1.0",
+    )
+
+
+# -- trace comparisons ---------------------------------------------------------------------------
+def test_rows_carry_each_reports_own_figures():
+    a = trace_report({"jit_compile": 10.0, "runtime_init": 50.0, "allocator_growth": 5.0}, platform=ORIN, device="cuda")
+    b = trace_report({"jit_compile": 2.0, "runtime_init": 45.0, "allocator_growth": 6.0}, steady=1.0, device="cuda")
+    c = compare(a, b)
+    assert isinstance(c, Comparison) and c.kind == "trace"
+    for i, r in enumerate((a, b)):
+        for row in c.rows:
+            expected = [e for e in r.causes if e.cause == row.key]
+            assert row.cells[i].ms == pytest.approx(sum(e.ms for e in expected))
+            assert row.cells[i].share == pytest.approx(sum(e.share for e in expected))
+        summary = {row.key: row.cells[i].ms for row in c.summary}
+        assert summary == {"first pass": r.first_pass_ms, "seen re-run": r.seen_rerun_ms,
+                           "steady median": r.steady_median_ms, "excess": r.excess_ms}
+    assert {row.key for row in c.rows} == {"jit_compile", "runtime_init", "allocator_growth", "unattributed"}
+
+
+def test_rows_sorted_by_largest_change_with_unattributed_last():
+    a = trace_report({"jit_compile": 10.0, "runtime_init": 50.0, "allocator_growth": 5.0}, unattributed=0.5)
+    b = trace_report({"jit_compile": 2.0, "runtime_init": 45.0, "allocator_growth": 6.0}, unattributed=30.0)
+    keys = [row.key for row in compare(a, b).rows]
+    assert keys == ["jit_compile", "runtime_init", "allocator_growth", "unattributed"]
+
+
+def test_ratios_are_to_the_first_report_and_new_causes_have_none():
+    a = trace_report({"runtime_init": 40.0})
+    b = trace_report({"runtime_init": 20.0, "jit_compile": 300.0})
+    c3 = trace_report({"runtime_init": 80.0})
+    c = compare(a, b, c3)
+    rows = {row.key: row for row in c.rows}
+    assert rows["runtime_init"].ratios == pytest.approx([1.0, 0.5, 2.0])
+    assert rows["jit_compile"].ratios[1] is None  # absent from the baseline: no ratio
+    assert rows["jit_compile"].cells[0].ms == 0.0 and rows["jit_compile"].cells[2].ms == 0.0
+    assert c.rows[0].key == "jit_compile"  # moved the most
+    text = str(c)
+    jit_line = next(line for line in text.splitlines() if line.strip().startswith("jit_compile"))
+    assert "new" in jit_line and "x2.00" in next(line for line in text.splitlines() if line.strip().startswith("runtime_init"))
+
+
+def test_text_table_numbers_equal_the_reports_own():
+    a = trace_report({"jit_compile": 12.345, "runtime_init": 50.0}, platform=ORIN, device="cuda")
+    b = trace_report({"jit_compile": 1.5, "runtime_init": 45.25}, steady=1.0, device="cuda")
+    text = str(compare(a, b, labels=["orin", "rtx4090"]))
+    for r in (a, b):
+        for cause, ms in r.by_cause().items():
+            line = next(line for line in text.splitlines() if line.strip().startswith(cause + " "))
+            assert fmt_ms(ms) in line.split()
+        for value in (r.first_pass_ms, r.steady_median_ms, r.excess_ms):
+            assert fmt_ms(value) in text
+    assert "orin" in text and "rtx4090" in text and "Jetson AGX Orin (MAXN)" in text and "NVIDIA GeForce RTX 4090" in text
+
+
+def test_platform_lines_that_differ_are_listed_above_the_table():
+    a = trace_report({"jit_compile": 1.0}, platform=ORIN, device="cuda")
+    b = trace_report({"jit_compile": 1.0}, platform=DESKTOP, device="cuda", compile="default")
+    c = compare(a, b)
+    keys = [k for k, _ in c.differs]
+    assert keys[0] == "compile"  # settings first, then the platform
+    assert {"cpu", "cpu_count", "gpu", "jetson", "power_mode", "cuda_driver"} <= set(keys)
+    assert "os" not in keys and "torch" not in keys
+    assert dict(c.differs)["jetson"] == ["NVIDIA Jetson AGX Orin Developer Kit", "-"]
+    text = str(c)
+    assert text.index("differs") < text.index("cause (share")
+    assert "platform and settings: identical" in str(compare(a, a))
+
+
+@pytest.mark.parametrize("field, value", [("model", "other_model"), ("shape", (1, 128)), ("version", "0.2.0")])
+def test_warning_when_model_shape_or_version_differ(field, value):
+    a = trace_report({"jit_compile": 1.0})
+    b = trace_report({"jit_compile": 1.0}, **{field: value})
+    c = compare(a, b)
+    assert len(c.warnings) == 1
+    word = {"version": "warmprof version"}.get(field, field)
+    assert c.warnings[0].startswith(f"{word} differs")
+    assert f"warning: {word} differs" in str(c)
+    assert compare(a, trace_report({"jit_compile": 5.0})).warnings == []
+
+
+def test_mixing_kinds_is_a_report_error():
+    with pytest.raises(ReportError, match="different kinds"):
+        compare(trace_report({"jit_compile": 1.0}), probe_report())
+
+
+def test_bad_calls_are_input_errors():
+    a = trace_report({"jit_compile": 1.0})
+    with pytest.raises(InputError, match="at least two"):
+        compare(a)
+    with pytest.raises(InputError, match="labels"):
+        compare(a, a, labels=["one"])
+    with pytest.raises(InputError, match="not dict"):
+        compare(a, {"kind": "trace"})
+
+
+def test_compare_paths_uses_file_names_as_labels(tmp_path):
+    a, b = trace_report({"jit_compile": 3.0}), trace_report({"jit_compile": 6.0})
+    pa, pb = a.save(tmp_path / "eager.json"), b.save(tmp_path / "threads1.json")
+    c = warmprof.compare(pa, str(pb))
+    assert c.labels == ["eager", "threads1"] and c.sources == [str(pa), str(pb)]
+    assert c.rows[0].cells[1].ms == pytest.approx(6.0)
+    assert compare([pa, pb]).labels == ["eager", "threads1"]
+
+
+def test_corrupt_or_foreign_files_give_a_clear_error(tmp_path):
+    good = trace_report({"jit_compile": 1.0}).save(tmp_path / "good.json")
+    corrupt = tmp_path / "corrupt.json"
+    corrupt.write_text('{"schema_version": 1, "kind": "trace", "model": ')
+    foreign = tmp_path / "foreign.json"
+    foreign.write_text(json.dumps({"traceEvents": []}))
+    with pytest.raises(ReportError, match="invalid JSON"):
+        compare(good, corrupt)
+    with pytest.raises(ReportError, match="not a warmprof report"):
+        compare(good, foreign)
+    with pytest.raises(ReportError, match="no such file"):
+        compare(good, tmp_path / "missing.json")
+
+
+def test_comparison_json_is_data_and_not_loadable_as_a_report(tmp_path):
+    c = compare(trace_report({"jit_compile": 1.0}), trace_report({"jit_compile": 2.0}))
+    d = json.loads(c.to_json())
+    assert d["kind"] == "comparison" and d["report_kind"] == "trace"
+    assert d["rows"][0]["cells"][1]["ms"] == pytest.approx(2.0)
+    path = tmp_path / "cmp.json"
+    path.write_text(c.to_json())
+    with pytest.raises(ReportError, match="unknown report kind 'comparison'"):
+        warmprof.load(path)
+
+
+def test_two_real_reports_compare_into_their_own_numbers(tmp_path):
+    torch = pytest.importorskip("torch", reason="a real trace needs torch")
+    from warmprof.demo import demo_model
+
+    threads = torch.get_num_threads()
+    paths = []
+    try:
+        for n in (1, 2):
+            torch.set_num_threads(n)
+            paths.append(warmprof.trace(demo_model(), (1, 16), steady=5).save(tmp_path / f"threads{n}.json"))
+    finally:
+        torch.set_num_threads(threads)
+    reports = [Report.load(p) for p in paths]
+    c = compare(*paths)
+    text = str(c)
+    for i, r in enumerate(reports):
+        own = {e.cause: 0.0 for e in r.causes}
+        for e in r.causes:
+            own[e.cause] += e.ms
+        for row in c.rows:
+            if row.key in own:
+                assert row.cells[i].ms == pytest.approx(own[row.key], abs=1e-12)
+            line = next(line for line in text.splitlines() if line.strip().startswith(row.key + " "))
+            assert fmt_ms(row.cells[i].ms) in line.split()
+        assert [row.cells[i].ms for row in c.summary] == [r.first_pass_ms, r.seen_rerun_ms, r.steady_median_ms, r.excess_ms]
+    assert ("torch_threads", ["1", "2"]) in c.differs
+
+
+# -- probe comparisons ---------------------------------------------------------------------------
+def test_probe_reports_compare_per_op_and_prediction():
+    a, b = probe_report(), probe_report(scale=3.0, platform=ORIN, holds=False, backend="eager")
+    c = compare(a, b)
+    assert c.kind == "probe" and c.summary == []
+    keys = [row.key for row in c.rows]
+    assert keys[0] == "matmul 64x64x64"  # the only op that moved
+    assert set(keys) == {"matmul 64x64x64", "matmul 96x64x32", "softmax 1x1024", "softmax 3x1024"}
+    matmul = c.rows[0]
+    assert [cell.ms for cell in matmul.cells] == [30.0, 90.0]
+    assert matmul.cells[0].steady_ms == 0.05 and matmul.cells[0].verdict == "compile"
+    assert matmul.ratios == pytest.approx([1.0, 3.0])
+    preds = {p.id: p for p in c.predictions}
+    assert preds["P3"].holds == [True, False] and preds["P3"].claim == "keyed on shape, not size"
+    assert preds["P1"].figures == ["median first/steady: matmul 600x"] * 2
+    assert ("backend", ["compile", "eager"]) in c.differs
+    text = str(c)
+    assert "matmul 64x64x64" in text and "x3.00" in text
+    p3 = next(line for line in text.splitlines() if line.strip().startswith("P3"))
+    assert p3.split()[1:3] == ["holds", "fails"]
+    assert "B: both pay > 5x? matmul 64x64 12x / 32x128 1.1x" in text
+
+
+def test_probe_rows_absent_from_a_report_are_shown_as_absent():
+    c = compare(probe_report(), probe_report(ops=("matmul",)))
+    softmax = next(row for row in c.rows if row.key == "softmax 1x1024")
+    assert softmax.cells[1].ms is None and softmax.ratios[1] is None
+    line = next(line for line in str(c).splitlines() if line.strip().startswith("softmax 1x1024"))
+    assert line.split()[-4:] == ["-", "-", "-", "-"]
+
+
+def test_probe_reports_compare_from_files(tmp_path):
+    pa = probe_report().save(tmp_path / "cpu.json")
+    pb = probe_report(scale=2.0).save(tmp_path / "gpu.json")
+    c = compare(pa, pb)
+    assert c.labels == ["cpu", "gpu"] and c.rows[0].cells[1].ms == pytest.approx(60.0)
+
+
+# -- the command ---------------------------------------------------------------------------------
+def test_cli_compare_prints_the_table(tmp_path, capsys):
+    pa = trace_report({"jit_compile": 3.0}, platform=ORIN, device="cuda").save(tmp_path / "jetson.json")
+    pb = trace_report({"jit_compile": 1.0}, device="cuda").save(tmp_path / "desktop.json")
+    out_json = tmp_path / "cmp.json"
+    assert main(["compare", str(pa), str(pb), "--json", str(out_json)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("warmprof compare: 2 trace reports")
+    assert "jetson" in out and "desktop" in out and "jit_compile" in out
+    assert json.loads(out_json.read_text())["labels"] == ["jetson", "desktop"]
+
+
+def test_cli_compare_errors_are_one_line(tmp_path, capsys):
+    pa = trace_report({"jit_compile": 3.0}).save(tmp_path / "a.json")
+    bad = tmp_path / "b.json"
+    bad.write_text("not json")
+    assert main(["compare", str(pa), str(bad)]) == ReportError.exit_code
+    err = capsys.readouterr().err
+    assert err.startswith("warmprof: error:") and err.count("\n") == 1 and "b.json" in err
+    assert main(["compare", str(pa)]) == InputError.exit_code
+
+
+def test_renderer_handles_many_reports():
+    reports = [trace_report({"jit_compile": 1.0 + i}) for i in range(4)]
+    text = CompareTextRenderer().render(compare(*reports))
+    assert "D/A" in text and math.isfinite(compare(*reports).rows[0].change_ms)

@@ -1,0 +1,100 @@
+"""PNG export: a stacked bar per trace report, grouped bars per comparison, first vs steady per probe."""
+
+from __future__ import annotations
+
+import io
+import sys
+
+import pytest
+
+from test_compare_api import ORIN, probe_report, trace_report
+from warmprof.cli import main
+from warmprof.compare_api import compare
+from warmprof.errors import InputError, WarmprofError
+
+matplotlib = pytest.importorskip("matplotlib", reason="PNG export needs the plot extra (matplotlib)")
+
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.image import imread  # noqa: E402
+
+from warmprof.render import png  # noqa: E402
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def decoded(data: bytes):
+    assert data.startswith(PNG_MAGIC)
+    image = imread(io.BytesIO(data), format="png")
+    assert image.shape[0] >= 400 and image.shape[1] >= 800  # large enough to read
+    return image
+
+
+def texts(fig) -> str:
+    ax = fig.axes[0]
+    legend = ax.get_legend()
+    parts = [ax.get_title(), ax.get_xlabel(), ax.get_ylabel()] + [t.get_text() for t in ax.get_yticklabels() + ax.get_xticklabels()]
+    return "\n".join(parts + ([t.get_text() for t in legend.get_texts()] if legend else []))
+
+
+def test_trace_report_is_a_stacked_bar_of_its_causes():
+    r = trace_report({"jit_compile": 10.0, "runtime_init": 50.0}, platform=ORIN, device="cuda")
+    decoded(png.PngRenderer().render(r))
+    fig = png._trace_figure(Figure, r)
+    words = texts(fig)
+    assert "Jetson AGX Orin (MAXN)" in words  # the title names the device
+    assert "time (ms)" in words and "first pass" in words and "steady (median)" in words
+    assert "JIT compile: 10.00 ms (16%)" in words and "runtime init: 50.00 ms (81%)" in words  # of 61.5 ms excess
+    first_bar = [p for p in fig.axes[0].patches if abs(p.get_y() + p.get_height() / 2) < 1e-9]
+    assert sum(p.get_width() for p in first_bar) == pytest.approx(r.first_pass_ms)
+
+
+def test_comparison_is_grouped_bars_one_per_report():
+    a = trace_report({"jit_compile": 10.0, "runtime_init": 50.0}, platform=ORIN, device="cuda")
+    b = trace_report({"jit_compile": 2.0, "runtime_init": 45.0}, device="cuda")
+    c = compare(a, b, labels=["orin", "4090"])
+    decoded(png.PngRenderer().render(c))
+    fig = png._comparison_figure(Figure, c)
+    words = texts(fig)
+    assert "orin on Jetson AGX Orin (MAXN)" in words and "4090 on NVIDIA GeForce RTX 4090" in words
+    assert "JIT compile" in words and "ms of the first-pass excess" in words
+    widths = sorted(round(p.get_width(), 6) for p in fig.axes[0].patches)
+    assert widths == sorted(round(cell.ms, 6) for row in c.rows for cell in row.cells)
+
+
+def test_comparison_spanning_orders_of_magnitude_uses_a_log_axis():
+    c = compare(trace_report({"jit_compile": 0.1}), trace_report({"jit_compile": 20000.0}))
+    fig = png._comparison_figure(Figure, c)
+    assert fig.axes[0].get_xscale() == "log" and "log scale" in fig.axes[0].get_xlabel()
+    same = png._comparison_figure(Figure, compare(trace_report({"jit_compile": 10.0}), trace_report({"jit_compile": 12.0})))
+    assert same.axes[0].get_xscale() == "linear"
+
+
+def test_probe_report_is_first_vs_steady_per_op():
+    r = probe_report(platform=ORIN)
+    decoded(png.PngRenderer().render(r))
+    fig = png._probe_figure(Figure, r)
+    words = texts(fig)
+    assert "Jetson AGX Orin (MAXN)" in words and "matmul 64x64x64" in words and "log scale" in words
+    assert len(fig.axes[0].patches) == 2 * len(r.rows())
+    decoded(png.PngRenderer().render(compare(probe_report(), probe_report(scale=4.0))))
+
+
+def test_missing_matplotlib_is_a_clear_error(monkeypatch):
+    for name in ("matplotlib", "matplotlib.figure", "matplotlib.backends", "matplotlib.backends.backend_agg"):
+        monkeypatch.setitem(sys.modules, name, None)
+    with pytest.raises(WarmprofError, match=r"pip install 'warmprof\[plot\]'"):
+        png.PngRenderer().render(trace_report({"jit_compile": 1.0}))
+
+
+def test_cli_png_exports(tmp_path, capsys):
+    a = trace_report({"jit_compile": 3.0}).save(tmp_path / "a.json")
+    b = trace_report({"jit_compile": 9.0}).save(tmp_path / "b.json")
+    out = tmp_path / "a.png"
+    assert main(["show", str(a), "--format", "png", "-o", str(out)]) == 0
+    decoded(out.read_bytes())
+    cmp_png = tmp_path / "cmp.png"
+    assert main(["compare", str(a), str(b), "--png", str(cmp_png)]) == 0
+    decoded(cmp_png.read_bytes())
+    capsys.readouterr()
+    assert main(["show", str(a), "--format", "png"]) == InputError.exit_code
+    assert "-o FILE.png" in capsys.readouterr().err

@@ -1,0 +1,70 @@
+"""warmprof show: the text report of a saved file (trace or probe), or its JSON; bad files fail clearly."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from test_compare_api import probe_report, trace_report
+from warmprof.cli import main
+from warmprof.errors import ReportError
+from warmprof.report import Report
+
+
+def test_show_prints_the_trace_text_report(tmp_path, capsys):
+    r = trace_report({"jit_compile": 3.0, "runtime_init": 9.0})
+    path = r.save(tmp_path / "r.json")
+    assert main(["show", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert out.rstrip("\n") == str(Report.load(path)).rstrip("\n")
+    assert "jit_compile" in out and "runtime_init" in out
+
+
+def test_show_prints_the_probe_text_report(tmp_path, capsys):
+    pytest.importorskip("warmprof.render.probe_text", reason="the probe text renderer lands with the probe issue")
+    path = probe_report().save(tmp_path / "p.json")
+    assert main(["show", str(path)]) == 0
+    assert "matmul" in capsys.readouterr().out
+
+
+def test_show_text_to_a_file(tmp_path, capsys):
+    path = trace_report({"jit_compile": 3.0}).save(tmp_path / "r.json")
+    out = tmp_path / "r.txt"
+    assert main(["show", str(path), "-o", str(out)]) == 0
+    assert "jit_compile" in out.read_text() and capsys.readouterr().out == ""
+
+
+@pytest.mark.parametrize("make", [lambda: trace_report({"jit_compile": 3.0}), probe_report])
+def test_show_json_round_trips(tmp_path, capsys, make):
+    report = make()
+    path = report.save(tmp_path / "r.json")
+    assert main(["show", str(path), "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out) == json.loads(report.to_json())
+
+
+@pytest.mark.parametrize("content, message", [
+    ('{"schema_version": 1, "kind": "trace", ', "invalid JSON"),
+    ('{"traceEvents": []}', "not a warmprof report"),
+    ('{"schema_version": 1, "kind": "flamegraph"}', "unknown report kind"),
+    ('{"schema_version": 1, "kind": "trace", "model": "m"}', "missing field"),
+    ('{"schema_version": 99, "kind": "trace"}', "newer than this warmprof"),
+])
+def test_corrupt_or_foreign_files_fail_with_one_line(tmp_path, capsys, content, message):
+    path = tmp_path / "bad.json"
+    path.write_text(content)
+    for fmt in ("text", "chrome"):
+        assert main(["show", str(path), "--format", fmt]) == ReportError.exit_code
+        err = capsys.readouterr().err
+        assert err.startswith("warmprof: error: ") and message in err and err.count("\n") == 1
+
+
+def test_missing_file(tmp_path, capsys):
+    assert main(["show", str(tmp_path / "nope.json")]) == ReportError.exit_code
+    assert "no such file" in capsys.readouterr().err
+
+
+def test_chrome_of_a_probe_report_is_refused(tmp_path, capsys):
+    path = probe_report().save(tmp_path / "p.json")
+    assert main(["show", str(path), "--format", "chrome"]) == ReportError.exit_code
+    assert "needs a trace report" in capsys.readouterr().err
