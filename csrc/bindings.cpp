@@ -312,6 +312,28 @@ PYBIND11_MODULE(_native, m) {
         "Cause id for a CUPTI (domain, callback id), or -1 when ignored.");
   m.def("cupti_callback_name", &backends::cupti::callback_name, py::arg("domain"), py::arg("cbid"));
   m.def("_cupti_inject", &backends::cupti::inject, py::arg("domain"), py::arg("cbid"),
-        py::arg("enter"), py::arg("ticks"), py::arg("value") = 0,
+        py::arg("enter"), py::arg("ticks"), py::arg("value") = 0, py::arg("failed") = false,
         "Test-only: deliver a synthetic CUPTI callback through the real handler.");
+
+  // CUDA events (driver API): GPU-side pass times. Failures raise RuntimeError with the reason.
+  m.def("cuda_event_record", [](uintptr_t stream) {
+    std::string error;
+    int64_t slot = backends::cuda_events::record(stream, &error);
+    if (slot < 0) throw std::runtime_error(error);
+    return slot;
+  }, py::arg("stream") = 0,
+     "Record a pooled CUDA event on `stream` (a CUstream as an int; 0 = default); its slot id.");
+  m.def("cuda_event_elapsed_ms", [](int64_t start, int64_t end) {
+    std::string error;
+    double ms;
+    {
+      py::gil_scoped_release nogil;  // waits for the end event
+      ms = backends::cuda_events::elapsed_ms(start, end, &error);
+    }
+    if (ms < 0) throw std::runtime_error(error);
+    return ms;
+  }, py::arg("start"), py::arg("end"), "GPU milliseconds between two recorded slots (waits for `end`).");
+  m.def("cuda_events_release", &backends::cuda_events::release_all,
+        "Return every CUDA event slot to the pool (the events are kept for reuse).");
+  m.def("cuda_events_pool_size", &backends::cuda_events::pool_size, "CUDA events created so far.");
 }

@@ -2,6 +2,8 @@
 
 #include <dlfcn.h>
 
+#include <initializer_list>
+
 namespace warmprof::backends::cuda_driver {
 
 namespace {
@@ -11,15 +13,16 @@ struct Loaded {
   std::string reason;
 };
 
+// The first of `names` that libcuda exports (newer drivers add _v2 entry points).
 template <typename F>
-bool resolve(void* lib, const char* name, F* out, std::string* reason) {
-  *out = reinterpret_cast<F>(dlsym(lib, name));
-  if (*out == nullptr) {
-    const char* e = dlerror();
-    *reason = std::string("libcuda has no ") + name + (e ? std::string(": ") + e : "");
-    return false;
+bool resolve(void* lib, std::initializer_list<const char*> names, F* out, std::string* reason) {
+  for (const char* name : names) {
+    *out = reinterpret_cast<F>(dlsym(lib, name));
+    if (*out != nullptr) return true;
   }
-  return true;
+  const char* e = dlerror();
+  *reason = std::string("libcuda has no ") + *names.begin() + (e ? std::string(": ") + e : "");
+  return false;
 }
 
 Loaded load() {
@@ -31,14 +34,17 @@ Loaded load() {
     return l;
   }
   Api& a = l.api;
-  if (!resolve(lib, "cuInit", &a.cuInit, &l.reason) ||
-      !resolve(lib, "cuDeviceGetCount", &a.cuDeviceGetCount, &l.reason) ||
-      !resolve(lib, "cuGetErrorString", &a.cuGetErrorString, &l.reason) ||
-      !resolve(lib, "cuEventCreate", &a.cuEventCreate, &l.reason) ||
-      !resolve(lib, "cuEventDestroy_v2", &a.cuEventDestroy, &l.reason) ||
-      !resolve(lib, "cuEventRecord", &a.cuEventRecord, &l.reason) ||
-      !resolve(lib, "cuEventSynchronize", &a.cuEventSynchronize, &l.reason) ||
-      !resolve(lib, "cuEventElapsedTime", &a.cuEventElapsedTime, &l.reason)) {
+  if (!resolve(lib, {"cuInit"}, &a.cuInit, &l.reason) ||
+      !resolve(lib, {"cuDeviceGetCount"}, &a.cuDeviceGetCount, &l.reason) ||
+      !resolve(lib, {"cuGetErrorString"}, &a.cuGetErrorString, &l.reason) ||
+      !resolve(lib, {"cuCtxGetCurrent"}, &a.cuCtxGetCurrent, &l.reason) ||
+      !resolve(lib, {"cuPointerGetAttribute"}, &a.cuPointerGetAttribute, &l.reason) ||
+      !resolve(lib, {"cuEventCreate"}, &a.cuEventCreate, &l.reason) ||
+      !resolve(lib, {"cuEventDestroy_v2", "cuEventDestroy"}, &a.cuEventDestroy, &l.reason) ||
+      !resolve(lib, {"cuEventRecord"}, &a.cuEventRecord, &l.reason) ||
+      !resolve(lib, {"cuEventSynchronize"}, &a.cuEventSynchronize, &l.reason) ||
+      !resolve(lib, {"cuEventElapsedTime_v2", "cuEventElapsedTime"}, &a.cuEventElapsedTime,
+               &l.reason)) {
     return l;
   }
   CUresult r = a.cuInit(0);
@@ -67,6 +73,13 @@ const Api* api(std::string* reason) {
   }
   if (reason) reason->clear();
   return &loaded.api;
+}
+
+std::string error_text(CUresult r) {
+  const Api* a = api(nullptr);
+  const char* s = nullptr;
+  if (a != nullptr) a->cuGetErrorString(r, &s);
+  return "CUresult " + std::to_string(int(r)) + (s ? std::string(": ") + s : "");
 }
 
 }  // namespace warmprof::backends::cuda_driver

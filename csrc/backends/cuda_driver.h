@@ -11,6 +11,8 @@ struct Api {
   CUresult (*cuInit)(unsigned int) = nullptr;
   CUresult (*cuDeviceGetCount)(int*) = nullptr;
   CUresult (*cuGetErrorString)(CUresult, const char**) = nullptr;
+  CUresult (*cuCtxGetCurrent)(CUcontext*) = nullptr;
+  CUresult (*cuPointerGetAttribute)(void*, CUpointer_attribute, CUdeviceptr) = nullptr;
   CUresult (*cuEventCreate)(CUevent*, unsigned int) = nullptr;
   CUresult (*cuEventDestroy)(CUevent) = nullptr;
   CUresult (*cuEventRecord)(CUevent, CUstream) = nullptr;
@@ -20,5 +22,8 @@ struct Api {
 
 // Loads libcuda once, calls cuInit(0) and counts devices. nullptr with `reason` set on failure.
 const Api* api(std::string* reason);
+
+// "CUDA_ERROR_...: text" for a driver result (the code alone when the driver is absent).
+std::string error_text(CUresult r);
 
 }  // namespace warmprof::backends::cuda_driver

@@ -1,50 +1,331 @@
 // CUPTI backend, compiled against the toolkit's headers; libcupti is opened at run time.
+// This file holds the subscriber (load, subscribe, unsubscribe) and the decoding of CUPTI's
+// callback data into handler events; the table and the handler live in cupti_table/cupti_handler.
 #include "backends/cupti.h"
 
 #include <cupti.h>
 #include <dlfcn.h>
 
+#include <initializer_list>
+#include <mutex>
+
 #include "backends/cuda_driver.h"
+#include "backends/cupti_handler.h"
+#include "backends/cupti_table.h"
+#include "core/clock.h"
 
 namespace warmprof::backends::cupti {
 
 namespace {
+
 struct Lib {
-  void* handle = nullptr;
+  CUptiResult (*subscribe)(CUpti_SubscriberHandle*, CUpti_CallbackFunc, void*) = nullptr;
+  CUptiResult (*subscribe_v2)(CUpti_SubscriberHandle*, CUpti_CallbackFunc, void*,
+                              CUpti_SubscriberParams*) = nullptr;  // CUPTI 12.x+: names the holder
+  CUptiResult (*unsubscribe)(CUpti_SubscriberHandle) = nullptr;
+  CUptiResult (*enable_domain)(uint32_t, CUpti_SubscriberHandle, CUpti_CallbackDomain) = nullptr;
+  CUptiResult (*result_string)(CUptiResult, const char**) = nullptr;
+  bool ok = false;
   std::string reason;
 };
 
-const Lib& lib() {
-  static Lib l = [] {
-    Lib out;
-    std::string why;
-    if (cuda_driver::api(&why) == nullptr) {
-      out.reason = why;
-      return out;
-    }
-    for (const char* name : {"libcupti.so", "libcupti.so.13", "libcupti.so.12"}) {
-      out.handle = dlopen(name, RTLD_NOW | RTLD_LOCAL);
-      if (out.handle) break;
-    }
-    if (!out.handle) {
-      const char* e = dlerror();
-      out.reason = std::string("libcupti not found: ") + (e ? e : "dlopen failed");
-    }
-    return out;
-  }();
+template <typename F>
+bool resolve(void* h, const char* name, F* out, std::string* reason) {
+  *out = reinterpret_cast<F>(dlsym(h, name));
+  if (*out != nullptr) return true;
+  const char* e = dlerror();
+  *reason = std::string("libcupti has no ") + name + (e ? std::string(": ") + e : "");
+  return false;
+}
+
+Lib load() {
+  Lib l;
+  std::string why;
+  if (cuda_driver::api(&why) == nullptr) {
+    l.reason = why;
+    return l;
+  }
+  void* h = nullptr;
+  for (const char* name : {"libcupti.so", "libcupti.so.13", "libcupti.so.12"}) {
+    h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+    if (h) break;
+  }
+  if (h == nullptr) {
+    const char* e = dlerror();
+    l.reason = std::string("libcupti not found (add the CUDA toolkit's lib64 or extras/CUPTI/lib64 to "
+                           "LD_LIBRARY_PATH): ") + (e ? e : "dlopen failed");
+    return l;
+  }
+  l.subscribe_v2 = reinterpret_cast<decltype(l.subscribe_v2)>(dlsym(h, "cuptiSubscribe_v2"));
+  l.ok = resolve(h, "cuptiSubscribe", &l.subscribe, &l.reason) &&
+         resolve(h, "cuptiUnsubscribe", &l.unsubscribe, &l.reason) &&
+         resolve(h, "cuptiEnableDomain", &l.enable_domain, &l.reason) &&
+         resolve(h, "cuptiGetResultString", &l.result_string, &l.reason);
   return l;
 }
+
+// A missing libcupti is retried on later calls: torch's CUDA wheels load their own
+// libcupti.so.12/.13 when torch is imported, after which dlopen by soname finds it. A missing
+// driver or symbol is final. Cold paths only (start, stop, backends()): returned by value.
+bool retryable(const Lib& l) { return !l.ok && l.reason.rfind("libcupti not found", 0) == 0; }
+
+Lib lib() {
+  static std::mutex mu;
+  static Lib l;
+  static bool loaded = false;
+  std::lock_guard<std::mutex> lock(mu);
+  if (!loaded || retryable(l)) {
+    l = load();
+    loaded = true;
+  }
+  return l;
+}
+
+std::string result_text(CUptiResult r) {
+  const char* s = nullptr;
+  const Lib l = lib();
+  if (l.result_string) l.result_string(r, &s);
+  return s ? s : "CUPTI error " + std::to_string(int(r));
+}
+
+std::mutex g_mu;  // start/stop
+CUpti_SubscriberHandle g_subscriber = nullptr;
+double g_subscribe_ns = 0;
+
+// --- decoding CUPTI's callback data (real path only) ---------------------------------------------
+
+#define WP_BYTES(cbid_name, field) \
+  case CUPTI_DRIVER_TRACE_CBID_##cbid_name: \
+    return int64_t(static_cast<const cbid_name##_params*>(p)->field)
+
+// Bytes a call allocates or copies, read from its parameter struct; 0 when it carries none.
+int64_t bytes_of(uint32_t cbid, const void* p) {
+  if (p == nullptr) return 0;
+  switch (cbid) {
+    WP_BYTES(cuMemAlloc, bytesize);
+    WP_BYTES(cuMemAlloc_v2, bytesize);
+    WP_BYTES(cuMemAllocManaged, bytesize);
+    WP_BYTES(cuMemAllocHost, bytesize);
+    WP_BYTES(cuMemAllocHost_v2, bytesize);
+    WP_BYTES(cuMemHostAlloc, bytesize);
+    case CUPTI_DRIVER_TRACE_CBID_cuMemHostAlloc_v2:  // no _v2 params struct: the same layout
+      return int64_t(static_cast<const cuMemHostAlloc_params*>(p)->bytesize);
+    WP_BYTES(cuMemCreate, size);
+    WP_BYTES(cuMemMap, size);
+    WP_BYTES(cuMemAddressReserve, size);
+    WP_BYTES(cuMemAllocAsync, bytesize);
+    WP_BYTES(cuMemAllocAsync_ptsz, bytesize);
+    WP_BYTES(cuMemAllocFromPoolAsync, bytesize);
+    WP_BYTES(cuMemAllocFromPoolAsync_ptsz, bytesize);
+    WP_BYTES(cuMemcpyHtoD, ByteCount);
+    WP_BYTES(cuMemcpyHtoD_v2, ByteCount);
+    WP_BYTES(cuMemcpyHtoD_v2_ptds, ByteCount);
+    WP_BYTES(cuMemcpyHtoDAsync, ByteCount);
+    WP_BYTES(cuMemcpyHtoDAsync_v2, ByteCount);
+    WP_BYTES(cuMemcpyHtoDAsync_v2_ptsz, ByteCount);
+    WP_BYTES(cuMemPrefetchAsync, count);
+    WP_BYTES(cuMemPrefetchAsync_ptsz, count);
+    WP_BYTES(cuMemPrefetchAsync_v2, count);
+    WP_BYTES(cuMemPrefetchAsync_v2_ptsz, count);
+    WP_BYTES(cuMemcpy, ByteCount);
+    WP_BYTES(cuMemcpy_ptds, ByteCount);
+    WP_BYTES(cuMemcpyAsync, ByteCount);
+    WP_BYTES(cuMemcpyAsync_ptsz, ByteCount);
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocPitch: {
+      auto* a = static_cast<const cuMemAllocPitch_params*>(p);
+      return int64_t(a->WidthInBytes) * int64_t(a->Height);
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocPitch_v2: {
+      auto* a = static_cast<const cuMemAllocPitch_v2_params*>(p);
+      return int64_t(a->WidthInBytes) * int64_t(a->Height);
+    }
+    default: return 0;
+  }
+}
+#undef WP_BYTES
+
+// The launched function: every launch parameter struct warmprof decodes carries it as `f`.
+uintptr_t kernel_of(uint32_t cbid, const void* p) {
+  if (p == nullptr) return 0;
+  switch (cbid) {
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx:
+      return reinterpret_cast<uintptr_t>(static_cast<const cuLaunchKernelEx_params*>(p)->f);
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz:
+      return reinterpret_cast<uintptr_t>(static_cast<const cuLaunchKernelEx_ptsz_params*>(p)->f);
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunch:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchGrid:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchGridAsync:
+      // `CUfunction f` is the first member of each of these structs.
+      return reinterpret_cast<uintptr_t>(*static_cast<const CUfunction*>(p));
+    default: return 0;
+  }
+}
+
+// cuMemcpy/cuMemcpyAsync take unified addresses: host-to-device when the destination is device
+// memory and the source is not (unregistered host memory makes the query fail, which means host).
+bool host_to_device(uint32_t cbid, const void* p) {
+  const cuda_driver::Api* api = cuda_driver::api(nullptr);
+  if (api == nullptr || p == nullptr) return false;
+  CUdeviceptr dst = 0, src = 0;
+  if (cbid == CUPTI_DRIVER_TRACE_CBID_cuMemcpy || cbid == CUPTI_DRIVER_TRACE_CBID_cuMemcpy_ptds) {
+    auto* a = static_cast<const cuMemcpy_params*>(p);  // same layout as the _ptds struct
+    dst = a->dst, src = a->src;
+  } else {
+    auto* a = static_cast<const cuMemcpyAsync_params*>(p);  // same layout as the _ptsz struct
+    dst = a->dst, src = a->src;
+  }
+  unsigned int dst_type = 0, src_type = 0;
+  if (api->cuPointerGetAttribute(&dst_type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, dst) != CUDA_SUCCESS ||
+      dst_type != CU_MEMORYTYPE_DEVICE)
+    return false;
+  if (api->cuPointerGetAttribute(&src_type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, src) != CUDA_SUCCESS)
+    return true;
+  return src_type == CU_MEMORYTYPE_HOST;
+}
+
+handler::Event decode_driver(const table::Entry& en, uint32_t cbid, const CUpti_CallbackData* cb,
+                             uint64_t ticks, bool* skip) {
+  handler::Event e;
+  e.domain = CUPTI_CB_DOMAIN_DRIVER_API;
+  e.cbid = cbid;
+  e.ticks = ticks;
+  e.enter = cb->callbackSite == CUPTI_API_ENTER;
+  if (!e.enter && cb->functionReturnValue != nullptr)
+    e.failed = *static_cast<const CUresult*>(cb->functionReturnValue) != CUDA_SUCCESS;
+  e.value = bytes_of(cbid, cb->functionParams);
+  if (en.family == table::Family::kLaunch) {
+    e.kernel = kernel_of(cbid, cb->functionParams);
+    e.kernel_name = cb->symbolName;
+  } else if (en.family == table::Family::kCopyGeneric) {
+    // Decide the direction once, at enter; CUPTI keeps correlationData for the matching exit.
+    if (cb->correlationData == nullptr) {
+      *skip = !host_to_device(cbid, cb->functionParams);
+    } else {
+      if (e.enter) *cb->correlationData = host_to_device(cbid, cb->functionParams) ? 1 : 0;
+      *skip = *cb->correlationData == 0;
+    }
+  }
+  return e;
+}
+
+void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* data) {
+  const uint64_t ticks = clock::ticks();
+  const table::Entry* en = table::lookup(domain, cbid);
+  if (en == nullptr || data == nullptr) return;  // the common case: a call warmprof ignores
+  handler::Event e;
+  if (domain == CUPTI_CB_DOMAIN_DRIVER_API) {
+    bool skip = false;
+    e = decode_driver(*en, cbid, static_cast<const CUpti_CallbackData*>(data), ticks, &skip);
+    if (skip) return;
+  } else {
+    e.domain = domain;
+    e.cbid = cbid;
+    e.ticks = ticks;
+    auto* rd = static_cast<const CUpti_ResourceData*>(data);
+    if (cbid == CUPTI_CBID_RESOURCE_MODULE_LOADED && rd->resourceDescriptor != nullptr)
+      e.value = int64_t(static_cast<const CUpti_ModuleResourceData*>(rd->resourceDescriptor)->cubinSize);
+  }
+  handler::handle(e);
+}
+
+std::string subscribe(const Lib& l, CUpti_SubscriberHandle* out) {
+  CUptiResult r;
+  char holder[CUPTI_OLD_SUBSCRIBER_NAME_MIN_LEN + 64] = {0};
+  if (l.subscribe_v2 != nullptr) {
+    CUpti_SubscriberParams params{};
+    params.structSize = CUpti_SubscriberParams_STRUCT_SIZE;
+    params.subscriberName = "warmprof";
+    params.oldSubscriberName = holder;
+    params.oldSubscriberSize = sizeof(holder);
+    r = l.subscribe_v2(out, on_callback, nullptr, &params);
+  } else {
+    r = l.subscribe(out, on_callback, nullptr);
+  }
+  if (r == CUPTI_SUCCESS) return "";
+  *out = nullptr;
+  if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED) {
+    return std::string("another CUPTI subscriber holds the process (torch.profiler or Nsight)") +
+           (holder[0] ? std::string(": ") + holder : "");
+  }
+  return "cuptiSubscribe failed: " + result_text(r);
+}
+
 }  // namespace
 
 bool compiled() { return true; }
-bool available() { return lib().handle != nullptr; }
+bool available() { return lib().ok; }
 std::string unavailable_reason() { return lib().reason; }
-std::string start() { return available() ? "CUPTI callbacks are not implemented yet" : unavailable_reason(); }
-void stop() {}
-bool active() { return false; }
-PassStats stats() { return {}; }
-int classify(uint32_t, uint32_t) { return -1; }
-std::string callback_name(uint32_t, uint32_t) { return ""; }
-void inject(uint32_t, uint32_t, bool, uint64_t, int64_t) {}
+
+std::string start() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  const Lib l = lib();
+  if (!l.ok) return l.reason;
+  if (g_subscriber != nullptr) return "warmprof's CUPTI subscriber is already active";
+  (void)table::lookup(0, 0);  // build the table (interning names) outside the timed region
+  handler::reset_counts();
+  const uint64_t t0 = clock::ticks();
+  std::string why = subscribe(l, &g_subscriber);
+  if (!why.empty()) return why;
+  for (CUpti_CallbackDomain d : {CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_CB_DOMAIN_RESOURCE}) {
+    CUptiResult r = l.enable_domain(1, g_subscriber, d);
+    if (r != CUPTI_SUCCESS) {
+      l.unsubscribe(g_subscriber);
+      g_subscriber = nullptr;
+      return "cuptiEnableDomain(" + std::to_string(int(d)) + ") failed: " + result_text(r);
+    }
+  }
+  g_subscribe_ns = double(clock::to_ns(clock::ticks()) - clock::to_ns(t0));
+  return "";
+}
+
+// No activity kinds are enabled (kernel names come from the launch callback's symbolName), so
+// there is no activity buffer of warmprof's to flush; unsubscribing stops every callback.
+void stop() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (g_subscriber == nullptr) return;
+  lib().unsubscribe(g_subscriber);
+  g_subscriber = nullptr;
+}
+
+bool active() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return g_subscriber != nullptr;
+}
+
+PassStats stats() {
+  PassStats s;
+  s.kernel_launches = handler::kernel_launches();
+  s.new_kernels = handler::new_kernels();
+  s.callbacks = handler::callbacks();
+  std::lock_guard<std::mutex> lock(g_mu);
+  s.subscribe_ns = g_subscribe_ns;
+  return s;
+}
+
+int classify(uint32_t domain, uint32_t cbid) {
+  const table::Entry* en = table::lookup(domain, cbid);
+  return en ? int(en->cause) : -1;
+}
+
+std::string callback_name(uint32_t domain, uint32_t cbid) {
+  const table::Entry* en = table::lookup(domain, cbid);
+  return en ? en->name : "";
+}
+
+void inject(uint32_t domain, uint32_t cbid, bool enter, uint64_t ticks, int64_t value, bool failed) {
+  handler::Event e;
+  e.domain = domain;
+  e.cbid = cbid;
+  e.enter = enter;
+  e.ticks = ticks;
+  e.value = value;
+  e.failed = failed && !enter;
+  e.kernel = uintptr_t(value);  // launches: the injected value stands for the CUfunction
+  handler::handle(e);
+}
 
 }  // namespace warmprof::backends::cupti

@@ -19,10 +19,10 @@ void stop();
 bool active();
 
 struct PassStats {
-  int64_t kernel_launches = 0;
-  std::vector<std::string> new_kernels;  // kernel names first seen since start()
+  int64_t kernel_launches = 0;           // since start()
+  std::vector<std::string> new_kernels;  // kernels first seen in this process, since start()
   double subscribe_ns = 0;               // CUPTI's own first-use cost (subscribe + enable)
-  int64_t callbacks = 0;
+  int64_t callbacks = 0;                 // callbacks delivered (real or injected) since start()
 };
 PassStats stats();
 
@@ -31,7 +31,9 @@ int classify(uint32_t domain, uint32_t cbid);
 std::string callback_name(uint32_t domain, uint32_t cbid);
 
 // Test-only: deliver one synthetic callback through the same handler the real subscriber uses.
-// `enter` true for API enter / resource event; `value` carries bytes where the callback has them.
-void inject(uint32_t domain, uint32_t cbid, bool enter, uint64_t ticks, int64_t value);
+// `enter` true for API enter / resource event; `value` carries bytes where the callback has them
+// (for launches it stands for the CUfunction, so equal values are the same kernel); `failed` marks
+// an API exit whose CUresult was an error.
+void inject(uint32_t domain, uint32_t cbid, bool enter, uint64_t ticks, int64_t value, bool failed);
 
 }  // namespace warmprof::backends::cupti

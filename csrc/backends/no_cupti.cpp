@@ -11,6 +11,6 @@ bool active() { return false; }
 PassStats stats() { return {}; }
 int classify(uint32_t, uint32_t) { return -1; }
 std::string callback_name(uint32_t, uint32_t) { return ""; }
-void inject(uint32_t, uint32_t, bool, uint64_t, int64_t) {}
+void inject(uint32_t, uint32_t, bool, uint64_t, int64_t, bool) {}
 
 }  // namespace warmprof::backends::cupti

@@ -1,0 +1,62 @@
+"""The instruments a trace on a CUDA device runs, in the order they are entered.
+
+    cuda_instruments(options) -> list[Instrument]
+
+Options read (all optional):
+- "device": the torch.device (or "cuda:N" string) the model runs on; default: torch's current
+  CUDA device. Picks the allocator's device, the NVML GPU and the stream for CUDA events.
+- "compiled": bool, the model runs under torch.compile; adds torch's CUDA-graph / autotune
+  timers as a per-pass reference (the spans come from the torch.compile instrument).
+- "stream": a CUstream handle (int) or a callable returning one, for the CUDA events; default:
+  torch's current stream on the device at each pass start.
+- "cupti": bool (default True); False leaves CUPTI free for another tool.
+- "cupy": bool or None (default None = only when cupy is already imported).
+- "clock_sample_ms": float (default 10), the period of the SM-clock sampler.
+
+Every instrument is returned even when unavailable here: it carries its `reason`, which the
+report lists, so a missing source is said rather than dropped. CUPTI comes first so its
+subscribe cost is recorded before the others start.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from .base import Instrument
+from .clock_ramp import ClockRamp
+from .cuda import CudaEvents, Cupti
+from .cupy import Cupy
+from .torch_cuda import CudnnFind, InductorCudaMetrics, TorchCudaAllocator
+
+
+def _cuda_index(device: Any) -> int:
+    try:
+        import torch
+
+        dev = torch.device(device) if device is not None else torch.device("cuda")
+        if dev.index is not None:
+            return dev.index
+        return torch.cuda.current_device() if torch.cuda.is_available() else 0
+    except Exception:
+        return 0
+
+
+def cuda_instruments(options: dict) -> list[Instrument]:
+    device = options.get("device")
+    out: list[Instrument] = []
+    if options.get("cupti", True):
+        out.append(Cupti())
+    out.append(CudaEvents(device=device, stream=options.get("stream")))
+    out.append(TorchCudaAllocator(device=device))
+    out.append(CudnnFind())
+    if options.get("compiled"):
+        out.append(InductorCudaMetrics())
+    use_cupy = options.get("cupy")
+    if use_cupy or (use_cupy is None and "cupy" in sys.modules):
+        out.append(Cupy())
+    out.append(ClockRamp(cuda_index=_cuda_index(device), sample_ms=float(options.get("clock_sample_ms", 10.0))))
+    return out
+
+
+__all__ = ["cuda_instruments"]

@@ -1,0 +1,159 @@
+"""torch's CUDA-side instruments with their torch inputs faked or run on the CPU."""
+
+from __future__ import annotations
+
+import pytest
+
+from warmprof.instruments.torch_cuda import (
+    ALLOCATOR_STATS,
+    CudnnFind,
+    InductorCudaMetrics,
+    TorchCudaAllocator,
+    allocator_delta,
+    metric_totals_ms,
+)
+from warmprof.timeline import ALGORITHM_SELECTION, BEGIN, COUNTER, END, Recording
+
+torch = pytest.importorskip("torch")
+
+
+def _stats(segments: int, allocs: int, retries: int = 0, reserved: int = 0) -> dict:
+    return {ALLOCATOR_STATS["segments"]: segments, ALLOCATOR_STATS["device_allocs"]: allocs,
+            ALLOCATOR_STATS["alloc_retries"]: retries, ALLOCATOR_STATS["reserved_bytes"]: reserved}
+
+
+def test_allocator_delta_is_pure_and_tolerates_missing_keys():
+    d = allocator_delta(_stats(2, 5, reserved=1 << 20), _stats(7, 11, retries=1, reserved=9 << 20))
+    assert d["segments"] == 5 and d["device_allocs"] == 6 and d["alloc_retries"] == 1
+    assert d["reserved_bytes"] == 8 << 20
+    assert d["ooms"] == 0 and d["device_frees"] == 0
+
+
+def test_allocator_instrument_counts_growth_per_pass_and_writes_counters():
+    feed = iter([_stats(0, 0), _stats(4, 6, reserved=8 << 20), _stats(4, 6, reserved=8 << 20),
+                 _stats(4, 6, reserved=8 << 20)])
+    with Recording() as rec:
+        with TorchCudaAllocator(memory_stats=lambda: next(feed)) as inst:
+            for name in ("first", "seen_rerun"):
+                inst.mark_pass(name)
+                inst.end_pass(name)
+    tl = rec.drain()
+    passes = inst.summary()["passes"]
+    assert passes["first"]["segments"] == 4 and passes["first"]["device_allocs"] == 6
+    assert passes["seen_rerun"]["segments"] == 0
+    seg = [int(tl.value[i]) for i in range(len(tl)) if tl.kind[i] == COUNTER and tl.name_of(i) == "torch.cuda:segments"]
+    assert seg == [0, 4, 4, 4]
+
+
+def test_allocator_instrument_off_without_cuda():
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is available here")
+    inst = TorchCudaAllocator()
+    assert inst.reason == "torch.cuda is not available"
+    with inst:
+        inst.mark_pass("first")
+        inst.end_pass("first")
+    assert inst.summary() == {"active": False, "reason": "torch.cuda is not available"}
+
+
+@pytest.fixture
+def benchmark_on(monkeypatch):
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", True)
+
+
+def _global_hook_count() -> int:
+    m = torch.nn.modules.module
+    return len(m._global_forward_pre_hooks) + len(m._global_forward_hooks)
+
+
+def _find_spans(tl) -> list[tuple[int, int]]:
+    return [(int(tl.kind[i]), int(tl.cause[i])) for i in range(len(tl)) if tl.name_of(i) == "cudnn:find"]
+
+
+def test_cudnn_find_spans_first_call_per_new_conv_shape(benchmark_on):
+    conv = torch.nn.Conv2d(3, 5, 3, padding=1)
+    net = torch.nn.Sequential(conv, torch.nn.ReLU())
+    hooks_before = _global_hook_count()
+    # Unique spatial sizes: the instrument's seen set is process-wide, like cuDNN's cache.
+    a, b = torch.randn(1, 3, 17, 19), torch.randn(1, 3, 23, 29)
+    with Recording() as rec:
+        with CudnnFind(require_cuda=False) as inst:
+            inst.mark_pass("first")
+            net(a)
+            net(a)
+            inst.mark_pass("seen_rerun")
+            net(a)
+            net(b)
+    tl = rec.drain()
+    assert _find_spans(tl) == [(BEGIN, ALGORITHM_SELECTION), (END, ALGORITHM_SELECTION)] * 2
+    assert inst.summary()["new_shapes"] == {"first": 1, "seen_rerun": 1}
+    assert _global_hook_count() == hooks_before
+
+
+def test_cudnn_find_closes_its_span_when_the_conv_raises(benchmark_on):
+    conv = torch.nn.Conv2d(3, 5, 3)
+    hooks_before = _global_hook_count()
+    with Recording() as rec:
+        with CudnnFind(require_cuda=False):
+            with pytest.raises(RuntimeError):
+                conv(torch.randn(1, 4, 31, 37))  # wrong channel count: conv raises
+    assert _find_spans(rec.drain()) == [(BEGIN, ALGORITHM_SELECTION), (END, ALGORITHM_SELECTION)]
+    assert _global_hook_count() == hooks_before
+
+
+def test_cudnn_find_ignores_cpu_tensors_by_default(benchmark_on):
+    conv = torch.nn.Conv2d(3, 5, 3)
+    inst = CudnnFind()
+    if inst.reason:
+        assert "cuDNN" in inst.reason
+        return
+    with Recording() as rec:
+        with inst:
+            conv(torch.randn(1, 3, 41, 43))
+    assert _find_spans(rec.drain()) == []
+
+
+def test_cudnn_find_off_when_benchmark_is_off(monkeypatch):
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", False)
+    inst = CudnnFind(require_cuda=False)
+    assert "benchmark is off" in inst.reason
+    hooks_before = _global_hook_count()
+    with inst:
+        assert _global_hook_count() == hooks_before
+
+
+def test_metric_totals_map_torch_keys_to_causes():
+    metrics = {
+        "CUDAGraphNode.record": [0.5, 0.25],
+        "CachingAutotuner.benchmark_all_configs": [0.1, 0.2, 0.3],
+        "CachingAutotuner.coordinate_descent_tuning": [0.05],
+        "mm_template_autotuning": [1.0],
+        "compile_fx_inner": [9.0],
+    }
+    since = {"CUDAGraphNode.record": 1, "CachingAutotuner.benchmark_all_configs": 1}
+    got = metric_totals_ms(metrics, since)
+    assert got == pytest.approx({"cudagraph_record_ms": 250.0, "triton_autotune_ms": 550.0,
+                                 "template_autotune_ms": 1000.0})
+
+
+def test_inductor_metrics_per_pass():
+    metrics: dict[str, list[float]] = {"CUDAGraphNode.record": [1.0]}
+    with InductorCudaMetrics(metrics=metrics) as inst:
+        inst.mark_pass("first")
+        metrics.setdefault("CachingAutotuner.benchmark_all_configs", []).append(0.002)
+        inst.end_pass("first")
+        inst.mark_pass("seen_rerun")
+        metrics["CUDAGraphNode.record"].append(0.003)
+        inst.end_pass("seen_rerun")
+    passes = inst.summary()["passes"]
+    assert passes["first"] == pytest.approx({"triton_autotune_ms": 2.0})
+    assert passes["seen_rerun"] == pytest.approx({"cudagraph_record_ms": 3.0})
+
+
+def test_inductor_metrics_reads_torch_by_default():
+    inst = InductorCudaMetrics()
+    assert inst.available
+    with inst:
+        inst.mark_pass("first")
+        inst.end_pass("first")
+    assert inst.summary()["passes"] == {"first": {}}
