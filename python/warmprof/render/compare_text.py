@@ -34,17 +34,22 @@ class CompareTextRenderer(Renderer):
         return "\n".join(lines) + "\n"
 
 
-def _shape_str(shape: Any) -> str:
-    if isinstance(shape, (list, tuple)):
-        if shape and all(isinstance(s, (list, tuple)) for s in shape):  # one shape per operand
-            return ",".join(_shape_str(s) for s in shape)
-        return "x".join(str(s) for s in shape)
-    return "" if shape is None else str(shape)
-
-
 def op_key(row: dict[str, Any]) -> str:
     """'matmul 64x64x64' for a probe report's op row."""
-    return f"{row.get('op', '?')} {row.get('label') or _shape_str(row.get('shape'))}".strip()
+    shape = row.get("label") or "x".join(str(d) for d in row.get("shape") or [])
+    return f"{row.get('op', '?')} {shape}".strip()
+
+
+def subject(report: Any) -> str:
+    """What a report measured: 'DemoLM (1, 128) int64, compile=default', or 'op probes (eager, float32)'."""
+    if getattr(report, "KIND", "") == "probe":
+        return f"op probes ({report.backend}, {report.dtype})"
+    if not hasattr(report, "model"):
+        return ""
+    shape = f" ({', '.join(str(d) for d in report.shape)})" if report.shape else ""
+    dtype = f" {report.dtype}" if report.dtype else ""
+    comp = f", compile={report.compile}" if report.compile else ""
+    return f"{report.model}{shape}{dtype}{comp}"
 
 
 def _letters(n: int) -> list[str]:
@@ -56,20 +61,10 @@ def _legend(c: Any, letters: list[str]) -> list[str]:
     width = max(len(lab) for lab in c.labels)
     out = []
     for letter, label, device, source, report in zip(letters, c.labels, c.devices, c.sources, c.reports or [None] * len(c.labels)):
-        what = _what(report)
+        what = subject(report)
         src = f"  [{source}]" if source and source != label else ""
-        out.append(f"  {letter}  {label:<{width}}  {what}on {device}{src}")
+        out.append(f"  {letter}  {label:<{width}}  {what + ' ' if what else ''}on {device}{src}")
     return out
-
-
-def _what(report: Any) -> str:
-    """'demo_lm (1, 64) float32 cpu, compile=default ' for a trace report; '' when unknown."""
-    if report is None or not hasattr(report, "model"):
-        return ""
-    shape = f" ({', '.join(str(d) for d in report.shape)})" if report.shape else ""
-    dtype = f" {report.dtype}" if report.dtype else ""
-    comp = f", compile={report.compile}" if report.compile else ""
-    return f"{report.model}{shape}{dtype}{comp} "
 
 
 def _differs(differs: list[tuple[str, list[str]]], letters: list[str]) -> list[str]:

@@ -17,7 +17,7 @@ from typing import Any
 from ..errors import WarmprofError
 from ..platform import describe_device
 from .base import Renderer
-from .compare_text import fmt_ms
+from .compare_text import fmt_ms, subject
 
 CAUSE_LABELS = {
     "jit_compile": "JIT compile", "algorithm_selection": "algorithm selection", "graph_capture": "graph capture",
@@ -67,42 +67,35 @@ def _label(cause: str) -> str:
     return CAUSE_LABELS.get(cause, cause.replace("_", " "))
 
 
-def _subject(report: Any) -> str:
-    shape = f" ({', '.join(str(d) for d in report.shape)})" if report.shape else ""
-    comp = f", compile={report.compile}" if report.compile else ""
-    return f"{report.model}{shape}{comp}"
-
-
 # -- one trace report: stacked bars ------------------------------------------------------------
 def _trace_figure(Figure: Any, r: Any) -> Any:
     device = describe_device(r.platform, r.device)
     first = _segments(r.steady_median_ms, r.causes, r.first_pass_ms)
     rerun = _segments(min(r.steady_median_ms, r.seen_rerun_ms), r.seen_rerun_causes, r.seen_rerun_ms)
-    bars = [("first pass", first), ("seen re-run", rerun), ("steady (median)", [("steady", r.steady_median_ms)])]
-    fig = Figure(figsize=(10, 4.6), layout="constrained")
+    bars = [("first pass", r.first_pass_ms, first), ("seen re-run", r.seen_rerun_ms, rerun),
+            ("steady (median)", r.steady_median_ms, [("steady", r.steady_median_ms)])]
+    fig = Figure(figsize=(12, 4.6), layout="constrained")
     ax = fig.add_subplot()
     seen: set[str] = set()
-    for y, (_, segments) in enumerate(bars):
+    for y, (_, total_ms, segments) in enumerate(bars):
         left = 0.0
         for key, ms in segments:
-            label = None
-            if key not in seen:
-                seen.add(key)
-                label = _legend_entry(key, r) if y == 0 or key != "steady" else None
-            hatch = "//" if key == "unattributed" else None
+            label = None if key in seen else _legend_entry(key, r)
+            seen.add(key)
             ax.barh(y, ms, left=left, color=STEADY_COLOR if key == "steady" else CAUSE_COLORS.get(key, "#aaaaaa"),
-                    edgecolor="white", linewidth=0.6, hatch=hatch, label=label, height=0.6)
+                    edgecolor="white", linewidth=0.6, hatch="//" if key == "unattributed" else None, label=label, height=0.6)
             left += ms
-        ax.text(left, y, f"  {left:.2f} ms", va="center", fontsize=9)
-    ax.set_yticks(range(len(bars)), [name for name, _ in bars])
+        ax.text(left, y, f"  {total_ms:.2f} ms", va="center", fontsize=9)
+    ax.set_yticks(range(len(bars)), [name for name, _, _ in bars])
     ax.invert_yaxis()
     ax.set_xlabel("time (ms)")
     ax.set_xlim(0, max(r.first_pass_ms, r.seen_rerun_ms, r.steady_median_ms, 1e-3) * 1.18)
     ax.grid(axis="x", alpha=0.3)
     ax.set_axisbelow(True)
-    ax.set_title(f"{_subject(r)} on {device}\nfirst pass {r.first_pass_ms:.2f} ms vs steady {r.steady_median_ms:.2f} ms:"
+    ax.set_title(f"{subject(r)} on {device}\nfirst pass {r.first_pass_ms:.2f} ms vs steady {r.steady_median_ms:.2f} ms:"
                  f" {r.excess_ms:.2f} ms excess, split by cause", fontsize=11)
-    ax.legend(loc="lower right", fontsize=8.5, title="cause: ms (share of excess)", title_fontsize=8.5)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8.5, title="cause: ms (share of excess)",
+              title_fontsize=8.5, frameon=False)  # beside the bars, never over them
     return fig
 
 
@@ -126,9 +119,10 @@ def _legend_entry(key: str, r: Any) -> str:
     if key == "unattributed":
         share = r.unattributed_ms / r.excess_ms if r.excess_ms > 0 else 0.0
         return f"unattributed: {r.unattributed_ms:.2f} ms ({share:.0%}, noise band ±{r.noise_band_ms:.2f} ms)"
-    ms = r.cause_ms(key)
+    if not any(c.cause == key for c in r.causes):
+        return f"{_label(key)}: seen re-run only"
     share = sum(c.share for c in r.causes if c.cause == key)
-    return f"{_label(key)}: {ms:.2f} ms ({share:.0%})"
+    return f"{_label(key)}: {r.cause_ms(key):.2f} ms ({share:.0%})"
 
 
 # -- a comparison: grouped bars ----------------------------------------------------------------
@@ -139,7 +133,7 @@ def _comparison_figure(Figure: Any, c: Any) -> Any:
     same_device = len(set(c.devices)) == 1
     totals = {row.key: [cell.ms or 0.0 for cell in row.cells] for row in c.summary}
     height = 0.8 / n
-    fig = Figure(figsize=(10, 1.8 + 0.22 * n * max(len(rows), 1) + 0.5 * n), layout="constrained")
+    fig = Figure(figsize=(12, 1.8 + 0.22 * n * max(len(rows), 1) + 0.5 * n), layout="constrained")
     ax = fig.add_subplot()
     for i, label in enumerate(c.labels):
         values = [row.cells[i].ms or 0.0 for row in rows]
@@ -147,7 +141,8 @@ def _comparison_figure(Figure: Any, c: Any) -> Any:
         name = label if same_device else f"{label} ({c.devices[i]})"
         if not probe:
             name += f": first pass {totals['first pass'][i]:.1f} ms, excess {totals['excess'][i]:.1f} ms"
-        bars = ax.barh(ys, values, height=height * 0.92, color=REPORT_COLORS[i % len(REPORT_COLORS)], label=name)
+        bars = ax.barh(ys, values, height=height * 0.92, color=REPORT_COLORS[i % len(REPORT_COLORS)],
+                       label=textwrap.fill(name, 44))
         ax.bar_label(bars, labels=[f" {fmt_ms(v)}" if v > 0 else "" for v in values], fontsize=8)
     ax.set_yticks(range(len(rows)), [r.key if probe else _label(r.key) for r in rows])
     ax.invert_yaxis()
@@ -169,7 +164,7 @@ def _comparison_figure(Figure: Any, c: Any) -> Any:
     else:
         who = " vs ".join(f"{lab} on {dev}" for lab, dev in zip(c.labels, c.devices))
     ax.set_title(f"{what}\n{textwrap.fill(who, 110)}", fontsize=11)
-    ax.legend(loc="best", fontsize=8.5)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8.5, frameon=False)  # beside the bars
     return fig
 
 
@@ -188,7 +183,6 @@ def _probe_figure(Figure: Any, r: Any) -> Any:
     ax.set_ylabel("time per call (ms, log scale)")
     ax.grid(axis="y", alpha=0.3)
     ax.set_axisbelow(True)
-    backend = f" ({r.backend}, {r.dtype})" if getattr(r, "backend", "") else ""
-    ax.set_title(f"op probes on {describe_device(r.platform, r.device)}{backend}: first call vs steady", fontsize=11)
+    ax.set_title(f"{subject(r)} on {describe_device(r.platform, r.device)}: first call vs steady", fontsize=11)
     ax.legend(fontsize=9)
     return fig
