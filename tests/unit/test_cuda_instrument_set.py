@@ -30,6 +30,7 @@ def test_options_select_instruments(monkeypatch):
     assert "cupti" not in names({"cupti": False})
     assert "inductor_cuda" in names({"compiled": True})
     assert "inductor_cuda" not in names({"compiled": False})
+    assert "cudnn_benchmark" not in names({"compiled": True})  # no global module hooks under compile
     assert "cupy" not in names({})
     assert "cupy" in names({"cupy": True})
     assert "cupy" not in names({"cupy": False})
@@ -49,7 +50,7 @@ def test_without_a_gpu_every_instrument_is_off_with_a_reason_and_leaves_nothing(
     m = torch.nn.modules.module
     hooks_before = len(m._global_forward_pre_hooks) + len(m._global_forward_hooks)
     threads_before = threading.active_count()
-    insts = cuda_instruments({"device": "cuda", "compiled": True, "cupy": True})
+    insts = cuda_instruments({"device": "cuda", "compiled": False, "cupy": True})
     with Recording():
         with contextlib.ExitStack() as stack:
             for i in insts:

@@ -6,7 +6,9 @@ Options read (all optional):
 - "device": the torch.device (or "cuda:N" string) the model runs on; default: torch's current
   CUDA device. Picks the allocator's device, the NVML GPU and the stream for CUDA events.
 - "compiled": bool, the model runs under torch.compile; adds torch's CUDA-graph / autotune
-  timers as a per-pass reference (the spans come from the torch.compile instrument).
+  timers as a per-pass reference (the spans come from the torch.compile instrument), and leaves
+  out the cuDNN-find hooks (global module hooks would be traced into, or guard, the compiled
+  graph, and compiled convolutions never call them).
 - "stream": a CUstream handle (int) or a callable returning one, for the CUDA events; default:
   torch's current stream on the device at each pass start.
 - "cupti": bool (default True); False leaves CUPTI free for another tool.
@@ -49,9 +51,10 @@ def cuda_instruments(options: dict) -> list[Instrument]:
         out.append(Cupti())
     out.append(CudaEvents(device=device, stream=options.get("stream")))
     out.append(TorchCudaAllocator(device=device))
-    out.append(CudnnFind())
     if options.get("compiled"):
         out.append(InductorCudaMetrics())
+    else:
+        out.append(CudnnFind())
     use_cupy = options.get("cupy")
     if use_cupy or (use_cupy is None and "cupy" in sys.modules):
         out.append(Cupy())
