@@ -231,6 +231,7 @@ def attribute_pass(
     calibration: Calibration | None = None,
     steady_faults: float = 0.0,
     evidence: dict[str, str] | None = None,
+    inferred: list[dict] | None = None,
 ) -> PassAttribution:
     """Attribute one recorded pass (the span named `pass:<pass_name>`) to causes."""
     calibration = calibration or Calibration()
@@ -307,6 +308,14 @@ def attribute_pass(
             p.count += d
             mod = _module_of(mod_span)
             p.by_module[mod] = p.by_module.get(mod, 0.0) + ns
+
+    # Figures no span brackets (a clock ramp inferred from clock samples), added as given.
+    for e in inferred or []:
+        p = part(e["cause"], e["source"], e.get("evidence", "inferred"))
+        p.ns += e["ms"] * 1e6
+        p.count += int(e.get("count", 1))
+        mod = e.get("module", "")
+        p.by_module[mod] = p.by_module.get(mod, 0.0) + e["ms"] * 1e6
 
     result.parts = sorted(parts.values(), key=lambda p: -p.ns)
     return result

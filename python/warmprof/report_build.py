@@ -29,7 +29,10 @@ def _spans(att: PassAttribution, pass_name: str) -> list[Span]:
         return []
     t0 = att.spans[0].start_ns
     out = []
-    for s in att.spans[:MAX_SPANS]:
+    # Cause spans, passes and modules; other structure spans (every CUDA kernel launch) would
+    # swamp the timeline and say nothing about causes.
+    kept = [s for s in att.spans if s.cause != 0 or s.name.startswith(("module:", "pass:"))]
+    for s in kept[:MAX_SPANS]:
         mod = s.name[len("module:"):] if s.name.startswith("module:") else ""
         out.append(Span(pass_=pass_name, name=s.name, cause=CAUSE_NAMES.get(s.cause, ""), source=source_of(s.name),
                         module=mod, start_ms=(s.start_ns - t0) / 1e6, dur_ms=max(0, s.dur_ns) / 1e6,

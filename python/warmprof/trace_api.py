@@ -230,8 +230,11 @@ def trace(
     stats = steady_stats(steady_ms)
     calibration = Calibration(fault_cost_ns=cal["fault_cost_ns"], thread_start_ns=cal["thread_start_ns"])
     steady_fault_median = sorted(steady_faults)[len(steady_faults) // 2] if steady_faults else 0
-    first = attribute_pass(timeline, "first", calibration=calibration, steady_faults=steady_fault_median)
-    rerun = attribute_pass(timeline, "seen_rerun", calibration=calibration, steady_faults=steady_fault_median)
+    first, rerun = (
+        attribute_pass(timeline, name, calibration=calibration, steady_faults=steady_fault_median,
+                       inferred=[e for i in instruments for e in i.inferred(name)])
+        for name in ("first", "seen_rerun")
+    )
     summary = summarize(first.pass_ms, stats["median"], stats["noise_band"], first.attributed_ms)
     return build_report(
         model=label or type(getattr(model, "_orig_mod", model)).__name__,

@@ -131,3 +131,12 @@ def test_steady_stats_band_and_median():
     assert st["p10"] <= st["median"] <= st["p90"]
     assert st["noise_band"] >= st["p90"] - st["p10"] - 1e-9
     assert steady_stats([])["n"] == 0
+
+
+def test_extra_inferred_figures_are_added_as_given():
+    tl = TL().span(STRUCTURE, "pass:first", 0, 100).build()
+    att = attribute_pass(tl, "first", inferred=[{"cause": "clock_ramp", "source": "clock:nvml", "ms": 3.0,
+                                              "evidence": "inferred"}])
+    (p,) = att.parts
+    assert (p.cause, p.source, p.evidence) == ("clock_ramp", "clock:nvml", "inferred")
+    assert p.ms == pytest.approx(3.0)

@@ -38,6 +38,10 @@ class Instrument:
     def end_pass(self, name: str) -> None:
         """Called by the trace at the end of each instrumented pass, after the device sync."""
 
+    def inferred(self, pass_name: str) -> list[dict[str, Any]]:
+        """Figures not bracketed by spans (a clock ramp): [{"cause", "source", "ms", "evidence"}]."""
+        return []
+
     def summary(self) -> dict[str, Any]:
         out: dict[str, Any] = {"active": self.available}
         if self.reason:

@@ -204,6 +204,14 @@ class ClockRamp(Instrument):
         with self._lock:
             return [s for s in self._samples if t0 <= s[0] <= t1]
 
+    def inferred(self, pass_name: str) -> list[dict[str, Any]]:
+        if self.reason:
+            return []
+        ms = self.summary().get("passes", {}).get(pass_name, {}).get("inferred_ms", 0.0)
+        if ms <= 0:
+            return []
+        return [{"cause": "clock_ramp", "source": f"clock:{self._source}", "ms": ms, "evidence": "inferred"}]
+
     def summary(self) -> dict[str, Any]:
         out = super().summary()
         if self.reason:

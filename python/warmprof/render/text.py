@@ -16,14 +16,14 @@ def _ms(v: float) -> str:
 
 
 def _platform_line(p: dict[str, Any]) -> str:
-    keys = ("gpu", "cpu", "os", "python", "torch", "cuda", "jetson_model")
+    keys = ("jetson", "power_mode", "gpu", "cpu", "cpu_count", "os", "python", "torch", "cuda_runtime", "cuda_driver")
     parts = []
     for k in keys:
         v = p.get(k)
         if isinstance(v, dict):
             v = v.get("name") or v.get("model")
         if v:
-            parts.append(f"{k} {v}")
+            parts.append(f"{k.replace('_', ' ')} {v}")
     return ", ".join(parts) or "unknown platform"
 
 
