@@ -5,6 +5,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cmath>
+
 #include "backends/cuda_events.h"
 #include "backends/cupti.h"
 #include "backends/metal.h"
@@ -31,7 +33,11 @@ inline bool arg_index(PyObject* o, unsigned long limit, const char* what, unsign
   unsigned long v = PyLong_AsUnsignedLong(o);
   if (v == (unsigned long)-1 && PyErr_Occurred()) {
     PyErr_Clear();
-    PyErr_Format(PyExc_ValueError, "%s must be a non-negative int", what);
+    if (PyObject_RichCompareBool(o, Py_False, Py_GT) == 1) {  // positive but past unsigned long
+      PyErr_Format(PyExc_ValueError, "%s out of range (must be < %lu)", what, limit);
+    } else {
+      PyErr_Format(PyExc_ValueError, "%s must be a non-negative int", what);
+    }
     return false;
   }
   if (v >= limit) {
@@ -55,8 +61,12 @@ inline bool cause_and_name(PyObject* const* args, Py_ssize_t nargs, Py_ssize_t w
                            Py_ssize_t want_max, const char* fn, unsigned long* cause,
                            unsigned long* name) {
   if (nargs < want_min || nargs > want_max) {
-    PyErr_Format(PyExc_TypeError, "%s() takes %zd to %zd arguments (%zd given)", fn, want_min,
-                 want_max, nargs);
+    if (want_min == want_max) {
+      PyErr_Format(PyExc_TypeError, "%s() takes exactly %zd arguments (%zd given)", fn, want_min, nargs);
+    } else {
+      PyErr_Format(PyExc_TypeError, "%s() takes %zd to %zd arguments (%zd given)", fn, want_min,
+                   want_max, nargs);
+    }
     return false;
   }
   return arg_index(args[0], kNumCauses, "cause", cause) &&
@@ -116,7 +126,11 @@ PyObject* fast_sample_host(PyObject*, PyObject* const*, Py_ssize_t nargs) {
   Py_RETURN_NONE;
 }
 
-PyObject* fast_now_ticks(PyObject*, PyObject* const*, Py_ssize_t) {
+PyObject* fast_now_ticks(PyObject*, PyObject* const*, Py_ssize_t nargs) {
+  if (nargs != 0) {
+    PyErr_SetString(PyExc_TypeError, "now_ticks() takes no arguments");
+    return nullptr;
+  }
   return PyLong_FromUnsignedLongLong(clock::ticks());
 }
 
@@ -219,6 +233,9 @@ PYBIND11_MODULE(_native, m) {
      "Append a record with an explicit timestamp (instruments that learn times after the fact).");
   m.def("cpp_span_cost_ns", [](uint32_t name, int iterations) {
     check_positive(iterations, "iterations");
+    if (recorder::enabled()) throw py::value_error("cpp_span_cost_ns cannot run while a recording is active");
+    if (recorder::capacity() < 2) throw py::value_error("cpp_span_cost_ns needs a capacity of at least 2 records");
+    if (name >= recorder::g_name_count.load()) throw py::value_error("unknown name id");
     return recorder::cpp_span_cost_ns(name, iterations);
   }, py::arg("name"), py::arg("iterations"), "Mean ns of one begin+end pair recorded from C++.");
 
@@ -231,6 +248,7 @@ PYBIND11_MODULE(_native, m) {
     d["samples"] = c.samples;
     d["spread"] = c.spread;
     d["invariant_tsc"] = clock::invariant_tsc();
+    d["refined"] = c.source_refined;
     return d;
   });
   m.def("now_ns", [] { return clock::monotonic_ns(); }, "CLOCK_MONOTONIC in ns.");
@@ -247,8 +265,17 @@ PYBIND11_MODULE(_native, m) {
     d["spread"] = c.spread;
     return d;
   }, py::arg("pairs"), py::arg("duration_ms"), "A fresh calibration (does not replace the cached one).");
-  m.def("_median", &clock::median, py::arg("values"), "The clock calibration's median (for tests).");
-  m.def("_percentile", &clock::percentile, py::arg("values"), py::arg("q"));
+  m.def("_median", [](std::vector<double> values) {
+    for (double v : values)
+      if (std::isnan(v)) throw py::value_error("values must not contain NaN");
+    return clock::median(std::move(values));
+  }, py::arg("values"), "The clock calibration's median (for tests).");
+  m.def("_percentile", [](std::vector<double> values, double q) {
+    if (!(q >= 0.0 && q <= 1.0)) throw py::value_error("q must be within [0, 1]");
+    for (double v : values)
+      if (std::isnan(v)) throw py::value_error("values must not contain NaN");
+    return clock::percentile(std::move(values), q);
+  }, py::arg("values"), py::arg("q"));
 
   // Host counters and calibration probes.
   m.def("faults", [] {

@@ -24,6 +24,8 @@ bool g_use_tsc = invariant_tsc();
 
 double percentile(std::vector<double> values, double q) {
   if (values.empty()) return 0.0;
+  if (!(q >= 0.0)) q = 0.0;  // also NaN
+  if (q > 1.0) q = 1.0;
   std::sort(values.begin(), values.end(), [](double x, double y) { return x < y; });
   double pos = q * double(values.size() - 1);
   size_t lo = size_t(std::floor(pos));
@@ -102,9 +104,29 @@ Calibration calibrate(int pairs, double duration_ms) {
   return cal;
 }
 
-const Calibration& calibration() {
+namespace {
+Calibration& mutable_calibration() {
   static Calibration cal = calibrate(41, 20.0);
   return cal;
+}
+}  // namespace
+
+const Calibration& calibration() { return mutable_calibration(); }
+
+// The 20 ms start-up slope can be off by ~1e-4 on a loaded machine. Once the process has lived
+// longer, one tight (tick, ns) pair against the start-up anchor gives a slope whose error is the
+// read jitter divided by the whole lifetime. Called at recorder start(), so a recording converts
+// with one calibration throughout. It runs before recording is enabled; a concurrent cold
+// ticks_to_ns() on another thread may read the old or the new slope (an aligned 8-byte double).
+void refine() {
+  Calibration& c = mutable_calibration();
+  if (c.samples == 0) return;
+  Pair p = read_pair();
+  const double dns = p.ns - double(c.ns0);
+  const double dt = p.tick - double(c.tick0);
+  if (dns < 200e6 || dt <= 0) return;  // under 200 ms: the start-up median is better
+  c.ns_per_tick = dns / dt;
+  c.source_refined = true;
 }
 
 int64_t to_ns(uint64_t tick) {

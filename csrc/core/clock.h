@@ -37,15 +37,17 @@ struct Calibration {
   int samples = 0;
   double spread = 0.0;  // (p90 - p10) / median of the per-sample slopes
   const char* source = "clock_gettime";
+  bool source_refined = false;  // slope re-taken against the start-up anchor (refine())
 };
 
 // Median of values (copied; NaN-free input expected). Uses a strict weak order
 // comparator on doubles, not an int-truncating one. Empty input -> 0.
 double median(std::vector<double> values);
-double percentile(std::vector<double> values, double q);
+double percentile(std::vector<double> values, double q);  // q clamped to [0, 1]
 
 // Calibrates once (about `duration_ms` of spinning) and caches the result.
 const Calibration& calibration();
+void refine();  // re-take the slope over the process lifetime (cold; called at recorder start)
 Calibration calibrate(int pairs, double duration_ms);
 int64_t to_ns(uint64_t tick);
 uint64_t from_ns(int64_t ns);

@@ -80,6 +80,8 @@ void set_capacity(size_t n) {
   g_capacity = n;
   // Buffers already made keep their size until their thread exits; new and reused
   // buffers of a different size are re-made here so the setting takes effect.
+  // Called only between recordings (the binding refuses otherwise): records of the last
+  // recording that were not drained are discarded with their buffer.
   for (auto& b : g_buffers) {
     if (b->capacity != n && !g_enabled.load()) {
       std::free(b->records);
@@ -100,7 +102,7 @@ void start() {
     std::lock_guard<std::mutex> lock(g_mu);
     g_generation.fetch_add(1, std::memory_order_acq_rel);
   }
-  (void)clock::calibration();
+  clock::refine();
   register_thread();  // the starting thread's buffer is ready before the first record
   g_enabled.store(true, std::memory_order_release);
 }
@@ -143,10 +145,15 @@ Drained drain() {
 }
 
 double cpp_span_cost_ns(uint32_t name, int iterations) {
-  if (iterations <= 0) return 0.0;
-  const bool was_enabled = enabled();
-  if (!was_enabled) start();
+  // Runs in a recording of its own (it reuses this thread's buffer); the binding refuses to run
+  // it while a recording is active, and a buffer under 2 records cannot hold a span.
+  if (iterations <= 0 || enabled()) return 0.0;
+  start();
   ThreadBuffer* tb = this_thread_buffer();
+  if (tb->capacity < 2) {
+    stop();
+    return 0.0;
+  }
   int done = 0;
   uint64_t t0 = clock::monotonic_ns();
   while (done < iterations) {
@@ -165,7 +172,7 @@ double cpp_span_cost_ns(uint32_t name, int iterations) {
   }
   uint64_t t1 = clock::monotonic_ns();
   tb->count.store(0);
-  if (!was_enabled) stop();
+  stop();
   return double(t1 - t0) / double(iterations);
 }
 

@@ -33,6 +33,7 @@ class _Calibration(TypedDict):
 
 class _ClockInfo(_Calibration):
     invariant_tsc: bool
+    refined: bool  # slope re-taken over the process lifetime at a recording's start
 
 class _FaultCost(TypedDict):
     ns_per_fault: float
@@ -134,5 +135,20 @@ def cupti_classify(domain: int, cbid: int) -> int:
     """Cause id for a CUPTI (domain, callback id), or -1 when ignored."""
 
 def cupti_callback_name(domain: int, cbid: int) -> str: ...
-def _cupti_inject(domain: int, cbid: int, enter: bool, ticks: int, value: int = 0) -> None:
+def _cupti_inject(
+    domain: int, cbid: int, enter: bool, ticks: int, value: int = 0, failed: bool = False
+) -> None:
     """Test-only: deliver a synthetic CUPTI callback through the real handler."""
+
+# CUDA events (driver API): failures raise RuntimeError with the reason.
+def cuda_event_record(stream: int = 0) -> int:
+    """Record a pooled CUDA event on `stream` (a CUstream as an int; 0 = default); its slot id."""
+
+def cuda_event_elapsed_ms(start: int, end: int) -> float:
+    """GPU milliseconds between two recorded slots (waits for `end`)."""
+
+def cuda_events_release() -> None:
+    """Return every CUDA event slot to the pool (the events are kept for reuse)."""
+
+def cuda_events_pool_size() -> int:
+    """CUDA events created so far."""

@@ -1,0 +1,55 @@
+"""backends(): one entry per backend, and an unavailable backend says why instead of failing."""
+
+import ctypes
+import sys
+
+import pytest
+
+import warmprof
+from warmprof import _native
+
+BACKENDS = {"cupti", "cuda_events", "metal"}
+
+
+def _has_libcuda() -> bool:
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return False
+    return True
+
+
+def test_backends_dict_shape():
+    report = warmprof.backends()
+    assert set(report) == BACKENDS
+    for name, entry in report.items():
+        assert set(entry) == {"compiled", "available", "reason"}, name
+        assert isinstance(entry["compiled"], bool) and isinstance(entry["available"], bool)
+        assert isinstance(entry["reason"], str)
+        # The reason is empty exactly when the backend is available; available implies compiled.
+        assert (entry["reason"] == "") == entry["available"], name
+        assert entry["compiled"] or not entry["available"], name
+
+
+def test_public_backends_is_the_native_report_as_a_copy():
+    report = warmprof.backends()
+    assert report == _native.backends()
+    report["cupti"]["available"] = "changed"
+    assert warmprof.backends()["cupti"]["available"] != "changed"
+
+
+@pytest.mark.skipif(_has_libcuda(), reason="libcuda.so.1 is present on this machine")
+@pytest.mark.parametrize("name", ["cupti", "cuda_events"])
+def test_cuda_backends_without_a_driver_explain_why(name):
+    # Compiled or stubbed, a CUDA backend on a driverless machine is off and says why
+    # (test_cupti_without_driver.py covers the compiled build's calls in detail).
+    entry = warmprof.backends()[name]
+    assert entry["available"] is False
+    assert entry["reason"].strip()
+
+
+@pytest.mark.skipif(sys.platform == "darwin", reason="Metal is real on Apple platforms")
+def test_metal_is_a_stub_off_apple():
+    entry = warmprof.backends()["metal"]
+    assert entry == {"compiled": False, "available": False, "reason": entry["reason"]}
+    assert entry["reason"].strip()

@@ -1,0 +1,109 @@
+"""python/warmprof/_native.pyi and the built module name the same things with the same parameters."""
+
+import ast
+import inspect
+import re
+from pathlib import Path
+
+import pytest
+
+from warmprof import _native
+
+STUB = Path(__file__).resolve().parents[2] / "python" / "warmprof" / "_native.pyi"
+# Set by the import machinery, not by the module: never stubbed.
+IMPORT_ATTRS = {"__doc__", "__file__", "__loader__", "__name__", "__package__", "__spec__"}
+
+
+def _stub_tree() -> ast.Module:
+    return ast.parse(STUB.read_text(), filename=str(STUB))
+
+
+def _stub_functions() -> dict[str, ast.FunctionDef]:
+    return {n.name: n for n in _stub_tree().body if isinstance(n, ast.FunctionDef)}
+
+
+def _stub_names() -> set[str]:
+    names = set()
+    for node in _stub_tree().body:
+        if isinstance(node, ast.FunctionDef):
+            names.add(node.name)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+        elif isinstance(node, ast.Assign):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+    return names
+
+
+def _module_names() -> set[str]:
+    return set(dir(_native)) - IMPORT_ATTRS
+
+
+def _split_top_level(params: str) -> list[str]:
+    """Splits "a: x[int, int], b: int = 0" on the commas outside brackets."""
+    parts, depth, current = [], 0, ""
+    for ch in params:
+        if ch in "[(":
+            depth += 1
+        elif ch in "])":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append(current.strip())
+            current = ""
+        else:
+            current += ch
+    if current.strip():
+        parts.append(current.strip())
+    return parts
+
+
+def _module_signature(name: str) -> list[tuple[str, bool]]:
+    """(parameter, has default) from the signature line both pybind11 and the fast methods write first."""
+    doc = getattr(_native, name).__doc__ or ""
+    match = re.match(rf"{re.escape(name)}\((.*)\) ->", doc.lstrip().splitlines()[0] if doc.strip() else "")
+    assert match, f"_native.{name} has no signature line in its docstring: {doc!r}"
+    params = []
+    for part in _split_top_level(match.group(1)):
+        head = part.split("=", 1)
+        params.append((head[0].split(":", 1)[0].strip(), len(head) == 2))
+    return params
+
+
+def _stub_signature(fn: ast.FunctionDef) -> list[tuple[str, bool]]:
+    args = fn.args
+    positional = args.posonlyargs + args.args
+    first_default = len(positional) - len(args.defaults)
+    return [(a.arg, i >= first_default) for i, a in enumerate(positional)]
+
+
+def test_stub_names_equal_module_names():
+    stub, module = _stub_names(), _module_names()
+    assert not module - stub, f"in the module but not in _native.pyi: {sorted(module - stub)}"
+    assert not stub - module, f"in _native.pyi but not in the module: {sorted(stub - module)}"
+
+
+def test_stub_only_classes_are_private_type_helpers():
+    for node in _stub_tree().body:
+        if isinstance(node, ast.ClassDef):
+            assert node.name.startswith("_") and not hasattr(_native, node.name), node.name
+
+
+@pytest.mark.parametrize("name", sorted(n for n in _module_names() if callable(getattr(_native, n))))
+def test_stub_parameters_match_the_module(name):
+    fn = _stub_functions()[name]
+    assert _stub_signature(fn) == _module_signature(name)
+    assert fn.returns is not None, f"{name} has no return annotation in the stub"
+    assert all(a.annotation is not None for a in fn.args.posonlyargs + fn.args.args), name
+
+
+def test_fast_methods_are_positional_only_in_the_stub():
+    functions = _stub_functions()
+    for name in ("begin", "end", "instant", "counter"):
+        assert inspect.isbuiltin(getattr(_native, name))
+        assert functions[name].args.posonlyargs and not functions[name].args.args, name
+
+
+def test_stub_constants_have_the_module_types():
+    for node in _stub_tree().body:
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            value = getattr(_native, node.target.id)
+            assert type(value).__name__ == ast.unparse(node.annotation), node.target.id
