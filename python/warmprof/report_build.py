@@ -20,7 +20,7 @@ def _entries(att: PassAttribution, excess_ms: float) -> list[CauseEntry]:
     return [
         CauseEntry(cause=p.cause, ms=p.ms, share=max(0.0, p.ms / denom) if denom > 0 else 0.0,
                    evidence=p.evidence, source=p.source, module=p.top_module, count=p.count)
-        for p in att.parts if p.ns > 0
+        for p in att.parts if p.ns >= 1000  # under a microsecond: nothing to report
     ]
 
 

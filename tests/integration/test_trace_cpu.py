@@ -133,4 +133,6 @@ def test_compiled_model_jit_is_top_and_matches_torch_own_figure():
     assert not [c for c in r.seen_rerun_causes if c.cause == "jit_compile"]
     sources = {c.source for c in r.causes if c.cause == "jit_compile"}
     assert "torch.compile/dynamo" in sources
+    dynamo_ms = sum(c.ms for c in r.causes if c.source == "torch.compile/dynamo")
+    assert dynamo_ms > 0.5 * sum(c.ms for c in r.causes if c.source == "torch.compile")  # phases nest in the span
     assert abs(r.unattributed_ms) <= max(0.10 * r.excess_ms, r.noise_band_ms)

@@ -116,9 +116,11 @@ class TorchCompile(Instrument):
         cause, name = _trigger_cause(args)
         sample_host()
         nid = name_id(name)
-        with self._lock:
-            self._open[threading.get_ident()] = (cause, name, now_ns(), self._snapshot())
+        snap = self._snapshot()
         begin(cause, nid)
+        # Phases are laid from here: at or after the parent's begin, so they nest inside it.
+        with self._lock:
+            self._open[threading.get_ident()] = (cause, name, now_ns(), snap)
 
     def _on_end(self, *args: Any) -> None:
         with self._lock:
