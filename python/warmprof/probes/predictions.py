@@ -45,7 +45,7 @@ def p2(ops: dict[str, list[ShapeRow]]) -> Prediction:
         vs_steady = statistics.median(r.seen_rerun_ms / r.steady_ms for r in rows
                                       if r.seen_rerun_ms is not None and r.steady_ms > 0)
         holds = holds and med <= CACHED_FRACTION
-        parts.append(f"{op} {med:.2g}x of first ({vs_steady:.2g}x steady)")
+        parts.append(f"{op} {med:.2g}x of first ({_x(vs_steady)} steady)")
     return Prediction("P2", CLAIMS["P2"], holds,
                       f"seen re-run, median (cached <= {CACHED_FRACTION:g}x of first): " + ", ".join(parts))
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..report.probe import KEYS, VERDICTS
+from ..report.probe import KEYS, VERDICTS  # noqa: F401 (VERDICTS re-exported for callers)
 
 PAYS_RATIO = 10.0  # the study's "first >> steady": more than 10x (P1, P3)
 CACHED_FRACTION = 0.25  # a seen re-run keeping at most this share of the first call's excess is cached (P2)
@@ -89,24 +89,33 @@ def is_cached(t: Timing, bands: RowBands) -> bool | None:
     return rerun_excess <= max(CACHED_FRACTION * t.excess_ms, bands.launch_hi_ms)
 
 
-def op_keying(first_shape_pays: bool, later_shapes_pay: list[bool]) -> str:
-    """What an op's first-shape tax is keyed on, from whether later new shapes of the warmed op pay.
+def pay_rank(t: Timing, bands: RowBands) -> int:
+    """0: no tax above the launch band; 1: a tax in the allocation band; 2: in the compile band."""
+    if not pays(t, bands):
+        return 0
+    return 2 if band_of(t.excess_ms, bands) == "compile" else 1
 
-    "shape": most later new shapes pay again; "op": only the op's first shape paid (a one-time load);
-    "none": nothing paid.
+
+def _most(flags: list[bool]) -> bool:
+    return bool(flags) and sum(flags) * 2 >= len(flags)
+
+
+def op_keying(first_rank: int, later_ranks: list[int]) -> str:
+    """What an op's first-shape tax is keyed on, from the pay ranks of later new shapes of the warmed op.
+
+    "shape": most later shapes pay again, in the same band as the first or above; "op": the first
+    shape's tax does not come back at new shapes (a one-time load); "none": nothing paid.
     """
-    if later_shapes_pay and sum(later_shapes_pay) * 2 >= len(later_shapes_pay):
-        return "shape"
-    if first_shape_pays:
-        return "op"
-    return "shape" if any(later_shapes_pay) else "none"
+    if first_rank == 0:
+        return "shape" if _most([r > 0 for r in later_ranks]) else "none"
+    return "shape" if _most([r >= first_rank for r in later_ranks]) else "op"
 
 
-def size_keying(a_pays: bool, b_pays: bool) -> str:
-    """Two never-seen shapes of equal output size, A first: B paying again means keyed on shape."""
-    if b_pays:
+def size_keying(a_rank: int, b_rank: int) -> str:
+    """Two never-seen shapes of equal output size, A run first: B paying as much again means keyed on shape."""
+    if b_rank > 0 and b_rank >= a_rank:
         return "shape"
-    if a_pays:
+    if a_rank > 0:
         return "size"
     return "none"
 
@@ -114,20 +123,21 @@ def size_keying(a_pays: bool, b_pays: bool) -> str:
 def verdict(t: Timing, bands: RowBands, keyed: str) -> tuple[str, list[str]]:
     """The verdict for one op and shape, with the evidence behind it.
 
-    keyed: what this row's tax is keyed on ("shape": a new shape of an already-warmed op, or the op's
-    first shape when later shapes pay too; "op": the op's first shape and later shapes do not pay;
-    "size": a matched-size partner did not pay again; "none": nothing of this op paid).
+    keyed: what the op's pattern says this row's tax is keyed on ("shape": most new shapes of the op
+    pay, or both shapes of a matched-size pair do; "op": the op's first shape paid and its later new
+    shapes did not; "size": the matched-size partner did not pay again; "none": no pattern, so a lone
+    tax in the compile band is not called).
     """
     if keyed not in KEYS:
         raise ValueError(f"unknown keying {keyed!r}")
-    ev = [f"first {t.first_ms:.3g} ms vs steady {t.steady_ms:.3g} ms (p10-p90 {t.steady_p10_ms:.3g}-"
-          f"{t.steady_p90_ms:.3g}); excess {t.excess_ms:.3g} ms"]
+    ev = [f"first {_n(t.first_ms)} ms vs steady {_n(t.steady_ms)} ms (p10-p90 {_n(t.steady_p10_ms)}-"
+          f"{_n(t.steady_p90_ms)}); excess {_n(t.excess_ms)} ms"]
     if too_noisy(t):
-        ev.append(f"steady spread {t.spread_ms:.3g} ms exceeds its median and the excess does not clear "
+        ev.append(f"steady spread {_n(t.spread_ms)} ms exceeds its median and the excess does not clear "
                   f"{NOISE_WIDTHS:g} spreads: too noisy to call")
         return "too noisy", ev
     if not has_tax(t):
-        ev.append(f"excess within the noise floor {noise_floor_ms(t):.3g} ms: no first-call tax")
+        ev.append(f"excess within the noise floor {_n(noise_floor_ms(t))} ms: no first-call tax")
         return "none", ev
     band = band_of(t.excess_ms, bands)
     ev.append(_band_sentence(band, t.excess_ms, bands))
@@ -137,26 +147,35 @@ def verdict(t: Timing, bands: RowBands, keyed: str) -> tuple[str, list[str]]:
     if cached is not None:
         rerun = t.seen_rerun_ms or 0.0
         share = rerun / t.first_ms if t.first_ms > 0 else 0.0
-        ev.append(f"seen re-run {rerun:.3g} ms = {share:.2g}x of first: " + ("cached" if cached else "paid again"))
+        ev.append(f"seen re-run {_n(rerun)} ms = {share:.2g}x of first: " + ("cached" if cached else "paid again"))
     if keyed == "size":
         ev.append("a different shape of the same output size did not pay again: keyed on size")
         return "allocation", ev
     if keyed == "op" and cached is not False:
-        ev.append("new shapes of the warmed op did not pay: keyed on the op (a one-time load)")
+        ev.append("new shapes of the warmed op did not pay this much again: keyed on the op (a one-time load)")
         return "one-time load", ev
     if band == "allocation":
         return "allocation", ev
     if cached is False:
         ev.append("above the allocation band yet not cached: a recurring cold-call cost, not a compile")
         return "recurring", ev
-    ev.append("paid at every new shape: keyed on shape" if keyed == "shape" else "keying not established")
-    return ("compile" if keyed == "shape" else "one-time load"), ev
+    if keyed == "shape":
+        ev.append("the op's new shapes pay again: keyed on shape")
+        return "compile", ev
+    ev.append("an isolated tax: the op's other new shapes did not pay, and one call cannot tell a compile "
+              "from a scheduling stall")
+    return "too noisy", ev
+
+
+def _n(v: float) -> str:
+    """A figure for evidence text: three significant digits, no exponent for large values."""
+    return f"{v:.0f}" if abs(v) >= 1000 else f"{v:.3g}"
 
 
 def _band_sentence(band: str, excess_ms: float, bands: RowBands) -> str:
     if band == "launch":
-        return f"excess {excess_ms:.3g} ms within the launch band (<= {bands.launch_hi_ms:.3g} ms)"
+        return f"excess {_n(excess_ms)} ms within the launch band (<= {_n(bands.launch_hi_ms)} ms)"
     if band == "allocation":
-        return (f"excess {excess_ms:.3g} ms in the allocation band ({bands.launch_hi_ms:.3g}-"
-                f"{bands.alloc_hi_ms:.3g} ms at this output size)")
-    return f"excess {excess_ms:.3g} ms above the allocation band ({bands.alloc_hi_ms:.3g} ms): compile band"
+        return (f"excess {_n(excess_ms)} ms in the allocation band ({_n(bands.launch_hi_ms)}-"
+                f"{_n(bands.alloc_hi_ms)} ms at this op size)")
+    return f"excess {_n(excess_ms)} ms above the allocation band ({_n(bands.alloc_hi_ms)} ms): compile band"

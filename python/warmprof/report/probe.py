@@ -33,10 +33,11 @@ class ShapeRow:
     steady_p90_ms: float
     ratio: float  # first_ms / steady_ms
     seen_rerun_ms: float | None
-    alloc_hi_ms: float  # the allocation band's upper limit at this output size
+    alloc_hi_ms: float  # the allocation band's upper limit at this op's size (alloc_bytes)
     keyed: str
     verdict: str
     evidence: list[str] = field(default_factory=list)
+    alloc_bytes: int = 0  # the bytes the allocation band was sized on (inputs + output)
 
     @property
     def rerun_share(self) -> float | None:
@@ -56,7 +57,7 @@ class ShapeRow:
         if not self.shape or any(not isinstance(d, int) or isinstance(d, bool) or d <= 0 for d in self.shape):
             raise ReportError(f"{where}: shape {self.shape!r} is not a list of positive integers")
         for name in ("first_ms", "steady_ms", "steady_p10_ms", "steady_p90_ms", "seen_rerun_ms", "alloc_hi_ms",
-                     "output_bytes"):
+                     "output_bytes", "alloc_bytes"):
             non_negative(getattr(self, name), f"{where} {name}")
         if not self.steady_p10_ms <= self.steady_ms <= self.steady_p90_ms:
             raise ReportError(f"{where}: steady median {self.steady_ms} outside p10-p90 "
@@ -88,7 +89,7 @@ class Prediction:
 class ProbeReport(ReportBase):
     """A probe report. JSON field names are a public contract.
 
-    bands: {"launch": {"lo_ms", "hi_ms", "how"}, "allocation": {"lo_ms", "hi_ms", "how", "by_output_bytes"},
+    bands: {"launch": {"lo_ms", "hi_ms", "how"}, "allocation": {"lo_ms", "hi_ms", "how", "by_bytes"},
             "compile": {"lo_ms", "hi_ms": null, "how"}}
     shape_vs_size: [{"op", "output_elems", "shape_a", "shape_b", "a_ratio", "b_ratio", "a_pays", "b_pays", "keyed"}]
     bucketing: {"K", "B", "lengths", "buckets", "d", "counter", "distinct": {"compiles", "wall_ms"},

@@ -1,0 +1,143 @@
+"""warmprof.probe: calibrate bands, run the op experiments and the bucketing sweep, judge, report."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+import sys
+from typing import Any, Callable, Iterator
+
+from .. import _native
+from ..errors import InputError
+from ..platform import fingerprint
+from ..report.probe import ProbeReport
+from . import bands as bands_mod
+from . import bucketing, experiments
+from . import ops as O
+from .backends import open_backend
+from .judge import judge
+from .predictions import predictions
+
+
+def probe(
+    ops: Any = O.OPS,
+    *,
+    device: str = "cpu",
+    backend: str = "eager",
+    K: int = 20,
+    B: int = 4,
+    shapes_per_op: int = 4,
+    steady_calls: int = 20,
+    rerun_rounds: int = 3,
+    dtype: str = "float32",
+    threads: int | None = None,
+    cold_cache: bool = True,
+    progress: Any = True,
+) -> ProbeReport:
+    """Probe a backend's first-call behaviour at never-seen shapes; returns a ProbeReport.
+
+    device: cpu, cuda, cuda:N or mps. backend: eager (torch), compile (torch.compile with static
+    shapes, cpu or cuda) or cupy (cuda). K distinct lengths are bucketed into B buckets.
+    threads: torch.set_num_threads for the probe (restored after). cold_cache: fresh, empty compile
+    caches (inductor/Triton or CuPy) for every experiment. progress: True (lines on stderr), False or a
+    callable taking one line. The compile backend resets dynamo before each experiment and at the end,
+    so compiled functions of the calling process recompile on their next call.
+    """
+    names = O.parse_ops(ops)
+    _check_int("shapes_per_op", shapes_per_op, 2, O.MAX_SHAPES_PER_OP)
+    _check_int("steady_calls", steady_calls, 5, 10_000)
+    _check_int("rerun_rounds", rerun_rounds, 1, 100)
+    _check_int("K", K, 2, 1_000)
+    _check_int("B", B, 1, K)
+    if threads is not None:
+        _check_int("threads", threads, 1, 4096)
+    say = _progress_printer(progress)
+    start_ns = _native.now_ns()
+    load_before = _loadavg()
+    be = open_backend(device, backend, dtype, cold_cache)
+    say(f"probing {be.describe()}: {', '.join(names)}; K={K}, B={B}")
+    with be, _threads(threads):
+        raw = experiments.plan(names, shapes_per_op, be.element_size)
+        bands = bands_mod.calibrate(be, [r.alloc_bytes for r in raw], say)
+        stall = be.thread_stall_note()
+        experiments.run(be, raw, steady_calls, rerun_rounds, say)
+        sweep = bucketing.run(be, K, B, say)
+        cache = be.cache_note()
+        threads_used = _torch_threads()
+    rows, pairs, summary = judge(raw, {b: bands.for_row(b) for b in bands.alloc_ms_by_bytes})
+    wall_s = (_native.now_ns() - start_ns) / 1e9
+    load = {"before": load_before, "after": _loadavg(), "cpus": os.cpu_count() or 0}
+    return ProbeReport(
+        device=device, backend=backend, dtype=dtype, platform=fingerprint(), bands=bands.to_report(), ops=rows,
+        shape_vs_size=pairs, bucketing=sweep, predictions=predictions(rows, pairs, sweep), op_summary=summary,
+        protocol={
+            "what": be.describe(), "steady_calls": steady_calls, "warm_calls": 2, "rerun_rounds": rerun_rounds,
+            "shapes_per_op": shapes_per_op, "timer": "native CLOCK_MONOTONIC (warmprof._native.now_ns)",
+            "sync": _sync_note(be), "compile_cache": cache, "threads": threads_used, "load_average": load,
+            "runtime_warmup": "a 1M-element add and the 1-element add of the launch band ran before any probe",
+        },
+        notes=_notes(be, load) + ([stall] if stall else []), wall_s=wall_s, warmprof_version=_native.__version__,
+        created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    )
+
+
+def _check_int(name: str, value: Any, lo: int, hi: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise InputError(f"{name} must be an integer from {lo} to {hi}, got {value!r}")
+
+
+def _progress_printer(progress: Any) -> Callable[[str], None]:
+    if progress is True:
+        return lambda msg: print(f"warmprof probe: {msg}", file=sys.stderr, flush=True)
+    if callable(progress):
+        return progress
+    return lambda msg: None
+
+
+@contextlib.contextmanager
+def _threads(n: int | None) -> Iterator[None]:
+    if n is None:
+        yield
+        return
+    import torch
+
+    old = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+def _torch_threads() -> int | None:
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch.get_num_threads()
+
+
+def _loadavg() -> list[float] | None:
+    try:
+        return [round(v, 2) for v in os.getloadavg()]
+    except OSError:
+        return None
+
+
+def _sync_note(be: Any) -> str:
+    return {"cpu": "none needed (cpu)", "cuda": "device synchronize around every timed call",
+            "mps": "torch.mps.synchronize() around every timed call"}[be.device_type]
+
+
+def _notes(be: Any, load: dict[str, Any]) -> list[str]:
+    notes = []
+    cpus = load["cpus"] or 1
+    busiest = max((load["before"] or [0.0])[0], (load["after"] or [0.0])[0])
+    if busiest > cpus:
+        notes.append(f"load average {busiest:.1f} on {cpus} CPUs: other work competed for the cores, so single "
+                     "calls may carry scheduling stalls; rows whose steady spread is too wide say so")
+    if be.name == "compile":
+        notes.append("compile counts are dynamo's own (unique_graphs); each experiment starts from "
+                     "torch._dynamo.reset() and " + be.cache_note())
+    return notes

@@ -1,0 +1,145 @@
+"""Text renderer for a probe report: bands, first-vs-steady per shape, per-op medians, shape vs size,
+bucketing, predictions, and one evidence line per op and verdict."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .base import Renderer
+
+
+def _ms(v: float | None) -> str:
+    if v is None:
+        return "-"
+    if abs(v) >= 1000:
+        return f"{v / 1000:.2f} s"
+    if abs(v) >= 10:
+        return f"{v:.1f}"
+    if abs(v) >= 0.1:
+        return f"{v:.3f}"
+    return f"{v:.4f}"
+
+
+def _dur(v: float) -> str:
+    return f"{v / 1000:.2f} s" if v >= 1000 else f"{v:.3g} ms"
+
+
+def _x(v: float | None) -> str:
+    if v is None:
+        return "-"
+    return f"{v:.0f}x" if v >= 10 else f"{v:.2g}x"
+
+
+def table(headers: list[str], rows: list[list[str]], right: set[int] = frozenset()) -> list[str]:
+    """A plain aligned table; columns in `right` are right-aligned."""
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+
+    def line(cells: list[str]) -> str:
+        return "  " + "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
+    return [line(headers), line(["-" * w for w in widths])] + [line(r) for r in rows]
+
+
+class ProbeTextRenderer(Renderer):
+    extension = ".txt"
+
+    def render(self, report: Any) -> str:
+        r = report
+        out: list[str] = []
+        out.append(f"warmprof probe: {r.protocol.get('what') or r.backend + ' on ' + r.device} ({r.dtype})")
+        plat = ", ".join(f"{k} {v}" for k, v in r.platform.items() if isinstance(v, (str, int, float)) and v)
+        out.append(f"  platform: {plat or 'unknown'}")
+        load = r.protocol.get("load_average") or {}
+        if load.get("before"):
+            out.append(f"  threads {r.protocol.get('threads')}, load average {load['before'][0]:.1f} -> "
+                       f"{(load.get('after') or load['before'])[0]:.1f} on {load.get('cpus')} CPUs; "
+                       f"compile cache: {r.protocol.get('compile_cache', '-')}")
+        out.append(f"  {r.protocol.get('steady_calls', '?')} steady calls per shape, seen-shape re-run = median of "
+                   f"{r.protocol.get('rerun_rounds', '?')} rounds; whole probe {r.wall_s:.1f} s")
+        out += ["", "Bands (calibrated on this machine, this run)"] + self._bands(r.bands)
+        out += ["", "First call vs steady at never-seen shapes (ms)"] + self._rows(r)
+        out += ["", "Per op (median over the new shapes)"] + self._summary(r)
+        out += ["", "Shape vs size (two never-seen shapes of equal output size)"] + self._pairs(r)
+        out += ["", f"Bucketing: {r.bucketing.get('op', 'matmul')}"] + self._bucketing(r.bucketing)
+        out += ["", "Predictions"] + self._predictions(r)
+        out += ["", "Evidence (one line per op and verdict)"] + self._evidence(r)
+        if r.notes:
+            out += ["", "Notes"] + [f"  - {n}" for n in r.notes]
+        return "\n".join(out) + "\n"
+
+    def _bands(self, bands: dict[str, Any]) -> list[str]:
+        alloc_his = [v["hi_ms"] for v in bands["allocation"].get("by_bytes", {}).values()]
+        by_size = (f"{_ms(min(alloc_his))}..{_ms(max(alloc_his))} by op size" if len(set(alloc_his)) > 1
+                   else _ms(bands["allocation"]["hi_ms"]))
+        rows = [["launch", f"{_ms(bands['launch']['lo_ms'])} - {_ms(bands['launch']['hi_ms'])}"],
+                ["allocation", f"{_ms(bands['allocation']['lo_ms'])} - {by_size}"],
+                ["compile", f"above {by_size}"]]
+        lines = table(["band", "excess over steady (ms)"], rows)
+        lines += [f"  {name}: {bands[name].get('how', '')}" for name in ("launch", "allocation", "compile")]
+        first = bands["launch"].get("trivial_first_ms")
+        if first is not None:
+            lines.append(f"  (the trivial op's own first call, the runtime's warm-up on this backend: {_dur(first)})")
+        return lines
+
+    def _rows(self, r: Any) -> list[str]:
+        rows = []
+        for op, shape_rows in r.ops.items():
+            for s in shape_rows:
+                rows.append([op, s.label, s.role.replace("_", " "), _ms(s.first_ms), _ms(s.steady_ms), _x(s.ratio),
+                             _ms(s.seen_rerun_ms), _x(s.rerun_share), _ms(s.alloc_hi_ms), s.verdict])
+        return table(["op", "shape", "role", "first", "steady", "ratio", "re-run", "re-run/first", "alloc band <=",
+                      "verdict"], rows, right={3, 4, 5, 6, 7, 8})
+
+    def _summary(self, r: Any) -> list[str]:
+        rows = []
+        for op, s in r.op_summary.items():
+            verdicts = ", ".join(f"{v} {n}" for v, n in sorted(s.get("verdicts", {}).items(), key=lambda kv: -kv[1]))
+            rows.append([op, _x(s["median_ratio"]), f"{_x(s['min_ratio'])}-{_x(s['max_ratio'])}",
+                         _ms(s["first_median_ms"]), _ms(s["steady_median_ms"]), _x(s.get("rerun_share_median")),
+                         s.get("keyed", "-"), verdicts])
+        return table(["op", "first/steady", "range", "first ms", "steady ms", "re-run/first", "keyed on", "verdicts"],
+                     rows, right={1, 2, 3, 4, 5})
+
+    def _pairs(self, r: Any) -> list[str]:
+        if not r.shape_vs_size:
+            return ["  (no matched-size pairs probed)"]
+        rows = [[p["op"], str(p.get("output_elems", "")), p["shape_a"], _ms(p.get("a_first_ms")),
+                 f"{_x(p['a_ratio'])} {'pays' if p['a_pays'] else 'free'}", p["shape_b"], _ms(p.get("b_first_ms")),
+                 f"{_x(p['b_ratio'])} {'pays' if p['b_pays'] else 'free'}", p["keyed"]] for p in r.shape_vs_size]
+        return table(["op", "output elems", "shape A", "A first", "A first/steady", "shape B", "B first", "B first/steady",
+                      "keyed on"], rows, right={1, 3, 4, 6, 7})
+
+    def _bucketing(self, b: dict[str, Any]) -> list[str]:
+        K, B = b["K"], b["B"]
+        rows = [[f"{K} distinct lengths", str(K), _count(b["distinct"]), _ms(b["distinct"]["wall_ms"])],
+                [f"padded to {B} buckets", str(B), _count(b["bucketed"]), _ms(b["bucketed"]["wall_ms"])]]
+        if b.get("default_dynamic"):
+            rows.append([f"{K} lengths, dynamo defaults (automatic dynamic)", str(K), _count(b["default_dynamic"]),
+                         _ms(b["default_dynamic"]["wall_ms"])])
+        lines = table(["run", "distinct shapes", "compiles", "wall ms"], rows, right={1, 2, 3})
+        if b.get("buckets"):
+            lines.append(f"  buckets {b['buckets']}; lengths {b.get('lengths', [])[0]}..{b.get('lengths', [])[-1]}")
+        lines.append(f"  compiles counted by {b.get('counter', '?')}")
+        return lines
+
+    def _predictions(self, r: Any) -> list[str]:
+        lines = []
+        for p in r.predictions:
+            lines.append(f"  {p.id}  {'holds' if p.holds else 'FAILS'}  {p.claim}")
+            lines.append(f"            {p.figure}")
+        return lines
+
+    def _evidence(self, r: Any) -> list[str]:
+        lines = []
+        for op, shape_rows in r.ops.items():
+            seen: set[str] = set()
+            for s in shape_rows:
+                if s.verdict in seen:
+                    continue
+                seen.add(s.verdict)
+                lines.append(f"  {op} {s.label}: {s.verdict}: " + "; ".join(s.evidence))
+        return lines
+
+
+def _count(run: dict[str, Any]) -> str:
+    return "-" if run.get("compiles") is None else str(run["compiles"])
