@@ -21,6 +21,7 @@ class Instrument:
     def __init__(self) -> None:
         self.reason: str = ""  # non-empty: not available, with why
         self.notes: list[str] = []
+        self.current_pass: str = ""  # the pass being run, kept by mark_pass
 
     @property
     def available(self) -> bool:
@@ -33,7 +34,11 @@ class Instrument:
         return None
 
     def mark_pass(self, name: str) -> None:
-        """Called by the trace at the start of each instrumented pass ("first", "seen_rerun")."""
+        """Called by the trace at the start of each instrumented pass ("first", "seen_rerun").
+
+        Overrides call super().mark_pass(name) first, so current_pass is always the running pass.
+        """
+        self.current_pass = name
 
     def end_pass(self, name: str) -> None:
         """Called by the trace at the end of each instrumented pass, after the device sync."""

@@ -186,6 +186,7 @@ class ClockRamp(Instrument):
             self._reader = None
 
     def mark_pass(self, name: str) -> None:
+        super().mark_pass(name)
         if not self.reason:
             self.sample()
             self._windows[name] = [self._clock(), 0]

@@ -76,6 +76,7 @@ class Cupti(Instrument):
             self.subscribed = False
 
     def mark_pass(self, name: str) -> None:
+        super().mark_pass(name)
         if self.subscribed:
             self._open[name] = _native.cupti_stats()
 
@@ -146,6 +147,7 @@ class CudaEvents(Instrument):
         self._start.clear()
 
     def mark_pass(self, name: str) -> None:
+        super().mark_pass(name)
         if self.reason:
             return
         slot = self._record()

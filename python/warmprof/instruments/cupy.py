@@ -35,7 +35,6 @@ class Cupy(Instrument):
         super().__init__()
         self.cache_misses: dict[str, int] = {}
         self.compiles: dict[str, int] = {}
-        self._pass = ""
         self._saved: list[tuple[str, Any]] = []
         self._depth = threading.local()
         self._mod = compiler_module
@@ -53,7 +52,7 @@ class Cupy(Instrument):
             self.reason = "this CuPy has none of the compile functions warmprof wraps"
 
     def _count(self, table: dict[str, int]) -> None:
-        table[self._pass] = table.get(self._pass, 0) + 1
+        table[self.current_pass] = table.get(self.current_pass, 0) + 1
 
     def _wrap(self, fn: Callable, span: str, table: dict[str, int], depth_key: str) -> Callable:
         nid = name_id(span)
@@ -95,9 +94,6 @@ class Cupy(Instrument):
         while self._saved:
             attr, original = self._saved.pop()
             setattr(self._mod, attr, original)
-
-    def mark_pass(self, name: str) -> None:
-        self._pass = name
 
     def summary(self) -> dict[str, Any]:
         out = super().summary()

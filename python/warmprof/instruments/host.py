@@ -26,6 +26,7 @@ class HostCounters(Instrument):
         counter(self._threads_id, _native.thread_count())
 
     def mark_pass(self, name: str) -> None:
+        super().mark_pass(name)
         self.sample()
         minor, major = _native.faults()
         self.samples[name] = {"minor_faults": minor, "major_faults": major, "rss_bytes": _native.rss_bytes(),

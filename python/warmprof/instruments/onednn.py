@@ -75,7 +75,6 @@ class OneDNN(Instrument):
         self._saved_fd: int | None = None
         self._tmp = None
         self._verbose = None
-        self._pass = ""
         self._pass_marks: list[tuple[str, int, int]] = []  # (pass, file offset at end, end ns)
         try:
             import torch
@@ -110,9 +109,6 @@ class OneDNN(Instrument):
             self._restore()
             raise
         return self
-
-    def mark_pass(self, name: str) -> None:
-        self._pass = name
 
     def end_pass(self, name: str) -> None:
         if self.reason or self._tmp is None:

@@ -90,7 +90,6 @@ class TorchCompile(Instrument):
         self.compiles: list[dict[str, Any]] = []
         self._open: dict[int, tuple[int, str, int, dict[str, int]]] = {}
         self._lock = threading.Lock()
-        self._pass = ""
         self._counters_before: dict[str, int] = {}
         self.cache: dict[str, int] = {}
         try:
@@ -132,7 +131,7 @@ class TorchCompile(Instrument):
         t1 = now_ns()
         sample_host()
         compile_id = str(getattr(args[0], "compile_id", "")) if args else ""
-        entry: dict[str, Any] = {"pass": self._pass, "compile_id": compile_id, "trigger": name,
+        entry: dict[str, Any] = {"pass": self.current_pass, "compile_id": compile_id, "trigger": name,
                                  "span_ms": (t1 - t0) / 1e6}
         if cause == JIT_COMPILE:
             totals = _metric_totals(self._utils.compilation_time_metrics, snap)
@@ -169,9 +168,6 @@ class TorchCompile(Instrument):
         metrics = self._utils.compilation_time_metrics
         self.torch_reported_ms = 1e3 * sum(
             sum(metrics.get(k, [])[self._whole_before.get(k, 0):]) for k in WHOLE)
-
-    def mark_pass(self, name: str) -> None:
-        self._pass = name
 
     def summary(self) -> dict[str, Any]:
         out = super().summary()

@@ -81,6 +81,7 @@ class TorchCudaAllocator(Instrument):
         return stats
 
     def mark_pass(self, name: str) -> None:
+        super().mark_pass(name)
         if not self.reason:
             self._before[name] = self._sample()
 
@@ -120,7 +121,6 @@ class CudnnFind(Instrument):
     def __init__(self, require_cuda: bool = True) -> None:
         super().__init__()
         self.finds: dict[str, int] = {}
-        self._pass = ""
         self._handles: list[Any] = []
         self._open = threading.local()
         self._require_cuda = require_cuda
@@ -152,7 +152,7 @@ class CudnnFind(Instrument):
         if stack is None:
             stack = self._open.modules = []
         stack.append(id(module))
-        self.finds[self._pass] = self.finds.get(self._pass, 0) + 1
+        self.finds[self.current_pass] = self.finds.get(self.current_pass, 0) + 1
         begin(ALGORITHM_SELECTION, self._nid)
 
     def _post(self, module: Any, args: tuple, output: Any) -> None:
@@ -176,9 +176,6 @@ class CudnnFind(Instrument):
         for h in self._handles:
             h.remove()
         self._handles.clear()
-
-    def mark_pass(self, name: str) -> None:
-        self._pass = name
 
     def summary(self) -> dict[str, Any]:
         out = super().summary()
@@ -229,6 +226,7 @@ class InductorCudaMetrics(Instrument):
             self._metrics = compilation_time_metrics
 
     def mark_pass(self, name: str) -> None:
+        super().mark_pass(name)
         if not self.reason:
             self._since[name] = {k: len(v) for k, v in self._metrics.items()}
 
