@@ -16,6 +16,7 @@ from typing import Any, Callable
 from . import _native
 from .attribution import Calibration, attribute_pass, steady_stats, summarize
 from .errors import InputError, ModelError, WarmprofError
+from .progress import progress_printer
 from .inputs import check_model, make_inputs, parse_device
 from .instruments.host import HostCounters
 from .instruments.modules import ModuleHooks
@@ -25,14 +26,6 @@ from .timeline import STRUCTURE, Recording, begin, end, name_id
 
 _traced_models: "weakref.WeakSet[Any]" = weakref.WeakSet()
 _calibration: dict[str, float] | None = None
-
-
-def _progress_printer(progress: Any) -> Callable[[str], None]:
-    if progress is True:
-        return lambda msg: print(f"warmprof: {msg}", file=sys.stderr, flush=True)
-    if callable(progress):
-        return progress
-    return lambda msg: None
 
 
 def calibrate() -> dict[str, float]:
@@ -177,7 +170,7 @@ def trace(
         import torch
     except ImportError:
         raise WarmprofError("warmprof.trace needs torch: pip install 'warmprof[torch]'") from None
-    say = _progress_printer(progress)
+    say = progress_printer(progress)
     check_model(model)
     dev = parse_device(device)
     min_steady, max_steady = (steady, steady) if isinstance(steady, int) else steady

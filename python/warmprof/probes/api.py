@@ -5,11 +5,11 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
-import sys
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 from .. import _native
 from ..errors import InputError
+from ..progress import progress_printer
 from ..platform import fingerprint
 from ..report.probe import ProbeReport
 from . import bands as bands_mod
@@ -52,7 +52,7 @@ def probe(
     _check_int("B", B, 1, K)
     if threads is not None:
         _check_int("threads", threads, 1, 4096)
-    say = _progress_printer(progress)
+    say = progress_printer(progress, "warmprof probe")
     start_ns = _native.now_ns()
     load_before = _loadavg()
     be = open_backend(device, backend, dtype, cold_cache)
@@ -85,14 +85,6 @@ def probe(
 def _check_int(name: str, value: Any, lo: int, hi: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
         raise InputError(f"{name} must be an integer from {lo} to {hi}, got {value!r}")
-
-
-def _progress_printer(progress: Any) -> Callable[[str], None]:
-    if progress is True:
-        return lambda msg: print(f"warmprof probe: {msg}", file=sys.stderr, flush=True)
-    if callable(progress):
-        return progress
-    return lambda msg: None
 
 
 @contextlib.contextmanager
