@@ -190,6 +190,12 @@ def bench_cpp_span(iterations: int, batches: int) -> Figure:
     return _figure([_native.cpp_span_cost_ns(nid, iterations) for _ in range(batches)])
 
 
+def bench_clock_pair(iterations: int, batches: int) -> Figure:
+    """Two raw reads of the hot-path clock in a C++ loop: what any span pays for its two timestamps."""
+    _native.clock_read_cost_ns(iterations)  # warm-up
+    return _figure([2 * _native.clock_read_cost_ns(iterations) for _ in range(batches)])
+
+
 # --- report -------------------------------------------------------------------------------------
 
 
@@ -201,6 +207,7 @@ ROWS = [
     ("record_function_profiler_ns", "torch record_function, profiler on"),
     ("cpp_span_ns", "warmprof begin/end (C++ loop)"),
     ("call_floor_ns", "reference: 2 empty C calls from Python"),
+    ("clock_pair_ns", "reference: 2 raw clock reads (C++ loop)"),
 ]
 
 
@@ -227,6 +234,21 @@ def _checks(results: dict[str, Figure | None]) -> list[tuple[str, bool]]:
         checks.append((f"record_function >= {TARGET_VS_RECORD_FUNCTION:.0f}x native", rf >= TARGET_VS_RECORD_FUNCTION * native))
     checks.append((f"C++ span median <= {TARGET_CPP_NS:.0f} ns", results["cpp_span_ns"].median <= TARGET_CPP_NS))
     return checks
+
+
+def _floor_note(results: dict[str, Figure | None]) -> str:
+    """What no span recorded from Python can go below on this machine, and the best ratio it allows.
+
+    A span from Python is at least two C calls (open, close) and two clock reads; both floors are
+    measured in this run, so the ceiling on 'x native' for the perf_counter pair is measured too.
+    """
+    floor = results["call_floor_ns"].median + results["clock_pair_ns"].median
+    native = results["native_span_ns"].median
+    pair = results["perf_counter_pair_ns"].median
+    return (f"floor for a span from Python here: 2 C calls + 2 clock reads = {floor:.1f} ns; "
+            f"warmprof's span is {native / floor:.2f}x that floor.\n"
+            f"so on this machine no span recorded from Python can be more than {pair / floor:.1f}x cheaper "
+            f"than the perf_counter pair (warmprof: {pair / native:.1f}x).")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -258,6 +280,7 @@ def main(argv: list[str] | None = None) -> int:
         "record_function_profiler_ns": None,
         "cpp_span_ns": bench_cpp_span(CPP_ITERATIONS // scale, batches),
         "call_floor_ns": bench_call_floor(n_native, batches, empty[n_native]),
+        "clock_pair_ns": bench_clock_pair(CPP_ITERATIONS // scale, batches),
     }
     if torch is not None:
         results["record_function_ns"] = bench_record_function(torch, n_rf, batches, empty[n_rf])
@@ -274,6 +297,8 @@ def main(argv: list[str] | None = None) -> int:
     print()
     for label, ok in _checks(results):
         print(f"  [{'ok' if ok else 'MISS'}] {label}")
+    print()
+    print(_floor_note(results))
 
     if args.json:
         payload = {key: (results[key].as_dict() if results[key] is not None else None) for key in JSON_KEYS}

@@ -251,6 +251,10 @@ PYBIND11_MODULE(_native, m) {
     d["refined"] = c.source_refined;
     return d;
   });
+  m.def("clock_read_cost_ns", [](int iterations) {
+    check_positive(iterations, "iterations");
+    return clock::read_cost_ns(iterations);
+  }, py::arg("iterations"), "Mean ns of one raw clock read (the hot-path clock) in a C++ loop.");
   m.def("now_ns", [] { return clock::monotonic_ns(); }, "CLOCK_MONOTONIC in ns.");
   m.def("ticks_to_ns", [](uint64_t t) { return clock::to_ns(t); }, py::arg("ticks"));
   m.def("ns_to_ticks", [](int64_t ns) { return clock::from_ns(ns); }, py::arg("ns"));

@@ -1,6 +1,7 @@
 #include "core/clock.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <mutex>
 #if defined(__x86_64__) || defined(__i386__)
@@ -109,38 +110,62 @@ Calibration& mutable_calibration() {
   static Calibration cal = calibrate(41, 20.0);
   return cal;
 }
+
+// The slope used for conversions. refine() may change it while another thread converts, so it
+// is read and written atomically (a relaxed load of an aligned double: a plain load on x86-64 and
+// aarch64). The Calibration's ns_per_tick field mirrors it for clock_info().
+std::atomic<double>& slope() {
+  static std::atomic<double> s{mutable_calibration().ns_per_tick};
+  return s;
+}
+std::mutex g_refine_mu;
 }  // namespace
 
 const Calibration& calibration() { return mutable_calibration(); }
 
 // The 20 ms start-up slope can be off by ~1e-4 on a loaded machine. Once the process has lived
 // longer, one tight (tick, ns) pair against the start-up anchor gives a slope whose error is the
-// read jitter divided by the whole lifetime. Called at recorder start(), so a recording converts
-// with one calibration throughout. It runs before recording is enabled; a concurrent cold
-// ticks_to_ns() on another thread may read the old or the new slope (an aligned 8-byte double).
+// read jitter divided by the whole lifetime. Called at recorder start(), before recording is
+// enabled, so a recording converts with one slope throughout. Concurrent start()s are serialized;
+// a conversion on another thread reads either the old or the new slope, never a torn one.
 void refine() {
+  std::lock_guard<std::mutex> lock(g_refine_mu);
   Calibration& c = mutable_calibration();
   if (c.samples == 0) return;
   Pair p = read_pair();
   const double dns = p.ns - double(c.ns0);
   const double dt = p.tick - double(c.tick0);
   if (dns < 200e6 || dt <= 0) return;  // under 200 ms: the start-up median is better
-  c.ns_per_tick = dns / dt;
+  const double s = dns / dt;
+  slope().store(s, std::memory_order_relaxed);
+  c.ns_per_tick = s;  // read only by clock_info(), on the Python thread that holds the GIL
   c.source_refined = true;
 }
 
 int64_t to_ns(uint64_t tick) {
   const Calibration& c = calibration();
   if (c.samples == 0) return int64_t(tick);
-  double d = (double(int64_t(tick - c.tick0))) * c.ns_per_tick;
+  double d = (double(int64_t(tick - c.tick0))) * slope().load(std::memory_order_relaxed);
   return int64_t(c.ns0) + int64_t(std::llround(d));
 }
 
 uint64_t from_ns(int64_t ns) {
   const Calibration& c = calibration();
   if (c.samples == 0) return uint64_t(ns);
-  double d = double(ns - int64_t(c.ns0)) / c.ns_per_tick;
+  double d = double(ns - int64_t(c.ns0)) / slope().load(std::memory_order_relaxed);
   return c.tick0 + uint64_t(int64_t(std::llround(d)));
+}
+
+// Mean ns of one ticks() read in a tight loop: the clock's share of every span's cost.
+double read_cost_ns(int iterations) {
+  if (iterations <= 0) return 0.0;
+  uint64_t sink = 0;
+  const uint64_t t0 = monotonic_ns();
+  for (int i = 0; i < iterations; ++i) sink += ticks();
+  const uint64_t t1 = monotonic_ns();
+  volatile uint64_t keep = sink;  // the reads must not be optimised away
+  (void)keep;
+  return double(t1 - t0) / double(iterations);
 }
 
 }  // namespace warmprof::clock

@@ -52,5 +52,6 @@ Calibration calibrate(int pairs, double duration_ms);
 int64_t to_ns(uint64_t tick);
 uint64_t from_ns(int64_t ns);
 bool invariant_tsc();
+double read_cost_ns(int iterations);  // mean ns of one ticks() read, tight loop
 
 }  // namespace warmprof::clock

@@ -97,6 +97,9 @@ def cpp_span_cost_ns(name: int, iterations: int) -> float:
 
 # Clock.
 def clock_info() -> _ClockInfo: ...
+def clock_read_cost_ns(iterations: int) -> float:
+    """Mean ns of one raw clock read (the hot-path clock) in a C++ loop."""
+
 def now_ns() -> int:
     """CLOCK_MONOTONIC in ns."""
 

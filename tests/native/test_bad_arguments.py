@@ -60,6 +60,7 @@ COLD_CASES = [
     (_native.calibrate_clock, (10, 0.0), ValueError, "duration_ms must be positive"),
     (_native.calibrate_clock, (10, float("nan")), ValueError, "duration_ms must be positive"),
     (_native.cpp_span_cost_ns, (NID, 0), ValueError, "iterations must be positive"),
+    (_native.clock_read_cost_ns, (0,), ValueError, "iterations must be positive"),
     (_native.cpp_span_cost_ns, (UNKNOWN, 10), ValueError, "unknown name id"),
     (_native.record_at, (4, 0, NID, 0, 1), ValueError, "kind must be 0..3"),
     (_native.record_at, (0, _native.NUM_CAUSES, NID, 0, 1), ValueError, "cause out of range"),
