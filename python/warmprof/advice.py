@@ -59,8 +59,9 @@ def advise(report: Any, share_floor: float = 0.1, max_causes: int = 3) -> list[s
             continue
         table = _ADVICE.get(cause, {})
         top_source = max(sources[cause], key=sources[cause].get)
-        for line in table.get(top_source, table.get("", [])):
-            lines.append(f"{cause} ({share:.0%} of the excess, mostly {top_source}): {line}")
+        for i, line in enumerate(table.get(top_source, table.get("", []))):
+            head = f"{cause} ({share:.0%} of the excess, mostly {top_source})" if i == 0 else f"{cause}, also"
+            lines.append(f"{head}: {line}")
     if report.excess_ms <= report.noise_band_ms:
         lines.append("The first pass is within the steady passes' noise: no warm-up needed for this shape.")
     return lines

@@ -80,3 +80,27 @@ def test_text_rendering_names_causes_evidence_and_advice():
     assert "jit_compile" in text and "measured" in text and "estimated" in text
     assert "unattributed" in text and "advice" in text
     assert any("torch.compile" in a for a in r.advice)
+
+
+def test_text_table_shows_long_sources_whole_and_tiny_causes_as_below_resolution():
+    long_source = "torch.compile/codegen_and_cxx_compile"
+    r = make_report(causes=[
+        CauseEntry("jit_compile", 79.997, 79.997 / 90, "measured", long_source, "M"),
+        CauseEntry("jit_compile", 0.003, 0.003 / 90, "measured", "torch.compile/dynamo", "M"),
+    ])
+    lines = str(r).splitlines()
+    row = next(line for line in lines if long_source in line)
+    assert row.split()[-1] == "M"  # the module column is not swallowed by the source
+    tiny = next(line for line in lines if "torch.compile/dynamo" in line)
+    assert "<0.01" in tiny and "0.00 " not in tiny
+    header = next(line for line in lines if line.strip().startswith("cause"))
+    assert header.index("where") == row.index(" M") + 1  # columns line up
+
+
+def test_advice_for_one_cause_names_its_share_once():
+    from warmprof.advice import advise
+
+    lines = advise(make_report())
+    compile_lines = [a for a in lines if a.startswith("jit_compile")]
+    assert len(compile_lines) == 2
+    assert "of the excess" in compile_lines[0] and "of the excess" not in compile_lines[1]

@@ -15,6 +15,13 @@ def _ms(v: float) -> str:
     return f"{v:.2f} ms"
 
 
+def _cause_ms(v: float) -> str:
+    """A cause's ms in the table: two decimals, and a visible '<0.01' rather than a misleading 0.00."""
+    if 0 < abs(v) < 0.005:
+        return "<0.01" if v > 0 else ">-0.01"
+    return f"{v:.2f}"
+
+
 def _platform_line(p: dict[str, Any]) -> str:
     keys = ("jetson", "power_mode", "gpu", "cpu", "cpu_count", "os", "python", "torch", "cuda_runtime", "cuda_driver")
     parts = []
@@ -45,19 +52,23 @@ class TraceTextRenderer(Renderer):
         ratio = r.first_pass_ms / r.steady_median_ms if r.steady_median_ms > 0 else float("inf")
         lines.append(f"  excess {_ms(r.excess_ms)} ({ratio:.1f}x steady); noise band {_ms(r.noise_band_ms)}")
         lines.append("")
-        lines.append(f"  {'cause':<20} {'ms':>10} {'share':>6}  {'evidence':<9} {'source':<34} where")
-        lines.append(f"  {'-' * 20} {'-' * 10} {'-' * 6}  {'-' * 9} {'-' * 34} {'-' * 20}")
-        for c in sorted(r.causes, key=lambda c: -c.ms):
-            count = f" x{c.count}" if c.count > 1 else ""
+        residual_source = "excess - attributed"
+        rows = [(c, c.source + (f" x{c.count}" if c.count > 1 else "")) for c in sorted(r.causes, key=lambda c: -c.ms)]
+        width = min(max([len(residual_source), 6] + [len(src) for _, src in rows]), 48)
+        lines.append(f"  {'cause':<20} {'ms':>10} {'share':>6}  {'evidence':<9} {'source':<{width}} where")
+        lines.append(f"  {'-' * 20} {'-' * 10} {'-' * 6}  {'-' * 9} {'-' * width} {'-' * 20}")
+        for c, src in rows:
+            if len(src) > width:
+                src = src[: width - 3] + "..."
             lines.append(
-                f"  {c.cause:<20} {c.ms:>10.2f} {c.share:>6.1%}  {c.evidence:<9} {(c.source + count)[:34]:<34} "
+                f"  {c.cause:<20} {_cause_ms(c.ms):>10} {c.share:>6.1%}  {c.evidence:<9} {src:<{width}} "
                 f"{c.module or '-'}"
             )
         within = "within" if abs(r.unattributed_ms) <= r.noise_band_ms else "outside"
         un_share = r.unattributed_ms / r.excess_ms if r.excess_ms > 0 else 0.0
         lines.append(
-            f"  {'unattributed':<20} {r.unattributed_ms:>10.2f} {un_share:>6.1%}  {'residual':<9} "
-            f"{'excess - attributed':<34} ({within} the noise band)"
+            f"  {'unattributed':<20} {_cause_ms(r.unattributed_ms):>10} {un_share:>6.1%}  {'residual':<9} "
+            f"{residual_source:<{width}} ({within} the noise band)"
         )
         if r.seen_rerun_causes:
             rerun = ", ".join(f"{c.cause}/{c.source} {_ms(c.ms)}" for c in r.seen_rerun_causes[:4])
