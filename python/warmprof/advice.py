@@ -43,7 +43,12 @@ _ADVICE = {
 
 
 def advise(report: Any, share_floor: float = 0.1, max_causes: int = 3) -> list[str]:
-    """Advice for the causes holding at least `share_floor` of the excess, largest first."""
+    """Advice for the causes holding at least `share_floor` of the excess, largest first.
+
+    A first pass within the steady passes' noise gets no cause advice: nothing there is
+    distinguishable from a steady pass, however the small figures split."""
+    if report.excess_ms <= report.noise_band_ms:
+        return ["The first pass is within the steady passes' noise: no warm-up needed for this shape."]
     totals: dict[str, float] = {}
     sources: dict[str, dict[str, float]] = {}
     for c in report.causes:
@@ -62,6 +67,4 @@ def advise(report: Any, share_floor: float = 0.1, max_causes: int = 3) -> list[s
         for i, line in enumerate(table.get(top_source, table.get("", []))):
             head = f"{cause} ({share:.0%} of the excess, mostly {top_source})" if i == 0 else f"{cause}, also"
             lines.append(f"{head}: {line}")
-    if report.excess_ms <= report.noise_band_ms:
-        lines.append("The first pass is within the steady passes' noise: no warm-up needed for this shape.")
     return lines

@@ -15,10 +15,12 @@ MAX_SPANS = 20000
 
 
 def _entries(att: PassAttribution, excess_ms: float) -> list[CauseEntry]:
-    attributed = att.attributed_ms
-    denom = max(excess_ms, attributed, 1e-12)
+    """One entry per cause part. share is the part's fraction of the excess; when the attributed
+    time exceeds the excess (noise), of the attributed time, so shares never sum past 1. With no
+    excess at all (the pass was no slower than steady) a share means nothing and is 0."""
+    denom = max(excess_ms, att.attributed_ms)
     return [
-        CauseEntry(cause=p.cause, ms=p.ms, share=max(0.0, p.ms / denom) if denom > 0 else 0.0,
+        CauseEntry(cause=p.cause, ms=p.ms, share=max(0.0, p.ms / denom) if excess_ms > 0 and denom > 0 else 0.0,
                    evidence=p.evidence, source=p.source, module=p.top_module, count=p.count)
         for p in att.parts if p.ns >= 1000  # under a microsecond: nothing to report
     ]
@@ -80,9 +82,9 @@ def build_report(*, model: str, shape, dtype: str, device: str, compile, first: 
         for mod, d in first.by_module().items()
     ]
     modules.sort(key=lambda m: -m["ms"])
+    # Only what was recorded: steady passes run uninstrumented, so they have no spans (renderers
+    # draw the steady median from steady_median_ms and label it as a median).
     spans = _spans(first, "first") + _spans(rerun, "seen_rerun")
-    spans.append(Span(pass_="steady", name="pass:steady", cause="", source="pass", module="", start_ms=0.0,
-                      dur_ms=stats["median"], depth=0))
     host = inst.get("host", {}).get("passes", {})
     report = Report(
         model=model, shape=shape, device=device, dtype=dtype, compile=compile,

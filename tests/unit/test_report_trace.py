@@ -104,3 +104,12 @@ def test_advice_for_one_cause_names_its_share_once():
     compile_lines = [a for a in lines if a.startswith("jit_compile")]
     assert len(compile_lines) == 2
     assert "of the excess" in compile_lines[0] and "of the excess" not in compile_lines[1]
+
+
+def test_a_first_pass_within_noise_gets_no_cause_advice():
+    from warmprof.advice import advise
+
+    r = make_report(first_pass_ms=10.2, excess_ms=0.2, noise_band_ms=1.0, unattributed_ms=0.1,
+                    causes=[CauseEntry("allocator_growth", 0.1, 0.5, "estimated", "host_faults", "M", count=3)])
+    lines = advise(r)
+    assert len(lines) == 1 and "within the steady passes' noise" in lines[0]
