@@ -80,10 +80,11 @@ def _cause_rows(section: str, report: Any) -> None:
     row(section, "excess_ms", report.excess_ms, note=f"unattributed {report.unattributed_ms:.2f} ms, "
                                                      f"noise band {report.noise_band_ms:.2f} ms")
     for cause, ms in sorted(report.by_cause().items(), key=lambda kv: -kv[1]):
-        row(section, f"first: {cause}", ms)
+        kinds = "+".join(sorted({c.evidence for c in report.causes if c.cause == cause}))
+        row(section, f"first: {cause}", ms, note=kinds)
     for c in report.seen_rerun_causes:
         if c.cause != "unattributed" and c.ms > 0.05:
-            row(section, f"seen_rerun: {c.cause}/{c.source}", c.ms)
+            row(section, f"seen_rerun: {c.cause}/{c.source}", c.ms, note=c.evidence)
     for name, inst in sorted(report.instruments.items()):
         if inst.get("reason"):
             row(section, f"instrument {name}", "off", note=inst["reason"])

@@ -58,6 +58,8 @@ def advise(report: Any, share_floor: float = 0.1, max_causes: int = 3) -> list[s
         base = c.source.split(":", 1)[0].split("/", 1)[0]
         sources.setdefault(c.cause, {})
         sources[c.cause][base] = sources[c.cause].get(base, 0.0) + c.ms
+    # Shares are of the excess, or of the attributed time when the causes add up to more (see report_build).
+    whole = "excess" if sum(c.ms for c in report.causes if c.cause != "unattributed") <= report.excess_ms else "attributed time"
     lines: list[str] = []
     for cause, share in sorted(totals.items(), key=lambda kv: -kv[1])[:max_causes]:
         if share < share_floor:
@@ -65,6 +67,6 @@ def advise(report: Any, share_floor: float = 0.1, max_causes: int = 3) -> list[s
         table = _ADVICE.get(cause, {})
         top_source = max(sources[cause], key=sources[cause].get)
         for i, line in enumerate(table.get(top_source, table.get("", []))):
-            head = f"{cause} ({share:.0%} of the excess, mostly {top_source})" if i == 0 else f"{cause}, also"
+            head = f"{cause} ({share:.0%} of the {whole}, mostly {top_source})" if i == 0 else f"{cause}, also"
             lines.append(f"{head}: {line}")
     return lines

@@ -15,7 +15,6 @@ from typing import Any
 
 from .errors import InputError, ReportError
 from .platform import describe_device
-from .render.compare_text import op_key
 from .report import SCHEMA_VERSION, ReportBase, load
 
 # Report settings that are part of the configuration being compared (shown when they differ).
@@ -34,6 +33,7 @@ class Cell:
     share: float | None = None  # of that report's excess (trace causes)
     steady_ms: float | None = None  # probe ops
     verdict: str = ""  # probe ops
+    evidence: str = ""  # trace causes: how the report knows, e.g. "measured" or "measured+estimated"
 
 
 @dataclass
@@ -145,24 +145,39 @@ def _by_largest_change(rows: list[Row], last: tuple[str, ...] = ()) -> list[Row]
 
 # -- trace reports ---------------------------------------------------------------------------
 def _cause_rows(reports: list[Any]) -> list[Row]:
-    """Per cause and report: its ms and share summed over the report's own entries."""
+    """Per cause and report: its ms and share summed over the report's own entries, and the kinds
+    of evidence summed ("measured+estimated" when a measured and an estimated entry were added)."""
     per_report: list[dict[str, Cell]] = []
     for r in reports:
         cells: dict[str, Cell] = {}
+        kinds: dict[str, set[str]] = {}
         for c in r.causes:
             cell = cells.setdefault(c.cause, Cell(0.0, 0.0))
             cell.ms += c.ms
             cell.share += c.share
+            kinds.setdefault(c.cause, set()).add(c.evidence)
+        for cause, cell in cells.items():
+            cell.evidence = "+".join(sorted(kinds[cause], key=_EVIDENCE_ORDER.index))
         if "unattributed" not in cells:  # the residual lives in its own field when not listed
             excess = r.excess_ms
-            cells["unattributed"] = Cell(r.unattributed_ms, r.unattributed_ms / excess if excess > 0 else 0.0)
+            cells["unattributed"] = Cell(r.unattributed_ms, r.unattributed_ms / excess if excess > 0 else 0.0,
+                                         evidence="residual")
         per_report.append(cells)
     order = list(dict.fromkeys(k for cells in per_report for k in cells))
     rows = [_row(cause, [cells.get(cause, Cell(0.0, 0.0)) for cells in per_report]) for cause in order]
     return _by_largest_change(rows, last=("unattributed",))
 
 
+_EVIDENCE_ORDER = ["measured", "estimated", "inferred", "residual"]
+
+
 # -- probe reports (read through to_dict, the probe report's JSON contract) ---------------------
+def op_key(row: dict[str, Any]) -> str:
+    """'matmul 64x64x64' for a probe report's op row: the key that lines rows up across reports."""
+    shape = row.get("label") or "x".join(str(d) for d in row.get("shape") or [])
+    return f"{row.get('op', '?')} {shape}".strip()
+
+
 def _op_list(d: dict[str, Any]) -> list[dict[str, Any]]:
     """The probe report's rows ({op: [rows]}) as one list, each row naming its op."""
     ops = d.get("ops") or {}

@@ -26,6 +26,17 @@ def _entries(att: PassAttribution, excess_ms: float) -> list[CauseEntry]:
     ]
 
 
+def overshoot_note(attributed_ms: float, excess_ms: float, noise_band_ms: float) -> str:
+    """When the causes add up to more than the excess, say so, and what the shares are then of."""
+    over = attributed_ms - excess_ms
+    if excess_ms <= 0 or over <= 0:
+        return ""
+    where = "outside" if over > noise_band_ms else "within"
+    why = " (an estimate is high, or the steady median is)" if where == "outside" else ""
+    return (f"the causes add up to {attributed_ms:.2f} ms, {over:.2f} ms more than the excess ({excess_ms:.2f} ms; "
+            f"{where} the noise band): shares are fractions of the attributed time, not of the excess{why}")
+
+
 def _spans(att: PassAttribution, pass_name: str) -> list[Span]:
     if not att.spans:
         return []
@@ -75,6 +86,9 @@ def build_report(*, model: str, shape, dtype: str, device: str, compile, first: 
         notes.append(f"{timeline.dropped} records dropped (recorder buffer full): figures may be low")
     if first.unmatched:
         notes.append(f"{first.unmatched} spans never closed in the first pass (closed at its end)")
+    overshoot = overshoot_note(summary.attributed_ms, summary.excess_ms, stats["noise_band"])
+    if overshoot:
+        notes.append(overshoot)
     if first.off_thread_ms > 0:
         notes.append(f"{first.off_thread_ms:.1f} ms of cause spans on other threads (overlapping the pass, not counted)")
     modules = [

@@ -309,3 +309,27 @@ def test_renderer_handles_many_reports():
     reports = [trace_report({"jit_compile": 1.0 + i}) for i in range(4)]
     text = CompareTextRenderer().render(compare(*reports))
     assert "D/A" in text and math.isfinite(compare(*reports).rows[0].change_ms)
+
+
+def test_cause_cells_say_how_each_report_knows():
+    a = trace_report({"jit_compile": 10.0, "allocator_growth": 2.0})
+    b = trace_report({"jit_compile": 8.0, "allocator_growth": 3.0})
+    for e in b.causes:
+        if e.cause == "allocator_growth":
+            e.evidence = "estimated"
+    b.causes.append(CauseEntry("jit_compile", 0.5, 0.0, "estimated", "other", "blocks.0"))
+    c = compare(a, b, labels=["a", "b"])
+    cells = {row.key: row.cells for row in c.rows}
+    assert [cell.evidence for cell in cells["allocator_growth"]] == ["measured", "estimated"]
+    assert [cell.evidence for cell in cells["jit_compile"]] == ["measured", "measured+estimated"]
+    assert [cell.evidence for cell in cells["unattributed"]] == ["residual", "residual"]
+    line = next(ln for ln in str(c).splitlines() if ln.strip().startswith("allocator_growth"))
+    assert "measured" in line and "estimated" in line
+    assert json.loads(c.to_json())["rows"][0]["cells"][0]["evidence"]
+
+
+def test_a_negative_residual_in_both_reports_is_not_called_new():
+    a = trace_report({"jit_compile": 10.0}, unattributed=-1.0)
+    c = compare(a, a, labels=["a", "b"])
+    line = next(ln for ln in str(c).splitlines() if ln.strip().startswith("unattributed"))
+    assert "new" not in line

@@ -43,7 +43,7 @@ def test_trace_report_is_a_stacked_bar_of_its_causes():
     words = texts(fig)
     assert "Jetson AGX Orin (MAXN)" in words  # the title names the device
     assert "time (ms)" in words and "first pass" in words and "steady (median)" in words
-    assert "JIT compile: 10.00 ms (16%)" in words and "runtime init: 50.00 ms (81%)" in words  # of 61.5 ms excess
+    assert "JIT compile: 10.00 ms (16%, measured)" in words and "runtime init: 50.00 ms (81%, measured)" in words  # of 61.5 ms excess
     first_bar = [p for p in fig.axes[0].patches if abs(p.get_y() + p.get_height() / 2) < 1e-9]
     assert sum(p.get_width() for p in first_bar) == pytest.approx(r.first_pass_ms)
 
@@ -98,3 +98,13 @@ def test_cli_png_exports(tmp_path, capsys):
     capsys.readouterr()
     assert main(["show", str(a), "--format", "png"]) == InputError.exit_code
     assert "-o FILE.png" in capsys.readouterr().err
+
+
+def test_causes_overshooting_the_first_pass_are_labelled_and_kept_in_view():
+    r = trace_report({"jit_compile": 10.0}, unattributed=-1.0)  # causes 10 ms, excess 9 ms
+    fig = png._trace_figure(Figure, r)
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.texts]
+    assert any(f"{r.first_pass_ms:.2f} ms (causes overshoot by 1.00 ms)" in t for t in labels)
+    first_bar = [p for p in ax.patches if abs(p.get_y() + p.get_height() / 2) < 1e-9]
+    assert ax.get_xlim()[1] > sum(p.get_width() for p in first_bar)

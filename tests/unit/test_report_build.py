@@ -30,3 +30,28 @@ def test_no_excess_means_no_share(excess):
 
 def test_parts_under_a_microsecond_are_left_out():
     assert [e.source for e in _entries(_att(5.0, 0.0005), excess_ms=10.0)] == ["src0"]
+
+
+def test_causes_overshooting_the_excess_are_noted_with_what_shares_then_mean():
+    from warmprof.report_build import overshoot_note
+
+    assert overshoot_note(4.0, 5.0, 0.5) == ""
+    assert overshoot_note(4.0, 0.0, 0.5) == ""  # no excess: shares are 0, nothing to explain
+    outside = overshoot_note(4.95, 3.21, 0.3)
+    assert "1.74 ms more than the excess" in outside and "outside the noise band" in outside
+    assert "fractions of the attributed time" in outside
+    assert "within the noise band" in overshoot_note(3.3, 3.21, 0.3)
+
+
+def test_advice_and_text_say_attributed_time_when_causes_overshoot():
+    from warmprof.advice import advise
+    from warmprof.report import CauseEntry, Report
+
+    r = Report(model="M", shape=[1, 8], device="cpu", first_pass_ms=13.21, seen_rerun_ms=10.1, steady_median_ms=10.0,
+               noise_band_ms=0.3, excess_ms=3.21, unattributed_ms=-1.74, attributed_ms=4.95,
+               causes=[CauseEntry("allocator_growth", 4.71, 4.71 / 4.95, "estimated", "host_faults", "M", count=900),
+                       CauseEntry("jit_compile", 0.24, 0.24 / 4.95, "measured", "onednn", "M")])
+    (line,) = [a for a in advise(r) if a.startswith("allocator_growth")]
+    assert "95% of the attributed time" in line
+    row = next(ln for ln in str(r).splitlines() if ln.strip().startswith("unattributed"))
+    assert "-1.74" in row and "%" not in row  # no share of a negative residual

@@ -34,12 +34,6 @@ class CompareTextRenderer(Renderer):
         return "\n".join(lines) + "\n"
 
 
-def op_key(row: dict[str, Any]) -> str:
-    """'matmul 64x64x64' for a probe report's op row."""
-    shape = row.get("label") or "x".join(str(d) for d in row.get("shape") or [])
-    return f"{row.get('op', '?')} {shape}".strip()
-
-
 def subject(report: Any) -> str:
     """What a report measured: 'DemoLM (1, 128) int64, compile=default', or 'op probes (eager, float32)'."""
     if getattr(report, "KIND", "") == "probe":
@@ -98,9 +92,9 @@ def fmt_share(share: float | None, ms: float | None) -> str:
 def fmt_ratio(ratio: float | None, ms: float | None, base: float | None) -> str:
     if ratio is not None:
         return "gone" if ratio == 0 and (base or 0) > 0 else f"x{ratio:.2f}"
-    if ms and (base is None or base <= 0):
+    if ms and ms > 0 and not base:  # absent or zero in the baseline, present here
         return "new"
-    return "-"
+    return "-"  # no ratio to a negative baseline (a residual below zero), or nothing on either side
 
 
 def _table(header: list[str], rows: list[list[str]], left: int = 1) -> list[str]:
@@ -134,12 +128,13 @@ def _summary_table(rows: list[Any], letters: list[str]) -> list[str]:
 def _cause_table(rows: list[Any], letters: list[str]) -> list[str]:
     header = ["cause (share of each excess)"]
     for i, letter in enumerate(letters):
-        header += [f"{letter} ms", "share"] + ([f"{letter}/{letters[0]}"] if i else [])
+        header += [f"{letter} ms", "share", "evidence"] + ([f"{letter}/{letters[0]}"] if i else [])
     body = []
     for row in rows:
         cells = [row.key]
         for i, cell in enumerate(row.cells):
-            cells += [fmt_ms(cell.ms), fmt_share(cell.share, cell.ms)] + _ratio_cols(row, i)
+            evidence = (cell.evidence or "-") if cell.ms else "-"
+            cells += [fmt_ms(cell.ms), fmt_share(cell.share, cell.ms), evidence] + _ratio_cols(row, i)
         body.append(cells)
     return _table(header, body)
 

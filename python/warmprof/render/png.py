@@ -77,6 +77,7 @@ def _trace_figure(Figure: Any, r: Any) -> Any:
     fig = Figure(figsize=(12, 4.6), layout="constrained")
     ax = fig.add_subplot()
     seen: set[str] = set()
+    widest = 0.0
     for y, (_, total_ms, segments) in enumerate(bars):
         left = 0.0
         for key, ms in segments:
@@ -85,16 +86,19 @@ def _trace_figure(Figure: Any, r: Any) -> Any:
             ax.barh(y, ms, left=left, color=STEADY_COLOR if key == "steady" else CAUSE_COLORS.get(key, "#aaaaaa"),
                     edgecolor="white", linewidth=0.6, hatch="//" if key == "unattributed" else None, label=label, height=0.6)
             left += ms
-        ax.text(left, y, f"  {total_ms:.2f} ms", va="center", fontsize=9)
+        over = left - total_ms
+        note = f" (causes overshoot by {over:.2f} ms)" if over > 1e-6 * max(total_ms, 1.0) else ""
+        ax.text(left, y, f"  {total_ms:.2f} ms{note}", va="center", fontsize=9)
+        widest = max(widest, left)
     ax.set_yticks(range(len(bars)), [name for name, _, _ in bars])
     ax.invert_yaxis()
     ax.set_xlabel("time (ms)")
-    ax.set_xlim(0, max(r.first_pass_ms, r.seen_rerun_ms, r.steady_median_ms, 1e-3) * 1.18)
+    ax.set_xlim(0, max(widest, r.first_pass_ms, r.seen_rerun_ms, r.steady_median_ms, 1e-3) * 1.3)
     ax.grid(axis="x", alpha=0.3)
     ax.set_axisbelow(True)
     ax.set_title(f"{subject(r)} on {device}\nfirst pass {r.first_pass_ms:.2f} ms vs steady {r.steady_median_ms:.2f} ms:"
                  f" {r.excess_ms:.2f} ms excess, split by cause", fontsize=11)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8.5, title="cause: ms (share of excess)",
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8.5, title="cause: ms (share of excess, evidence)",
               title_fontsize=8.5, frameon=False)  # beside the bars, never over them
     return fig
 
@@ -122,7 +126,8 @@ def _legend_entry(key: str, r: Any) -> str:
     if not any(c.cause == key for c in r.causes):
         return f"{_label(key)}: seen re-run only"
     share = sum(c.share for c in r.causes if c.cause == key)
-    return f"{_label(key)}: {r.cause_ms(key):.2f} ms ({share:.0%})"
+    kinds = sorted({c.evidence for c in r.causes if c.cause == key})
+    return f"{_label(key)}: {r.cause_ms(key):.2f} ms ({share:.0%}, {'+'.join(kinds)})"
 
 
 # -- a comparison: grouped bars ----------------------------------------------------------------

@@ -65,9 +65,10 @@ class TraceTextRenderer(Renderer):
                 f"{c.module or '-'}"
             )
         within = "within" if abs(r.unattributed_ms) <= r.noise_band_ms else "outside"
-        un_share = r.unattributed_ms / r.excess_ms if r.excess_ms > 0 else 0.0
+        # A share of a negative residual means nothing: the causes overshoot the excess (see notes).
+        un_share = f"{r.unattributed_ms / r.excess_ms:>6.1%}" if r.excess_ms > 0 and r.unattributed_ms >= 0 else f"{'-':>6}"
         lines.append(
-            f"  {'unattributed':<20} {_cause_ms(r.unattributed_ms):>10} {un_share:>6.1%}  {'residual':<9} "
+            f"  {'unattributed':<20} {_cause_ms(r.unattributed_ms):>10} {un_share}  {'residual':<9} "
             f"{residual_source:<{width}} ({within} the noise band)"
         )
         if r.seen_rerun_causes:
