@@ -101,13 +101,23 @@ def test_cuda_events_time_a_gpu_sleep():
     _native.cuda_events_release()
 
 
-def test_trace_on_cuda_reports_cuda_causes():
-    from warmprof.demo import demo_model
-
-    report = warmprof.trace(demo_model(), (1, 64), device="cuda", steady=5)
-    assert report.instruments["cupti"]["active"] or "another CUPTI subscriber" in report.instruments["cupti"]["reason"]
-    assert report.first_pass_ms > 0
+def test_trace_on_cuda_in_a_fresh_process_reports_cuda_one_time_causes(tmp_path):
+    """A cold process (the CLI's default): lazy kernel-module loading and the caching allocator's
+    first segments happen in the first pass, and CUPTI sees them."""
+    out = tmp_path / "cuda.json"
+    run = subprocess.run([sys.executable, "-m", "warmprof", "trace", "--demo", "--device", "cuda", "--steady", "5",
+                          "--json", str(out)], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    report = warmprof.load(out)
+    assert report.first_pass_ms > report.steady_median_ms > 0
+    assert not report.protocol["runtime_warm"], report.protocol["warm_reasons"]
     assert report.instruments["torch_cuda_allocator"]["active"]
+    cupti = report.instruments["cupti"]
+    if not cupti["active"]:
+        assert "another CUPTI subscriber" in cupti["reason"]
+        pytest.skip(f"CUPTI held by another subscriber: {cupti['reason']}")
+    cuda_causes = {c.cause for c in report.causes if c.ms > 0 and c.evidence == "measured"}
+    assert cuda_causes & {"runtime_init", "allocator_growth"}, [(c.cause, c.source, c.ms) for c in report.causes]
 
 
 def test_second_subscriber_is_reported_not_fatal():
@@ -127,4 +137,5 @@ def test_second_subscriber_is_reported_not_fatal():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     why = out.stdout.split("WHY:", 1)[1].strip()
-    assert why == "" or "another CUPTI subscriber" in why or "cupti" in why.lower()
+    # Either CUPTI lets a second subscriber in (newer CUPTI), or warmprof says who holds it.
+    assert why == "" or "another CUPTI subscriber" in why, why

@@ -68,6 +68,12 @@ def test_bad_options():
         warmprof.trace(lin())
 
 
-def test_all_errors_are_warmprof_errors():
-    for cls in (InputError, DeviceError, ModelError):
-        assert issubclass(cls, WarmprofError)
+def test_every_error_warmprof_defines_is_a_warmprof_error():
+    import inspect
+
+    from warmprof import errors
+
+    defined = [c for _, c in inspect.getmembers(errors, inspect.isclass)
+               if issubclass(c, BaseException) and c.__module__ == errors.__name__]
+    assert {InputError, DeviceError, ModelError} <= set(defined)
+    assert all(issubclass(c, WarmprofError) for c in defined), defined  # one except clause catches them all

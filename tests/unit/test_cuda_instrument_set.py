@@ -37,11 +37,14 @@ def test_options_select_instruments(monkeypatch):
 
 
 def test_every_instrument_follows_the_protocol():
-    for inst in cuda_instruments({"device": "cuda:0", "compiled": True, "cupy": True}):
-        assert isinstance(inst, Instrument)
-        assert isinstance(inst.summary(), dict)
-        for method in ("mark_pass", "end_pass", "__enter__", "__exit__"):
-            assert callable(getattr(inst, method))
+    instruments = cuda_instruments({"device": "cuda:0", "compiled": True, "cupy": True})
+    assert len({i.name for i in instruments}) == len(instruments)  # report["instruments"] is keyed by name
+    for inst in instruments:
+        assert isinstance(inst, Instrument) and inst.name and inst.name != Instrument.name
+        summary = inst.summary()
+        assert summary["active"] is inst.available
+        assert ("reason" in summary) is bool(inst.reason)  # an off instrument always says why
+        assert set(inst.span_evidence.values()) <= {"measured", "estimated", "inferred"}
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="covers a machine without CUDA")

@@ -9,7 +9,6 @@ import pytest
 from test_compare_api import probe_report, trace_report
 from warmprof.cli import main
 from warmprof.errors import ReportError
-from warmprof.report import Report
 
 
 def test_show_prints_the_trace_text_report(tmp_path, capsys):
@@ -17,12 +16,13 @@ def test_show_prints_the_trace_text_report(tmp_path, capsys):
     path = r.save(tmp_path / "r.json")
     assert main(["show", str(path)]) == 0
     out = capsys.readouterr().out
-    assert out.rstrip("\n") == str(Report.load(path)).rstrip("\n")
-    assert "jit_compile" in out and "runtime_init" in out
+    assert out.startswith("warmprof trace: demo_lm (1, 64) float32 on cpu, eager")
+    rows = {ln.split()[0]: ln.split() for ln in out.splitlines() if ln.strip().startswith(("jit_compile", "runtime_init"))}
+    assert rows["jit_compile"][1] == "3.00" and rows["runtime_init"][1] == "9.00"  # the file's own figures
+    assert rows["runtime_init"][2] == f"{9.0 / r.excess_ms:.1%}"
 
 
 def test_show_prints_the_probe_text_report(tmp_path, capsys):
-    pytest.importorskip("warmprof.render.probe_text", reason="the probe text renderer lands with the probe issue")
     path = probe_report().save(tmp_path / "p.json")
     assert main(["show", str(path)]) == 0
     assert "matmul" in capsys.readouterr().out

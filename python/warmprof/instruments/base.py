@@ -6,6 +6,7 @@ Rules every instrument keeps:
 - `reason` is set (and __enter__ does nothing) when the source is not available here; the report
   lists it, so a missing source is said, never silently dropped.
 - The trace calls mark_pass(name) before and end_pass(name) after each instrumented pass.
+- span_evidence names the sources whose spans are not a measurement of the cause alone.
 - summary() returns plain JSON data for report["instruments"][name] (counts, cache hits, notes);
   it may also put lines in `notes` for the text report.
 """
@@ -17,6 +18,9 @@ from typing import Any
 
 class Instrument:
     name = "instrument"
+    # Evidence of this instrument's spans, by span source, where it is not "measured" (the span
+    # brackets more than the cause, and the cause is read from a fingerprint): e.g. {"cudnn": "inferred"}.
+    span_evidence: dict[str, str] = {}
 
     def __init__(self) -> None:
         self.reason: str = ""  # non-empty: not available, with why

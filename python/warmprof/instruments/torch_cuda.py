@@ -109,13 +109,20 @@ def conv_key(module: Any, x: Any) -> tuple | None:
 
 
 class CudnnFind(Instrument):
-    """cuDNN find time per new convolution shape (cudnn.benchmark), as algorithm_selection spans.
+    """cuDNN find per new convolution shape (cudnn.benchmark), as algorithm_selection spans.
 
-    `require_cuda=False` lets the hooks run on CPU tensors (tests); keys seen once stay seen for
-    the process, as cuDNN's cache does.
+    The span is the host time of the convolution module's first call at a key warmprof has not
+    seen: with benchmark on, cuDNN runs its find synchronously inside that call, and the kernel's
+    own compute is asynchronous, so the call is mostly the find, but it also holds the launch and
+    any workspace allocation. The cause is read from that fingerprint, not from a hook inside
+    cuDNN: evidence `inferred`. Keys seen once stay seen for the process, as cuDNN's cache does;
+    a convolution that ran before the first trace in this process is not known to warmprof (the
+    report says when the runtime was already warm). `require_cuda=False` lets the hooks run on
+    CPU tensors (tests).
     """
 
     name = "cudnn_benchmark"
+    span_evidence = {"cudnn": "inferred"}
     _seen: set = set()  # process-wide, like cuDNN's benchmark cache
 
     def __init__(self, require_cuda: bool = True) -> None:
