@@ -90,6 +90,13 @@ def now_ns() -> int:
     return int(_native.now_ns())
 
 
+def counter_at(name: int, value: int, t_ns: int) -> bool:
+    """A counter sample taken earlier, at CLOCK_MONOTONIC time t_ns (a sampler thread's reading).
+
+    False when nothing is recording or the buffer is full (counted as dropped)."""
+    return bool(_native.record_at(COUNTER, STRUCTURE, name, int(value), _native.ns_to_ticks(int(t_ns))))
+
+
 @dataclass
 class Timeline:
     """Drained records, sorted by time. Arrays share one index."""

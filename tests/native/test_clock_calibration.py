@@ -154,3 +154,17 @@ def test_a_clock_read_costs_less_than_a_span_which_reads_it_twice():
     span = min(_native.cpp_span_cost_ns(nid, 20_000) for _ in range(5))
     assert read > 0
     assert read < span, (read, span)
+
+
+def test_a_counter_sampled_earlier_lands_at_its_own_time():
+    from warmprof import timeline
+
+    nid = timeline.name_id("test:late_counter")
+    assert timeline.counter_at(nid, 5, timeline.now_ns()) is False  # nothing recording
+    with Recording() as rec:
+        t = timeline.now_ns() - 1_000_000  # sampled 1 ms ago by some sampler thread
+        assert timeline.counter_at(nid, 1500, t)
+    tl = rec.drain()
+    (i,) = [i for i in range(len(tl)) if tl.name_of(i) == "test:late_counter"]
+    assert int(tl.kind[i]) == timeline.COUNTER and int(tl.value[i]) == 1500
+    assert abs(int(tl.ts_ns[i]) - t) < 1000  # the tick round trip keeps the time to well under a microsecond

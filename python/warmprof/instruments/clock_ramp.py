@@ -20,8 +20,7 @@ import re
 import threading
 from typing import Any, Callable
 
-from .. import _native
-from ..timeline import COUNTER, STRUCTURE, name_id, now_ns
+from ..timeline import counter_at, name_id, now_ns
 from .base import Instrument
 
 DEVFREQ_ROOT = "/sys/class/devfreq"
@@ -199,7 +198,7 @@ class ClockRamp(Instrument):
         window[1] = self._clock()
         nid = name_id("clock:sm_mhz")
         for t, mhz in self.samples_between(window[0], window[1]):
-            _native.record_at(COUNTER, STRUCTURE, nid, int(mhz), _native.ns_to_ticks(int(t)))
+            counter_at(nid, int(mhz), t)
 
     def samples_between(self, t0: int, t1: int) -> list[tuple[int, float]]:
         with self._lock:
