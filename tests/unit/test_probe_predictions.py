@@ -55,6 +55,9 @@ def test_p3_needs_both_shapes_of_every_pair_to_pay():
 def test_p4_with_a_counter_needs_exactly_K_and_B():
     assert p4(sweep(20, 4)).holds
     assert "5.0x less wall" in p4(sweep(20, 4)).figure
+    slower = sweep(0, 0)
+    slower["bucketed"]["wall_ms"] = 1875.0  # buckets that cost more wall (eager: nothing compiled)
+    assert "1.2x more wall" in p4(slower).figure and "less wall" not in p4(slower).figure
     assert not p4(sweep(20, 5)).holds
     assert not p4(sweep(2, 2)).holds  # automatic dynamic shapes: nothing left for buckets to collapse
 

@@ -69,7 +69,12 @@ def p4(b: dict[str, Any]) -> Prediction:
     else:  # inferred from call times: allow one miscount either way
         holds = distinct >= K - 1 and 0 < bucketed <= B + 1
     dw, bw = b["distinct"]["wall_ms"], b["bucketed"]["wall_ms"]
-    speedup = f", {dw / bw:.1f}x less wall" if bw > 0 else ""
+    if bw > 0 and dw >= bw:
+        speedup = f", {dw / bw:.1f}x less wall"
+    elif bw > 0 and dw > 0:
+        speedup = f", {bw / dw:.1f}x more wall"
+    else:
+        speedup = ""
     figure = (f"{K} distinct lengths -> {distinct} compiles ({_ms(dw)}); {B} buckets -> {bucketed} compiles "
               f"({_ms(bw)}{speedup}); counted by {b.get('counter', '?')}")
     return Prediction("P4", CLAIMS["P4"], holds, figure)

@@ -97,7 +97,9 @@ class ProbeTextRenderer(Renderer):
             rows.append([op, _x(s["median_ratio"]), f"{_x(s['min_ratio'])}-{_x(s['max_ratio'])}",
                          _ms(s["first_median_ms"]), _ms(s["steady_median_ms"]), _x(s.get("rerun_share_median")),
                          s.get("keyed", "-"), verdicts])
-        return table(["op", "first/steady", "range", "first ms", "steady ms", "re-run/first", "keyed on", "verdicts"],
+        # "first tax keyed on": whether the op's first-shape tax comes back at its later new shapes
+        # (shape) or not (op: a one-time load); the pairs table below asks a different question.
+        return table(["op", "first/steady", "range", "first ms", "steady ms", "re-run/first", "first tax keyed on", "verdicts"],
                      rows, right={1, 2, 3, 4, 5})
 
     def _pairs(self, r: Any) -> list[str]:
@@ -107,7 +109,7 @@ class ProbeTextRenderer(Renderer):
                  f"{_x(p['a_ratio'])} {'pays' if p['a_pays'] else 'free'}", p["shape_b"], _ms(p.get("b_first_ms")),
                  f"{_x(p['b_ratio'])} {'pays' if p['b_pays'] else 'free'}", p["keyed"]] for p in r.shape_vs_size]
         return table(["op", "output elems", "shape A", "A first", "A first/steady", "shape B", "B first", "B first/steady",
-                      "keyed on"], rows, right={1, 3, 4, 6, 7})
+                      "pair keyed on"], rows, right={1, 3, 4, 6, 7})
 
     def _bucketing(self, b: dict[str, Any]) -> list[str]:
         K, B = b["K"], b["B"]
