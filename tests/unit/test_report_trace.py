@@ -113,3 +113,13 @@ def test_a_first_pass_within_noise_gets_no_cause_advice():
                     causes=[CauseEntry("allocator_growth", 0.1, 0.5, "estimated", "host_faults", "M", count=3)])
     lines = advise(r)
     assert len(lines) == 1 and "within the steady passes' noise" in lines[0]
+
+
+def test_tiny_figures_are_printed_in_microseconds_not_as_zero():
+    r = make_report(first_pass_ms=0.5, seen_rerun_ms=0.031, steady_median_ms=0.03, noise_band_ms=0.004,
+                    steady_p10_ms=0.029, steady_p90_ms=0.033, steady_passes=50,
+                    excess_ms=0.47, unattributed_ms=0.07,
+                    causes=[CauseEntry("jit_compile", 0.4, 0.4 / 0.47, "measured", "onednn", "M")])
+    header = str(r).splitlines()[2]
+    assert "steady median 30.0 µs" in header and "0.00 ms" not in str(r)
+    assert "noise band 4.0 µs" in str(r)
