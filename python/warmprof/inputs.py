@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from .errors import DeviceError, InputError
+from .errors import DeviceError, InputError, WarmprofError
 
 _DTYPES = {
     "float32": "float32", "float": "float32", "fp32": "float32", "float16": "float16", "half": "float16",
@@ -98,7 +98,15 @@ def make_inputs(model: Any, shape: Any, dtype: Any, inputs: Any, device) -> tupl
     if inputs is not None:
         if shape is not None:
             raise InputError("give either shape or inputs, not both")
-        made = inputs() if callable(inputs) and not isinstance(inputs, torch.Tensor) else inputs
+        if callable(inputs) and not isinstance(inputs, torch.Tensor):
+            try:
+                made = inputs()
+            except WarmprofError:
+                raise
+            except Exception as e:
+                raise InputError(f"the inputs= callable raised: {type(e).__name__}: {e}") from e
+        else:
+            made = inputs
         args, kwargs = _as_call(made)
         return _to(args, device), {k: _to(v, device) for k, v in kwargs.items()}, "caller's inputs"
     if shape is None:
@@ -116,6 +124,11 @@ def make_inputs(model: Any, shape: Any, dtype: Any, inputs: Any, device) -> tupl
         desc = f"zeros{list(dims)} bool"
     else:
         high = vocab if vocab is not None else 100
+        top = torch.iinfo(dt).max
+        if high - 1 > top:
+            name = str(dt).removeprefix("torch.")
+            raise InputError(f"dtype {name} cannot hold token ids up to {high - 1} (the model's embedding has {high} "
+                             f"rows; {name} holds at most {top}): use int64 or int32")
         x = torch.randint(0, high, dims, dtype=dt, device=device)
         desc = f"token ids {list(dims)} in [0, {high})"
     return (x,), {}, desc

@@ -29,7 +29,10 @@ def setup(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..probes import probe
+    from .trace import check_output_path
 
+    if args.json:
+        check_output_path(args.json)
     report = probe(
         args.ops, device=args.device, backend=args.backend, K=args.K, B=args.B, shapes_per_op=args.shapes_per_op,
         steady_calls=args.steady_calls, dtype=args.dtype, threads=args.threads, cold_cache=args.cache == "fresh",

@@ -42,33 +42,62 @@ def setup(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fresh-process", action="store_true", help=argparse.SUPPRESS)
 
 
+def check_output_path(path: str, option: str = "--json") -> None:
+    """Refuse an output file that cannot be written, before any work: its folder must exist and be
+    writable, and the path must not be a folder itself."""
+    p = Path(path)
+    parent = p.parent if str(p.parent) else Path(".")
+    if p.is_dir():
+        raise InputError(f"{option} {path}: is a directory; give a file path, e.g. {p / 'report.json'}")
+    if not parent.exists():
+        raise InputError(f"{option} {path}: the directory {parent} does not exist")
+    if not parent.is_dir():
+        raise InputError(f"{option} {path}: {parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise InputError(f"{option} {path}: the directory {parent} is not writable")
+    if p.exists() and not os.access(p, os.W_OK):
+        raise InputError(f"{option} {path}: the file exists and is not writable")
+
+
 def load_target(target: str) -> Any:
-    """MODULE:FACTORY or FILE.py:FACTORY -> the model the factory returns."""
+    """MODULE:FACTORY or FILE.py:FACTORY -> the model the factory returns.
+
+    A file's folder is on sys.path while the file loads and its factory runs (so it can import the
+    modules next to it), and taken off again afterwards."""
     if ":" not in target:
         raise InputError(f"target {target!r} must look like MODULE:FACTORY or path/to/file.py:FACTORY")
     where, factory = target.rsplit(":", 1)
+    added = None
     try:
-        if where.endswith(".py"):
-            path = Path(where)
-            if not path.is_file():
-                raise InputError(f"no such file: {where}")
-            spec = importlib.util.spec_from_file_location(path.stem, path)
-            module = importlib.util.module_from_spec(spec)
-            sys.path.insert(0, str(path.parent.resolve()))
-            spec.loader.exec_module(module)
-        else:
-            module = importlib.import_module(where)
-    except WarmprofError:
-        raise
-    except Exception as e:
-        raise InputError(f"cannot import {where!r}: {type(e).__name__}: {e}") from e
-    fn = getattr(module, factory, None)
-    if fn is None or not callable(fn):
-        raise InputError(f"{where!r} has no callable {factory!r}")
-    try:
-        return fn()
-    except Exception as e:
-        raise InputError(f"the factory {target} raised: {type(e).__name__}: {e}") from e
+        try:
+            if where.endswith(".py"):
+                path = Path(where)
+                if not path.is_file():
+                    raise InputError(f"no such file: {where}")
+                spec = importlib.util.spec_from_file_location(path.stem, path)
+                module = importlib.util.module_from_spec(spec)
+                added = str(path.parent.resolve())
+                sys.path.insert(0, added)
+                spec.loader.exec_module(module)
+            else:
+                module = importlib.import_module(where)
+        except WarmprofError:
+            raise
+        except Exception as e:
+            raise InputError(f"cannot import {where!r}: {type(e).__name__}: {e}") from e
+        fn = getattr(module, factory, None)
+        if fn is None or not callable(fn):
+            raise InputError(f"{where!r} has no callable {factory!r}")
+        try:
+            return fn()
+        except Exception as e:
+            raise InputError(f"the factory {target} raised: {type(e).__name__}: {e}") from e
+    finally:
+        if added is not None:
+            try:
+                sys.path.remove(added)
+            except ValueError:  # the file took it off itself
+                pass
 
 
 def _child_argv(args: argparse.Namespace) -> list[str]:
@@ -110,6 +139,8 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"target {args.target!r} must look like MODULE:FACTORY or path/to/file.py:FACTORY")
     if args.target and not args.shape:
         raise InputError("--shape is required with a target, e.g. --shape 1,128")
+    if args.json:
+        check_output_path(args.json)
     if not args.in_process:
         return _run_child(args)
 
