@@ -54,8 +54,8 @@ def parse_device(device: Any):
 
     try:
         dev = torch.device(device)
-    except (RuntimeError, TypeError) as e:
-        raise DeviceError(f"unknown device {device!r} ({e}); use cpu, cuda, cuda:N or mps") from None
+    except (RuntimeError, TypeError):  # torch's message lists every device type it knows: not useful here
+        raise DeviceError(f"unknown device {device!r}: use cpu, cuda, cuda:N or mps") from None
     if dev.type == "cpu":
         return dev
     if dev.type == "cuda":
@@ -64,7 +64,7 @@ def parse_device(device: Any):
 
             why = backends().get("cuda_events", {}).get("reason", "")
             raise DeviceError(
-                "device 'cuda' requested but torch.cuda.is_available() is False"
+                f"device {str(dev)!r} requested but torch.cuda.is_available() is False"
                 + (f" ({why})" if why else "")
             )
         if dev.index is not None and dev.index >= torch.cuda.device_count():
@@ -72,9 +72,9 @@ def parse_device(device: Any):
         return dev
     if dev.type == "mps":
         if not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
-            raise DeviceError("device 'mps' requested but torch.backends.mps.is_available() is False")
+            raise DeviceError(f"device {str(dev)!r} requested but torch.backends.mps.is_available() is False")
         return dev
-    raise DeviceError(f"device type {dev.type!r} is not supported (use cpu, cuda or mps)")
+    raise DeviceError(f"device type {dev.type!r} is not supported: use cpu, cuda, cuda:N or mps")
 
 
 def _embedding_vocab(model: Any) -> int | None:

@@ -326,13 +326,14 @@ def trace(
     steady_fault_median = sorted(steady_faults)[len(steady_faults) // 2] if steady_faults else 0
     first, rerun = (
         attribute_pass(timeline, name, calibration=calibration, steady_faults=steady_fault_median,
-                       inferred=[e for i in instruments for e in i.inferred(name)])
+                       inferred=[e for i in instruments for e in i.inferred(name)],
+                       evidence={src: ev for i in instruments for src, ev in i.span_evidence.items()})
         for name in ("first", "seen_rerun")
     )
     summary = summarize(first.pass_ms, stats["median"], stats["noise_band"], first.attributed_ms)
     return build_report(
         model=label or type(getattr(model, "_orig_mod", model)).__name__,
-        shape=list(args[0].shape) if shape is not None and args and hasattr(args[0], "shape") else None,
+        shape=list(args[0].shape) if args and hasattr(args[0], "shape") else None,  # also for inputs=: the first input's
         dtype=str(args[0].dtype).removeprefix("torch.") if args and hasattr(args[0], "dtype") else "",
         device=str(dev),
         compile=_compile_label(compile),

@@ -50,3 +50,18 @@ def test_cli_errors_are_one_line_with_exit_codes(capsys, argv, code, message):
 def test_python_dash_m_help():
     p = run_cli("--help")
     assert p.returncode == 0 and "trace" in p.stdout and "compare" in p.stdout
+
+
+@pytest.mark.parametrize("argv, target, mode", [
+    (["trace", "--compile", "pkg.models:make", "--shape", "1,8"], "pkg.models:make", "default"),
+    (["trace", "pkg.models:make", "--compile", "--shape", "1,8"], "pkg.models:make", "default"),
+    (["trace", "--compile", "max-autotune", "pkg.models:make"], "pkg.models:make", "max-autotune"),
+    (["trace", "--demo", "--compile", "reduce-overhead"], None, "reduce-overhead"),
+])
+def test_compile_with_no_mode_before_the_target_leaves_the_target_alone(argv, target, mode):
+    from warmprof.cli import build_parser
+    from warmprof.commands.trace import _target_taken_by_compile
+
+    args = build_parser().parse_args(argv)
+    _target_taken_by_compile(args)
+    assert (args.target, args.compile) == (target, mode)

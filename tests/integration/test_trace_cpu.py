@@ -87,6 +87,8 @@ def test_inputs_callable_and_float_default():
     model = nn.Sequential(nn.Linear(16, 16), nn.ReLU())
     r = warmprof.trace(model, inputs=lambda: torch.randn(2, 16), steady=3)
     assert r.protocol["input"] == "caller's inputs"
+    assert r.shape == [2, 16] and r.dtype == "float32"  # read from the caller's first input
+    assert str(r).startswith("warmprof trace: Sequential (2, 16) float32 on cpu")
     r2 = warmprof.trace(model, (2, 16), steady=3)
     assert r2.dtype == "float32"
 
@@ -140,3 +142,16 @@ def test_compiled_model_jit_is_top_and_matches_torch_own_figure():
     dynamo_ms = sum(c.ms for c in r.causes if c.source == "torch.compile/dynamo")
     assert dynamo_ms > 0.5 * sum(c.ms for c in r.causes if c.source == "torch.compile")  # phases nest in the span
     assert abs(r.unattributed_ms) <= max(0.10 * r.excess_ms, r.noise_band_ms)
+
+
+def test_an_instruments_span_evidence_reaches_the_report(monkeypatch):
+    """The trace hands each instrument's span_evidence to attribution (cuDNN find uses it on CUDA;
+    here oneDNN's spans stand in, relabelled for the test)."""
+    from warmprof.instruments.onednn import OneDNN
+
+    monkeypatch.setattr(OneDNN, "span_evidence", {"onednn": "inferred"})
+    model = nn.Sequential(nn.Conv2d(5, 17, 3), nn.ReLU(), nn.Conv2d(17, 13, 5))
+    r = warmprof.trace(model, (1, 5, 41, 41), steady=3)
+    onednn = [c for c in r.causes if c.source == "onednn"]
+    assert onednn, f"no oneDNN creation attributed: {r.causes}"
+    assert {c.evidence for c in onednn} == {"inferred"}

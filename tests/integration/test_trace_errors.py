@@ -38,14 +38,17 @@ def test_zero_negative_or_malformed_dimensions(shape):
 
 @pytest.mark.parametrize("device, err", [("tpu", DeviceError), ("gpu", DeviceError), ("banana:3", DeviceError)])
 def test_unknown_device(device, err):
-    with pytest.raises(err):
+    with pytest.raises(err) as info:
         warmprof.trace(lin(), (1, 8), device=device)
+    message = str(info.value)
+    assert f"unknown device {device!r}: use cpu, cuda, cuda:N or mps" == message  # not torch's list of every type
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
-def test_cuda_without_cuda_is_a_clear_error():
-    with pytest.raises(DeviceError, match="cuda"):
-        warmprof.trace(lin(), (1, 8), device="cuda")
+@pytest.mark.parametrize("device", ["cuda", "cuda:1"])
+def test_cuda_without_cuda_is_a_clear_error(device):
+    with pytest.raises(DeviceError, match=f"device '{device}' requested but torch.cuda.is_available"):
+        warmprof.trace(lin(), (1, 8), device=device)
 
 
 def test_model_raising_only_on_second_pass():

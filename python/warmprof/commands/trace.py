@@ -130,7 +130,15 @@ def _run_child(args: argparse.Namespace) -> int:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _target_taken_by_compile(args: argparse.Namespace) -> None:
+    """`--compile` takes an optional mode, so `trace --compile pkg.mod:make` hands the target to it.
+    A mode never contains ':', a target always does: give it back."""
+    if args.target is None and args.compile and ":" in args.compile:
+        args.target, args.compile = args.compile, "default"
+
+
 def run(args: argparse.Namespace) -> int:
+    _target_taken_by_compile(args)
     if args.demo and args.target:
         raise InputError("give either --demo or a MODULE:FACTORY target, not both")
     if not args.demo and not args.target:
