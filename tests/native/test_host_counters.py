@@ -50,7 +50,9 @@ def test_fault_cost_probe_is_positive_and_plausible():
     assert cost["trials"] == 5
     assert cost["pages"] == 32 * MIB // _native.page_size()
     assert cost["faults"] > 0
-    assert 50 <= cost["ns_per_page"] <= 50_000  # 0.05 .. 50 us per page
+    # The one absolute bound in the suite, asked for by issue 2 ("0.05 to 50 us per page"): three
+    # decades wide, so it catches a unit slip (ns vs us, per byte vs per page), not a slow machine.
+    assert 50 <= cost["ns_per_page"] <= 50_000
     assert cost["ns_per_fault"] > 0
 
 
