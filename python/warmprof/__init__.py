@@ -11,6 +11,7 @@ from .errors import (
     ReportError,
     WarmprofError,
 )
+from . import render as _render  # noqa: F401  (registers the text renderers behind str(report))
 
 __version__ = _native.__version__
 

@@ -95,7 +95,7 @@ def _edited(tmp_path, edit):
     (lambda d: d["ops"]["matmul"][0].update(first_ms=-1.0), "negative"),
     (lambda d: d["ops"]["matmul"][0].update(ratio=3.0), "ratio"),
     (lambda d: d["ops"]["matmul"][0].update(steady_p10_ms=5.0), "outside p10-p90"),
-    (lambda d: d["ops"]["matmul"][0].update(banana=1), "malformed"),
+    (lambda d: d["ops"]["matmul"][0].update(banana=1), r"ops\[.matmul.\]\[0\]: unexpected key .banana."),
     (lambda d: d["bands"].pop("compile"), "compile"),
     (lambda d: d["bucketing"].update(B=30), "exceed"),
     (lambda d: d["bucketing"].update(K=0), "positive integer"),
@@ -103,10 +103,36 @@ def _edited(tmp_path, edit):
     (lambda d: d["predictions"][0].update(id="P9"), "unknown prediction id"),
     (lambda d: d["predictions"][0].update(holds="yes"), "true or false"),
     (lambda d: d["ops"].clear(), "no ops"),
+    (lambda d: d["shape_vs_size"].append(5), r"shape_vs_size\[1\]: expected an object, got 5"),
+    (lambda d: d["shape_vs_size"][0].pop("shape_a"), r"shape_vs_size\[0\]: missing key 'shape_a'"),
+    (lambda d: d["ops"].update(matmul=[5]), r"ops\['matmul'\]\[0\]: expected an object, got 5"),
+    (lambda d: d["ops"]["matmul"][0].update(label=96), r"ops\['matmul'\]\[0\]\.label: expected a string"),
+    (lambda d: d["bands"]["allocation"].update(by_bytes={"4096": 0.06}), r"bands\.allocation\.by_bytes\['4096'\]"),
+    (lambda d: d["bucketing"].update(lengths=[]), "lengths are missing or empty"),
+    (lambda d: d["op_summary"]["matmul"].pop("median_ratio"), r"op_summary\['matmul'\]: missing key 'median_ratio'"),
+    (lambda d: d["protocol"].update(load_average={"before": 0.5}), r"protocol\.load_average\.before: expected a list"),
+    (lambda d: d.update(wall_s="12"), "wall_s: expected a finite number"),
+    (lambda d: d.update(device="cuda:x"), "unknown device 'cuda:x'"),
 ])
 def test_corrupt_or_edited_files_are_refused(tmp_path, edit, message):
     with pytest.raises(ReportError, match=message):
         load(_edited(tmp_path, edit))
+
+
+@pytest.mark.parametrize("device", ["cuda:1", "cpu:0", "cuda", "mps"])
+def test_a_device_with_an_index_round_trips(tmp_path, device):
+    r = make_report(device=device)
+    back = load(r.save(tmp_path / "probe.json"))
+    assert back.device == device and back.to_dict() == r.to_dict()
+    assert f"on {device}" in str(back)
+
+
+@pytest.mark.parametrize("given, stored", [("cpu", "cpu"), ("cuda", "cuda"), ("cuda:1", "cuda:1"), ("cpu:0", "cpu:0"),
+                                           ("cuda:01", "cuda:1")])
+def test_the_probe_stores_the_device_as_kind_and_index(given, stored):
+    from warmprof.probes.api import _device_name
+
+    assert _device_name(given) == stored
 
 
 def test_a_trace_file_is_not_a_probe_report(tmp_path):

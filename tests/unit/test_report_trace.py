@@ -123,3 +123,96 @@ def test_tiny_figures_are_printed_in_microseconds_not_as_zero():
     header = str(r).splitlines()[2]
     assert "steady median 30.0 µs" in header and "0.00 ms" not in str(r)
     assert "noise band 4.0 µs" in str(r)
+
+
+def _load_edited(tmp_path, edit):
+    data = make_report().to_dict()
+    edit(data)
+    p = tmp_path / "edited.json"
+    p.write_text(json.dumps(data))
+    return load(p)
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: d.update(modules=[{}]), r"modules\[0\]: missing key 'module'"),
+    (lambda d: d.update(modules=[{"module": "M", "ms": "5", "causes": {}}]), r"modules\[0\]\.ms: expected a finite number"),
+    (lambda d: d.update(instruments={"torch_compile": "on"}), r"instruments\.torch_compile: expected an object, got 'on'"),
+    (lambda d: d.update(shape=5), r"shape: expected a list or null, got 5"),
+    (lambda d: d.update(shape=[1, "8"]), r"shape\[1\]: expected a non-negative integer"),
+    (lambda d: d.update(advice=5), r"advice: expected a list, got 5"),
+    (lambda d: d["spans"][0].update(start_ms="0"), r"spans\[0\]\.start_ms: expected a finite number, got '0'"),
+    (lambda d: d["spans"][0].pop("depth"), r"spans\[0\]: missing key 'depth'"),
+    (lambda d: d["causes"][0].update(share=None), r"causes\[0\]\.share: expected a finite number, got null"),
+    (lambda d: d.update(counter_samples=[5]), r"counter_samples\[0\]: expected an object, got 5"),
+    (lambda d: d.update(platform={"jetson": 1}), r"platform\.jetson: expected a string, got 1"),
+    (lambda d: d.update(device="tpu"), "unknown device 'tpu'"),
+    (lambda d: d.update(device="cuda:x"), "unknown device 'cuda:x'"),
+    (lambda d: d.update(first_pass_ms=True), r"first_pass_ms: expected a finite number, got true"),
+])
+def test_a_bad_field_is_refused_at_load_naming_the_field(tmp_path, edit, message):
+    with pytest.raises(ReportError, match=message):
+        _load_edited(tmp_path, edit)
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda", "cuda:0", "cuda:1", "mps", "mps:0"])
+def test_devices_with_an_index_load(tmp_path, device):
+    r = make_report(device=device)
+    assert load(r.save(tmp_path / "r.json")).device == device
+
+
+def test_an_unexpected_error_while_building_is_still_a_report_error(tmp_path, monkeypatch):
+    def broken(data):
+        raise AttributeError("something the schema missed")
+
+    monkeypatch.setattr(Report, "from_dict", broken)
+    with pytest.raises(ReportError, match="malformed trace report .AttributeError"):
+        load(make_report().save(tmp_path / "r.json"))
+
+
+@pytest.mark.parametrize("where", ["missing_dir/r.json", "a_file/r.json", "."])
+def test_saving_where_no_file_can_be_written_is_a_report_error(tmp_path, where):
+    (tmp_path / "a_file").write_text("")
+    target = tmp_path / where
+    with pytest.raises(ReportError, match="cannot write") as info:
+        make_report().save(target)
+    assert str(target) in str(info.value)
+    assert isinstance(info.value.__cause__, OSError)  # the OS reason, chained
+    assert not list(tmp_path.glob("**/*.tmp"))  # no temporary file left behind
+
+
+@pytest.mark.parametrize("renderer", ["text", "json", "chrome"])
+def test_writing_a_rendering_where_no_file_can_be_written_is_a_report_error(tmp_path, renderer):
+    from warmprof.render.chrome import ChromeTraceRenderer
+    from warmprof.render.json import JsonRenderer
+    from warmprof.render.text import TraceTextRenderer
+
+    r = {"text": TraceTextRenderer, "json": JsonRenderer, "chrome": ChromeTraceRenderer}[renderer]()
+    target = tmp_path / "missing_dir" / "out"
+    with pytest.raises(ReportError, match="cannot write .No such file or directory") as info:
+        r.write(make_report(), target)
+    assert str(target) in str(info.value) and isinstance(info.value.__cause__, FileNotFoundError)
+
+
+def test_report_layer_does_not_import_the_render_layer():
+    """report/ sits below render/: str(report) goes through a registry that render/ fills."""
+    import ast
+    from pathlib import Path
+
+    import warmprof.report
+
+    for source in Path(warmprof.report.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(source.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                assert "render" not in (node.module or ""), f"{source.name} imports {node.module}"
+            elif isinstance(node, ast.Import):
+                assert not any("render" in a.name for a in node.names), f"{source.name} imports render"
+
+
+def test_str_of_a_loaded_report_works_after_importing_only_warmprof_report(tmp_path):
+    import subprocess
+    import sys
+
+    p = make_report().save(tmp_path / "r.json")
+    code = f"import warmprof.report as r; print(str(r.load({str(p)!r})))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True).stdout
+    assert out.startswith("warmprof trace: M (1, 8) on cpu") and "jit_compile" in out

@@ -69,7 +69,7 @@ def probe(
     wall_s = (_native.now_ns() - start_ns) / 1e9
     load = {"before": load_before, "after": _loadavg(), "cpus": os.cpu_count() or 0}
     return ProbeReport(
-        device=device, backend=backend, dtype=dtype, platform=fingerprint(), bands=bands.to_report(), ops=rows,
+        device=_device_name(device), backend=backend, dtype=dtype, platform=fingerprint(), bands=bands.to_report(), ops=rows,
         shape_vs_size=pairs, bucketing=sweep, predictions=predictions(rows, pairs, sweep), op_summary=summary,
         protocol={
             "what": be.describe(), "steady_calls": steady_calls, "warm_calls": 2, "rerun_rounds": rerun_rounds,
@@ -80,6 +80,13 @@ def probe(
         notes=_notes(be, load) + ([stall] if stall else []), wall_s=wall_s, warmprof_version=_native.__version__,
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     )
+
+
+def _device_name(device: str) -> str:
+    """The device as the report stores it, kind[:index] ('cpu', 'cuda:1'), whatever spelling of the
+    index the backend accepted ('cuda:01')."""
+    kind, _, index = device.partition(":")
+    return f"{kind}:{int(index)}" if index.isascii() and index.isdigit() else device
 
 
 def _check_int(name: str, value: Any, lo: int, hi: int) -> None:

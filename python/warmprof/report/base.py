@@ -2,21 +2,31 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
 
 from ..errors import ReportError
 
 SCHEMA_VERSION = 1
 _KINDS: dict[str, type["ReportBase"]] = {}
+# kind -> a function rendering a report of that kind as text. warmprof.render registers these when it
+# is imported (warmprof/__init__ imports it), so str(report) works without the report layer importing
+# the render layer above it.
+_TEXT_RENDERERS: dict[str, Callable[["ReportBase"], str]] = {}
 
 
 def register_kind(cls: type["ReportBase"]) -> type["ReportBase"]:
     _KINDS[cls.KIND] = cls
     return cls
+
+
+def register_text_renderer(kind: str, render: Callable[["ReportBase"], str]) -> None:
+    """Make `render` what str() of a `kind` report returns."""
+    _TEXT_RENDERERS[kind] = render
 
 
 class ReportBase:
@@ -37,7 +47,7 @@ class ReportBase:
     @classmethod
     def from_json(cls, text: str, *, origin: str = "<string>") -> "ReportBase":
         data = parse_json(text, origin)
-        kind = data.get("kind")
+        kind = data["kind"]
         if cls.KIND and kind != cls.KIND:
             raise ReportError(f"{origin}: a {kind!r} report, not a {cls.KIND!r} report")
         target = cls if cls.KIND else _KINDS.get(kind)
@@ -47,15 +57,29 @@ class ReportBase:
             return target.from_dict(data)
         except ReportError as e:
             raise ReportError(f"{origin}: {e}") from None
-        except (KeyError, TypeError, ValueError) as e:
-            raise ReportError(f"{origin}: malformed {kind} report ({type(e).__name__}: {e})") from None
+        except Exception as e:  # the schema should catch every bad field first; this is the net under it
+            raise ReportError(f"{origin}: malformed {kind} report ({type(e).__name__}: {e})") from e
 
     def save(self, path: str | os.PathLike) -> Path:
         p = Path(path)
+        if not p.name:
+            raise ReportError(f"{path!s}: cannot write (not a file name)")
         tmp = p.with_name(p.name + ".tmp")
-        tmp.write_text(self.to_json() + "\n")
-        tmp.replace(p)  # no half-written report is ever left under the final name
+        text = self.to_json() + "\n"
+        try:
+            tmp.write_text(text)
+            tmp.replace(p)  # no half-written report is ever left under the final name
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
+            raise write_error(p, e) from e
         return p
+
+    def __str__(self) -> str:
+        render = _TEXT_RENDERERS.get(self.KIND)
+        if render is None:  # warmprof.render not imported (cannot happen through `import warmprof`)
+            return repr(self)
+        return render(self)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "ReportBase":
@@ -69,16 +93,37 @@ class ReportBase:
         return cls.from_json(text, origin=str(p))
 
 
+class _NonFinite(ValueError):
+    pass
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e999
+        raise _NonFinite(text)
+    return value
+
+
+def _no_constant(name: str) -> float:  # NaN, Infinity, -Infinity: Python's json reads them, JSON has none
+    raise _NonFinite(name)
+
+
 def parse_json(text: str, origin: str) -> dict[str, Any]:
     try:
-        data = json.loads(text)
+        data = json.loads(text, parse_float=_finite_float, parse_constant=_no_constant)
     except json.JSONDecodeError as e:
         raise ReportError(f"{origin}: not a warmprof report (invalid JSON: {e.msg} at line {e.lineno})") from None
+    except _NonFinite as e:
+        raise ReportError(f"{origin}: not a warmprof report (non-finite number {e} in the JSON)") from None
+    except RecursionError:
+        raise ReportError(f"{origin}: not a warmprof report (JSON nested too deeply)") from None
     if not isinstance(data, dict) or "schema_version" not in data or "kind" not in data:
         raise ReportError(f"{origin}: not a warmprof report (no schema_version/kind)")
     version = data["schema_version"]
-    if not isinstance(version, int) or version < 1:
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
         raise ReportError(f"{origin}: bad schema_version {version!r}")
+    if not isinstance(data["kind"], str):
+        raise ReportError(f"{origin}: bad report kind {data['kind']!r}")
     if version > SCHEMA_VERSION:
         raise ReportError(
             f"{origin}: schema_version {version} is newer than this warmprof understands ({SCHEMA_VERSION}); upgrade warmprof"
@@ -91,20 +136,12 @@ def load(path: str | os.PathLike) -> ReportBase:
     return ReportBase.load(path)
 
 
-# Validation helpers used by each kind's from_dict.
-def require(data: dict, key: str, types: type | tuple) -> Any:
-    if key not in data:
-        raise ReportError(f"missing field {key!r}")
-    value = data[key]
-    if not isinstance(value, types) or isinstance(value, bool) and bool not in _as_tuple(types):
-        raise ReportError(f"field {key!r} has type {type(value).__name__}")
-    return value
+def write_error(path: Path, e: OSError) -> ReportError:
+    """The ReportError for a report or rendering that cannot be written: the path and the OS reason."""
+    return ReportError(f"{path}: cannot write ({e.strerror or e})")
 
 
-def _as_tuple(t: type | tuple) -> tuple:
-    return t if isinstance(t, tuple) else (t,)
-
-
+# Validation helper used by each kind's validate(); the field types are checked by report.schema.
 def non_negative(value: float | None, what: str, slack: float = 0.0) -> None:
     if value is None:
         return

@@ -8,9 +8,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ReportError
-from .base import SCHEMA_VERSION, ReportBase, non_negative, register_kind, require
+from . import schema as S
+from .base import SCHEMA_VERSION, ReportBase, non_negative, register_kind
 
-DEVICES = ("cpu", "cuda", "mps")
+DEVICES = S.DEVICE_KINDS  # each optionally with an index: cuda:1 (schema.DEVICE)
 BACKENDS = ("eager", "compile", "cupy")
 VERDICTS = ("compile", "one-time load", "allocation", "launch", "recurring", "none", "too noisy")
 ROLES = ("op_first", "new_shape", "pair_a", "pair_b")
@@ -48,12 +49,6 @@ class ShapeRow:
 
     def validate(self, op: str) -> None:
         where = f"ops[{op!r}] {self.label}"
-        if self.role not in ROLES:
-            raise ReportError(f"{where}: unknown role {self.role!r}")
-        if self.verdict not in VERDICTS:
-            raise ReportError(f"{where}: unknown verdict {self.verdict!r} (known: {', '.join(VERDICTS)})")
-        if self.keyed not in KEYS:
-            raise ReportError(f"{where}: unknown keying {self.keyed!r}")
         if not self.shape or any(not isinstance(d, int) or isinstance(d, bool) or d <= 0 for d in self.shape):
             raise ReportError(f"{where}: shape {self.shape!r} is not a list of positive integers")
         for name in ("first_ms", "steady_ms", "steady_p10_ms", "steady_p90_ms", "seen_rerun_ms", "alloc_hi_ms",
@@ -75,13 +70,51 @@ class Prediction:
     holds: bool
     figure: str
 
-    def validate(self) -> None:
-        if self.id not in PREDICTION_IDS:
-            raise ReportError(f"unknown prediction id {self.id!r}")
-        if not isinstance(self.holds, bool):
-            raise ReportError(f"prediction {self.id}: holds must be true or false, got {self.holds!r}")
-        if not isinstance(self.figure, str):
-            raise ReportError(f"prediction {self.id}: figure must be text")
+
+# The JSON schema: every field a renderer (text, JSON, PNG, compare) reads, checked at load.
+_SHAPE_ROW = S.Obj(
+    {"shape": S.ListOf(S.INT), "label": S.STR, "role": S.OneOf("role", ROLES), "output_bytes": S.NON_NEGATIVE_INT,
+     "first_ms": S.NUM, "steady_ms": S.NUM, "steady_p10_ms": S.NUM, "steady_p90_ms": S.NUM, "ratio": S.NUM,
+     "seen_rerun_ms": S.Nullable(S.NUM), "alloc_hi_ms": S.NUM, "keyed": S.OneOf("keying", KEYS),
+     "verdict": S.OneOf("verdict", VERDICTS)},
+    {"evidence": S.ListOf(S.STR), "alloc_bytes": S.NON_NEGATIVE_INT},
+    extra=False,
+)
+_PREDICTION = S.Obj(
+    {"id": S.OneOf("prediction id", PREDICTION_IDS), "claim": S.STR, "holds": S.BOOL, "figure": S.STR}, extra=False)
+_BAND = {"lo_ms": S.NUM, "hi_ms": S.Nullable(S.NUM)}
+_BANDS = S.Obj({
+    "launch": S.Obj(_BAND, {"trivial_first_ms": S.Nullable(S.NUM)}),
+    "allocation": S.Obj(_BAND, {"by_bytes": S.MapOf(S.Obj({"hi_ms": S.NUM}))}),
+    "compile": S.Obj(_BAND),
+})
+_PAIR = S.Obj(
+    {"op": S.STR, "shape_a": S.STR, "shape_b": S.STR, "a_ratio": S.Nullable(S.NUM), "b_ratio": S.Nullable(S.NUM),
+     "a_pays": S.BOOL, "b_pays": S.BOOL, "keyed": S.OneOf("keying", KEYS)},
+    {"output_elems": S.NON_NEGATIVE_INT, "a_first_ms": S.Nullable(S.NUM), "b_first_ms": S.Nullable(S.NUM)},
+)
+_RUN = S.Obj({"wall_ms": S.Nullable(S.NUM)}, {"compiles": S.Nullable(S.NON_NEGATIVE_INT)})
+_BUCKETING = S.Obj(
+    {"K": S.POSITIVE_INT, "B": S.POSITIVE_INT, "distinct": _RUN, "bucketed": _RUN},
+    {"default_dynamic": S.Nullable(_RUN), "lengths": S.ListOf(S.INT), "buckets": S.ListOf(S.INT)},
+)
+_OP_SUMMARY = S.Obj(
+    {"median_ratio": S.Nullable(S.NUM), "min_ratio": S.Nullable(S.NUM), "max_ratio": S.Nullable(S.NUM),
+     "first_median_ms": S.Nullable(S.NUM), "steady_median_ms": S.Nullable(S.NUM)},
+    {"rerun_share_median": S.Nullable(S.NUM), "keyed": S.STR, "verdicts": S.MapOf(S.NUM)},
+)
+_LOAD_AVERAGE = S.Obj(optional={"before": S.Nullable(S.ListOf(S.NUM)), "after": S.Nullable(S.ListOf(S.NUM))})
+SCHEMA = S.Obj(
+    {
+        "device": S.DEVICE, "backend": S.OneOf("backend", BACKENDS), "bands": _BANDS, "ops": S.MapOf(S.ListOf(_SHAPE_ROW)),
+        "shape_vs_size": S.ListOf(_PAIR), "bucketing": _BUCKETING, "predictions": S.ListOf(_PREDICTION),
+        "platform": S.PLATFORM,
+    },
+    {
+        "dtype": S.STR, "op_summary": S.MapOf(_OP_SUMMARY), "protocol": S.Obj(optional={"load_average": S.Nullable(_LOAD_AVERAGE)}),
+        "notes": S.ListOf(S.STR), "wall_s": S.NUM, "warmprof_version": S.STR, "created": S.STR,
+    },
+)
 
 
 @register_kind
@@ -148,14 +181,10 @@ class ProbeReport(ReportBase):
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "ProbeReport":
-        for key, types in (
-            ("platform", dict), ("device", str), ("backend", str), ("bands", dict), ("ops", dict),
-            ("shape_vs_size", list), ("bucketing", dict), ("predictions", list),
-        ):
-            require(data, key, types)
+        S.check(data, SCHEMA)
         known = {f.name for f in dataclasses.fields(cls)}
         kwargs = {k: v for k, v in data.items() if k in known}
-        kwargs["ops"] = {op: [_row(r) for r in rows] for op, rows in data["ops"].items()}
+        kwargs["ops"] = {op: [ShapeRow(**r) for r in rows] for op, rows in data["ops"].items()}
         kwargs["predictions"] = [Prediction(**p) for p in data["predictions"]]
         report = cls(**kwargs)
         report.validate()
@@ -163,10 +192,6 @@ class ProbeReport(ReportBase):
 
     def validate(self) -> None:
         """Invariants a loaded report must hold; a violation means a corrupt or edited file."""
-        if self.device not in DEVICES:
-            raise ReportError(f"unknown device {self.device!r}")
-        if self.backend not in BACKENDS:
-            raise ReportError(f"unknown backend {self.backend!r}")
         _validate_bands(self.bands)
         if not self.ops:
             raise ReportError("no ops probed")
@@ -175,36 +200,18 @@ class ProbeReport(ReportBase):
                 raise ReportError(f"ops[{op!r}] has no shapes")
             for r in rows:
                 r.validate(op)
-        for pair in self.shape_vs_size:
-            if pair.get("keyed") not in KEYS:
-                raise ReportError(f"shape_vs_size: unknown keying {pair.get('keyed')!r}")
+        for i, pair in enumerate(self.shape_vs_size):
             for k in ("a_ratio", "b_ratio"):
-                non_negative(pair.get(k), f"shape_vs_size {k}")
+                non_negative(pair.get(k), f"shape_vs_size[{i}].{k}")
         _validate_bucketing(self.bucketing)
         ids = [p.id for p in self.predictions]
         if sorted(ids) != sorted(set(ids)):
             raise ReportError(f"duplicate prediction ids {ids}")
-        for p in self.predictions:
-            p.validate()
-
-    # -- rendering -----------------------------------------------------------------------------
-    def __str__(self) -> str:
-        from ..render.probe_text import ProbeTextRenderer
-
-        return ProbeTextRenderer().render(self)
-
-
-def _row(d: dict[str, Any]) -> ShapeRow:
-    if not isinstance(d, dict):
-        raise ReportError(f"an ops row is a {type(d).__name__}, not an object")
-    return ShapeRow(**d)
 
 
 def _validate_bands(bands: dict[str, Any]) -> None:
     for name in BAND_NAMES:
-        band = bands.get(name)
-        if not isinstance(band, dict) or "lo_ms" not in band or "hi_ms" not in band:
-            raise ReportError(f"bands: {name!r} needs lo_ms and hi_ms")
+        band = bands[name]
         non_negative(band["lo_ms"], f"bands.{name}.lo_ms")
         non_negative(band["hi_ms"], f"bands.{name}.hi_ms")
         if band["hi_ms"] is not None and band["hi_ms"] < band["lo_ms"]:
@@ -214,19 +221,11 @@ def _validate_bands(bands: dict[str, Any]) -> None:
 
 
 def _validate_bucketing(b: dict[str, Any]) -> None:
-    for key in ("K", "B"):
-        v = b.get(key)
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-            raise ReportError(f"bucketing.{key} must be a positive integer, got {v!r}")
     if b["B"] > b["K"]:
         raise ReportError(f"bucketing: B={b['B']} buckets exceed K={b['K']} lengths")
+    if b.get("buckets") and not b.get("lengths"):
+        raise ReportError("bucketing: buckets are given but lengths are missing or empty")
     for run in ("distinct", "bucketed", "default_dynamic"):
         entry = b.get(run)
-        if entry is None and run == "default_dynamic":
-            continue
-        if not isinstance(entry, dict):
-            raise ReportError(f"bucketing.{run} missing")
-        compiles = entry.get("compiles")
-        if compiles is not None and (not isinstance(compiles, int) or isinstance(compiles, bool) or compiles < 0):
-            raise ReportError(f"bucketing.{run}.compiles must be a non-negative integer or null, got {compiles!r}")
-        non_negative(entry.get("wall_ms"), f"bucketing.{run}.wall_ms")
+        if entry is not None:
+            non_negative(entry.get("wall_ms"), f"bucketing.{run}.wall_ms")

@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ReportError
-from .base import SCHEMA_VERSION, ReportBase, non_negative, register_kind, require
+from . import schema as S
+from .base import SCHEMA_VERSION, ReportBase, non_negative, register_kind
 
 CAUSES = (
     "jit_compile",
@@ -37,10 +38,6 @@ class CauseEntry:
     detail: str = ""
 
     def validate(self) -> None:
-        if self.cause not in CAUSES:
-            raise ReportError(f"unknown cause id {self.cause!r}")
-        if self.evidence not in EVIDENCE:
-            raise ReportError(f"unknown evidence {self.evidence!r} for {self.cause}")
         if self.cause != "unattributed":
             non_negative(self.ms, f"{self.cause}/{self.source} ms")
             non_negative(self.share, f"{self.cause}/{self.source} share")
@@ -71,8 +68,6 @@ class Span:
         d = dict(d)
         d["pass_"] = d.pop("pass")
         s = cls(**d)
-        if s.cause and s.cause not in CAUSES:
-            raise ReportError(f"span {s.name!r} has unknown cause {s.cause!r}")
         non_negative(s.dur_ms, f"span {s.name!r} duration")
         return s
 
@@ -90,6 +85,39 @@ class CounterSample:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "CounterSample":
         return cls(pass_=d["pass"], name=d["name"], t_ms=float(d["t_ms"]), value=float(d["value"]))
+
+
+# The JSON schema: every field a renderer (text, JSON, Chrome trace, PNG, compare) reads, checked at load.
+_CAUSE_ENTRY = S.Obj(
+    {"cause": S.OneOf("cause", CAUSES), "ms": S.NUM, "share": S.NUM, "evidence": S.OneOf("evidence", EVIDENCE),
+     "source": S.STR},
+    {"module": S.STR, "count": S.NON_NEGATIVE_INT, "detail": S.STR},
+    extra=False,
+)
+_SPAN = S.Obj(
+    {"pass": S.STR, "name": S.STR, "cause": S.OneOf("cause", ("",) + CAUSES), "source": S.STR, "module": S.STR,
+     "start_ms": S.NUM, "dur_ms": S.NUM, "depth": S.NON_NEGATIVE_INT},
+    {"thread": S.INT, "value": S.NUM},
+    extra=False,
+)
+_COUNTER_SAMPLE = S.Obj({"pass": S.STR, "name": S.STR, "t_ms": S.NUM, "value": S.NUM})
+_MODULE = S.Obj({"module": S.STR, "ms": S.NUM, "causes": S.MapOf(S.NUM)})
+_TORCH_COMPILE = S.Obj(optional={"torch_reported_compile_ms": S.NUM, "compiles": S.ListOf(S.ANY)})
+SCHEMA = S.Obj(
+    {
+        "model": S.STR, "shape": S.Nullable(S.ListOf(S.NON_NEGATIVE_INT)), "device": S.DEVICE,
+        "first_pass_ms": S.NUM, "seen_rerun_ms": S.NUM, "steady_median_ms": S.NUM, "noise_band_ms": S.NUM,
+        "excess_ms": S.NUM, "unattributed_ms": S.NUM, "causes": S.ListOf(_CAUSE_ENTRY), "platform": S.PLATFORM,
+    },
+    {
+        "dtype": S.STR, "compile": S.Nullable(S.STR), "steady_passes": S.NON_NEGATIVE_INT,
+        "steady_p10_ms": S.NUM, "steady_p90_ms": S.NUM, "attributed_ms": S.NUM,
+        "seen_rerun_causes": S.ListOf(_CAUSE_ENTRY), "modules": S.ListOf(_MODULE), "counters": S.MapOf(S.ANY),
+        "protocol": S.MapOf(S.ANY), "instruments": S.Obj(optional={"torch_compile": _TORCH_COMPILE}),
+        "spans": S.ListOf(_SPAN), "counter_samples": S.ListOf(_COUNTER_SAMPLE), "advice": S.ListOf(S.STR),
+        "notes": S.ListOf(S.STR), "warmprof_version": S.STR, "created": S.STR,
+    },
+)
 
 
 @register_kind
@@ -159,12 +187,7 @@ class Report(ReportBase):
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Report":
-        for key, types in (
-            ("model", str), ("device", str), ("first_pass_ms", (int, float)), ("seen_rerun_ms", (int, float)),
-            ("steady_median_ms", (int, float)), ("noise_band_ms", (int, float)), ("excess_ms", (int, float)),
-            ("unattributed_ms", (int, float)), ("causes", list), ("platform", dict),
-        ):
-            require(data, key, types)
+        S.check(data, SCHEMA)
         known = {f.name for f in dataclasses.fields(cls)}
         kwargs = {k: v for k, v in data.items() if k in known}
         kwargs["causes"] = [CauseEntry(**c) for c in data["causes"]]
@@ -187,9 +210,3 @@ class Report(ReportBase):
         expected = self.first_pass_ms - self.steady_median_ms
         if abs(self.excess_ms - expected) > 1e-3 * max(1.0, abs(expected)):
             raise ReportError(f"excess_ms {self.excess_ms} != first_pass_ms - steady_median_ms ({expected})")
-
-    # -- rendering -----------------------------------------------------------------------------
-    def __str__(self) -> str:
-        from ..render.text import TraceTextRenderer
-
-        return TraceTextRenderer().render(self)
