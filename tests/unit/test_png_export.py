@@ -108,3 +108,8 @@ def test_causes_overshooting_the_first_pass_are_labelled_and_kept_in_view():
     assert any(f"{r.first_pass_ms:.2f} ms (causes overshoot by 1.00 ms)" in t for t in labels)
     first_bar = [p for p in ax.patches if abs(p.get_y() + p.get_height() / 2) < 1e-9]
     assert ax.get_xlim()[1] > sum(p.get_width() for p in first_bar)
+
+
+def test_names_with_math_markup_are_drawn_as_given():
+    r = trace_report({"jit_compile": 3.0}, model=r"net$\frac{$")
+    decoded(png.PngRenderer().render(r))  # mathtext would raise a ValueError on the unbalanced markup

@@ -68,3 +68,20 @@ def test_chrome_of_a_probe_report_is_refused(tmp_path, capsys):
     path = probe_report().save(tmp_path / "p.json")
     assert main(["show", str(path), "--format", "chrome"]) == ReportError.exit_code
     assert "needs a trace report" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("fmt", ["text", "json", "chrome"])
+def test_an_output_path_that_cannot_be_written_is_one_line_before_any_work(tmp_path, capsys, fmt):
+    path = trace_report({"jit_compile": 3.0}).save(tmp_path / "r.json")
+    code = main(["show", str(path), "--format", fmt, "-o", str(tmp_path / "nodir" / "out.txt")])
+    err = capsys.readouterr().err
+    assert code != 0 and err.startswith("warmprof: error: ") and err.count("\n") == 1
+    assert "does not exist" in err
+
+
+def test_a_json_syntax_error_names_line_and_column_once(tmp_path, capsys):
+    path = tmp_path / "bad.json"
+    path.write_text('{"a": "x\x01"}')
+    assert main(["show", str(path)]) == ReportError.exit_code
+    err = capsys.readouterr().err
+    assert "Invalid control character at line 1, column 9" in err and "at at" not in err

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..errors import InputError
+from ..errors import InputError, ReportError
 
 NAME = "show"
 HELP = "Show a saved report as text, or export it (--format json|chrome|png)."
@@ -40,14 +40,21 @@ def run(args: argparse.Namespace) -> int:
 
     if args.format == "png" and not args.output:
         raise InputError("--format png writes an image: give a file with -o FILE.png")
+    if args.output:
+        from .trace import check_output_path
+
+        check_output_path(args.output, "-o")
     report = load(args.report)
     r = renderer(args.format)
     if r is None:
         text = str(report)
         text = text if text.endswith("\n") else text + "\n"
         if args.output:
-            with open(args.output, "w") as f:
-                f.write(text)
+            try:
+                with open(args.output, "w") as f:
+                    f.write(text)
+            except OSError as e:
+                raise ReportError(f"{args.output}: cannot write ({e.strerror or e})") from e
         else:
             sys.stdout.write(text)
         return 0

@@ -40,17 +40,21 @@ class PngRenderer(Renderer):
 
     def render(self, obj: Any) -> bytes:
         figure_cls, canvas_cls = _matplotlib()
-        if getattr(obj, "KIND", None) == "trace":
-            fig = _trace_figure(figure_cls, obj)
-        elif getattr(obj, "KIND", None) == "probe":
-            fig = _probe_figure(figure_cls, obj)
-        elif hasattr(obj, "rows") and hasattr(obj, "labels"):
-            fig = _comparison_figure(figure_cls, obj)
-        else:
-            raise WarmprofError(f"cannot draw a {type(obj).__name__} as a PNG")
-        canvas_cls(fig)
-        buf = io.BytesIO()
-        fig.savefig(buf, format="png", dpi=DPI)
+        import matplotlib
+
+        # Names come from users (a model called "net$2$" is not mathtext): draw every string as given.
+        with matplotlib.rc_context({"text.parse_math": False}):
+            if getattr(obj, "KIND", None) == "trace":
+                fig = _trace_figure(figure_cls, obj)
+            elif getattr(obj, "KIND", None) == "probe":
+                fig = _probe_figure(figure_cls, obj)
+            elif hasattr(obj, "rows") and hasattr(obj, "labels"):
+                fig = _comparison_figure(figure_cls, obj)
+            else:
+                raise WarmprofError(f"cannot draw a {type(obj).__name__} as a PNG")
+            canvas_cls(fig)
+            buf = io.BytesIO()
+            fig.savefig(buf, format="png", dpi=DPI)
         return buf.getvalue()
 
 

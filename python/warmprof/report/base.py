@@ -112,7 +112,7 @@ def parse_json(text: str, origin: str) -> dict[str, Any]:
     try:
         data = json.loads(text, parse_float=_finite_float, parse_constant=_no_constant)
     except json.JSONDecodeError as e:
-        raise ReportError(f"{origin}: not a warmprof report (invalid JSON: {e.msg} at line {e.lineno})") from None
+        raise ReportError(f"{origin}: not a warmprof report (invalid JSON: {e.msg.removesuffix(' at')} at line {e.lineno}, column {e.colno})") from None
     except _NonFinite as e:
         raise ReportError(f"{origin}: not a warmprof report (non-finite number {e} in the JSON)") from None
     except RecursionError:
