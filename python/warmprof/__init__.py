@@ -21,32 +21,29 @@ def backends() -> dict[str, dict]:
     return {name: dict(entry) for name, entry in _native.backends().items()}
 
 
-def trace(model, shape=None, **kwargs):
-    """Trace a model's first pass and attribute its excess time to causes. See warmprof.trace_api."""
-    from .trace_api import trace as _trace
-
-    return _trace(model, shape, **kwargs)
-
-
-def probe(ops=("matmul", "softmax", "elementwise"), **kwargs):
-    """Run the op probes (first call vs steady, shape keying, bucketing). See warmprof.probes."""
-    from .probes import probe as _probe
-
-    return _probe(ops, **kwargs)
+# The entry points are the real functions (help() shows their signatures and docs), imported on
+# first use so `import warmprof` stays light: numpy and the attribution code load only when needed.
+_LAZY = {
+    "trace": ("trace_api", "trace"),
+    "probe": ("probes", "probe"),
+    "compare": ("compare_api", "compare"),
+    "load": ("report", "load"),
+}
 
 
-def compare(*reports, **kwargs):
-    """Put two or more reports side by side. See warmprof.compare_api."""
-    from .compare_api import compare as _compare
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
 
-    return _compare(*reports, **kwargs)
+        module, attr = _LAZY[name]
+        value = getattr(importlib.import_module(f".{module}", __name__), attr)
+        globals()[name] = value  # later lookups skip this hook
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def load(path):
-    """Load a saved report (trace or probe)."""
-    from .report import load as _load
-
-    return _load(path)
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
 
 
 __all__ = [

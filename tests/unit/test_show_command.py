@@ -85,3 +85,17 @@ def test_a_json_syntax_error_names_line_and_column_once(tmp_path, capsys):
     assert main(["show", str(path)]) == ReportError.exit_code
     err = capsys.readouterr().err
     assert "Invalid control character at line 1, column 9" in err and "at at" not in err
+
+
+def test_the_entry_points_are_the_real_functions_for_help():
+    import inspect
+
+    import warmprof
+
+    params = inspect.signature(warmprof.trace).parameters
+    assert {"model", "shape", "inputs", "dtype", "device", "compile", "steady"} <= set(params)
+    assert "backend" in inspect.signature(warmprof.probe).parameters
+    assert "labels" in inspect.signature(warmprof.compare).parameters
+    assert {"trace", "probe", "compare", "load"} <= set(dir(warmprof))
+    with pytest.raises(AttributeError):
+        warmprof.no_such_entry_point
