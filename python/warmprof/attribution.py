@@ -81,6 +81,9 @@ class PassAttribution:
     new_threads: int = 0
     off_thread_ms: float = 0.0
     unmatched: int = 0  # begins with no end (closed at the window end)
+    # ns of the pass outside every cause span and not taken by an estimate, by innermost module
+    # ("" outside modules): where this pass's unexplained time sits.
+    unexplained_by_module: dict[str, float] = field(default_factory=dict)
 
     @property
     def attributed_ms(self) -> float:
@@ -256,8 +259,11 @@ def attribute_pass(
         return parts[key]
 
     counted: set[SpanRec] = set()
+    free_by_module: dict[str, float] = {}  # time outside every cause span, by innermost module
     for a, b, cause_span, mod_span in segs:
         if cause_span is None:
+            mod = _module_of(mod_span)
+            free_by_module[mod] = free_by_module.get(mod, 0.0) + (b - a)
             continue
         src = source_of(cause_span.name)
         p = part(CAUSE_NAMES.get(cause_span.cause, "unattributed"), src, evidence.get(src, "measured"))
@@ -318,7 +324,35 @@ def attribute_pass(
         p.by_module[mod] = p.by_module.get(mod, 0.0) + e["ms"] * 1e6
 
     result.parts = sorted(parts.values(), key=lambda p: -p.ns)
+    # Estimates (faults, threads) and inferred figures sit in time no cause span covers: what is
+    # left of that time after them is unexplained. Spans' own parts were never in free time.
+    span_sources = {(CAUSE_NAMES.get(s.cause, "unattributed"), source_of(s.name)) for s in counted}
+    unexplained = dict(free_by_module)
+    for key, p in parts.items():
+        if key in span_sources:
+            continue
+        for mod, ns in p.by_module.items():
+            unexplained[mod] = unexplained.get(mod, 0.0) - ns
+    result.unexplained_by_module = unexplained
     return result
+
+
+def unattributed_where(first: PassAttribution, rerun: PassAttribution, top: int = 8,
+                       floor_ms: float = 0.01) -> list[tuple[str, float]]:
+    """Where the first pass's unattributed time sits: each module's unexplained time in the first
+    pass less its unexplained time in the seen-shape re-run (same input, same instruments, so
+    instrument overhead and the module's steady work cancel). Largest first, positive only.
+
+    The entries sum to the first pass's unexplained time over the re-run's, not over the steady
+    median; the difference is the re-run's own unexplained excess (its instrument overhead)."""
+    mods = set(first.unexplained_by_module) | set(rerun.unexplained_by_module)
+    out = []
+    for mod in mods:
+        ms = (first.unexplained_by_module.get(mod, 0.0) - rerun.unexplained_by_module.get(mod, 0.0)) / 1e6
+        if ms >= floor_ms:
+            out.append((mod, ms))
+    out.sort(key=lambda kv: (-kv[1], kv[0]))
+    return out[:top]
 
 
 @dataclass

@@ -6,7 +6,7 @@ from typing import Any
 
 from . import __version__
 from .advice import advise
-from .attribution import PassAttribution, SpanRec, Summary
+from .attribution import PassAttribution, SpanRec, Summary, unattributed_where
 from .platform import fingerprint
 from .report import CauseEntry, CounterSample, Report, Span
 from .timeline import CAUSE_NAMES, COUNTER, Timeline, source_of
@@ -108,6 +108,7 @@ def build_report(*, model: str, shape, dtype: str, device: str, compile, first: 
         excess_ms=summary.excess_ms, attributed_ms=summary.attributed_ms, unattributed_ms=summary.unattributed_ms,
         causes=causes, seen_rerun_causes=_entries(rerun, rerun_excess),
         modules=modules,
+        unattributed_where=[{"module": mod or "(outside modules)", "ms": ms} for mod, ms in unattributed_where(first, rerun)],
         counters={
             "first_pass": host.get("first", {}),
             "seen_rerun": host.get("seen_rerun", {}),

@@ -37,6 +37,10 @@ def test_demo_trace_structure_and_round_trip(tmp_path):
     steady = [e for e in ChromeTraceRenderer().events(r)["traceEvents"] if e["ph"] == "X" and e["pid"] == 3]
     assert [e["name"] for e in steady] == ["steady pass (median of 5)"]
     assert any(s.name == "module:DemoLM.blocks.0.attn" for s in r.spans)
+    names = {f"DemoLM.{n}" if n else "DemoLM" for n, _ in model.named_modules()} | {"(outside modules)"}
+    where = [(w["module"], w["ms"]) for w in r.unattributed_where]
+    assert all(m in names and ms > 0 for m, ms in where), where
+    assert [ms for _, ms in where] == sorted((ms for _, ms in where), reverse=True)
     loaded = warmprof.load(r.save(tmp_path / "r.json"))
     assert loaded.to_dict() == r.to_dict()
     assert "warmprof trace: DemoLM" in str(r)

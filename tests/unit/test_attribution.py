@@ -140,3 +140,45 @@ def test_extra_inferred_figures_are_added_as_given():
     (p,) = att.parts
     assert (p.cause, p.source, p.evidence) == ("clock_ramp", "clock:nvml", "inferred")
     assert p.ms == pytest.approx(3.0)
+
+
+def _pass(name, attn_ms, head_ms, faults_in_head=0):
+    """Module A (50 + attn ms, plus a 10 ms compile inside), then module H (50 + head ms), which may fault."""
+    a_end = 60 + attn_ms
+    end = a_end + 50 + head_ms
+    tl = (TL().span(STRUCTURE, f"pass:{name}", 0, end)
+          .span(STRUCTURE, "module:A", 0, a_end).span(JIT_COMPILE, "onednn:create", 5, 15)
+          .span(STRUCTURE, "module:H", a_end, end)
+          .counter("host:minor_faults", a_end, 0).counter("host:major_faults", a_end, 0)
+          .counter("host:minor_faults", end, faults_in_head).counter("host:major_faults", end, 0))
+    return attribute_pass(tl.build(), name, calibration=Calibration(fault_cost_ns=0.01 * MS))
+
+
+def test_unexplained_time_is_found_by_module_against_the_seen_rerun():
+    from warmprof.attribution import unattributed_where
+
+    # First pass: A takes 7 ms more than in the re-run (besides its compile), H 3 ms more, of
+    # which 2 ms are 200 faults x 0.01 ms (an estimate): 1 ms of H stays unexplained.
+    first = _pass("first", attn_ms=7.0, head_ms=3.0, faults_in_head=200)
+    rerun = attribute_pass(_pass_tl_rerun(), "seen_rerun", calibration=Calibration(fault_cost_ns=0.01 * MS))
+    assert first.unexplained_by_module["A"] == pytest.approx((60 + 7 - 10) * MS)
+    assert first.unexplained_by_module["H"] == pytest.approx((50 + 3 - 2) * MS)
+    where = dict(unattributed_where(first, rerun))
+    assert where == {"A": pytest.approx(7.0), "H": pytest.approx(1.0)}
+    assert [m for m, _ in unattributed_where(first, rerun)] == ["A", "H"]  # largest first
+    assert unattributed_where(first, rerun, top=1) == [("A", pytest.approx(7.0))]
+
+
+def _pass_tl_rerun():
+    # The re-run: same modules, no compile, no faults.
+    return (TL().span(STRUCTURE, "pass:seen_rerun", 0, 100)
+            .span(STRUCTURE, "module:A", 0, 50).span(STRUCTURE, "module:H", 50, 100).build())
+
+
+def test_nothing_unexplained_when_the_first_pass_matches_the_rerun():
+    from warmprof.attribution import unattributed_where
+
+    rerun = attribute_pass(_pass_tl_rerun(), "seen_rerun")
+    again = attribute_pass(_pass_tl_rerun(), "seen_rerun")
+    assert unattributed_where(again, rerun) == []
+    assert unattributed_where(attribute_pass(TL().build(), "first"), rerun) == []  # an empty timeline

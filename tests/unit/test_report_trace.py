@@ -216,3 +216,14 @@ def test_str_of_a_loaded_report_works_after_importing_only_warmprof_report(tmp_p
     code = f"import warmprof.report as r; print(str(r.load({str(p)!r})))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True).stdout
     assert out.startswith("warmprof trace: M (1, 8) on cpu") and "jit_compile" in out
+
+
+def test_text_says_where_unattributed_time_sits_when_it_is_outside_the_noise():
+    r = make_report(unattributed_where=[{"module": "M.attn", "ms": 6.0}, {"module": "(outside modules)", "ms": 2.5}])
+    lines = str(r).splitlines()
+    at = next(i for i, ln in enumerate(lines) if "unattributed sits in" in ln)
+    assert lines[at + 1].split() == ["M.attn", "6.00", "ms"]
+    assert lines[at + 2].split() == ["(outside", "modules)", "2.50", "ms"]
+    quiet = make_report(unattributed_ms=0.5, noise_band_ms=1.0, excess_ms=70.5,
+                        unattributed_where=[{"module": "M.attn", "ms": 0.4}])
+    assert "unattributed sits in" not in str(quiet)

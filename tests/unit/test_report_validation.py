@@ -34,6 +34,7 @@ def trace_report() -> Report:
         seen_rerun_causes=[CauseEntry("allocator_growth", 0.5, 0.5, "estimated", "host_faults", "M.a")],
         modules=[{"module": "M", "ms": 80.0, "causes": {"jit_compile": 70.0, "allocator_growth": 10.0}},
                  {"module": "(outside modules)", "ms": 0.0, "causes": {}}],
+        unattributed_where=[{"module": "M.attn", "ms": 6.0}, {"module": "(outside modules)", "ms": 2.5}],
         counters={"first_pass": {"minor_faults": 1200}, "steady_faults_median": 3},
         protocol={"input": "randint (1, 8)", "steady_ms": [9.5, 10.0, 10.5], "runtime_warm": False},
         instruments={"torch_compile": {"active": True, "compiles": [{"frame": "forward", "ms": 70.0}],

@@ -73,6 +73,10 @@ class TraceTextRenderer(Renderer):
             f"  {'unattributed':<20} {_cause_ms(r.unattributed_ms):>10} {un_share}  {'residual':<9} "
             f"{residual_source:<{width}} ({within} the noise band)"
         )
+        where = [w for w in r.unattributed_where if w["ms"] > 0][:5]
+        if where and r.unattributed_ms > r.noise_band_ms:
+            lines.append("  unattributed sits in (time outside causes, first pass less seen re-run):")
+            lines.extend(f"    {w['module']:<40} {_ms(w['ms']):>10}" for w in where)
         if r.seen_rerun_causes:
             rerun = ", ".join(f"{c.cause}/{c.source} {_ms(c.ms)}" for c in r.seen_rerun_causes[:4])
             lines.append(f"  seen-shape re-run still paid: {rerun}")

@@ -102,6 +102,7 @@ _SPAN = S.Obj(
 )
 _COUNTER_SAMPLE = S.Obj({"pass": S.STR, "name": S.STR, "t_ms": S.NUM, "value": S.NUM})
 _MODULE = S.Obj({"module": S.STR, "ms": S.NUM, "causes": S.MapOf(S.NUM)})
+_WHERE = S.Obj({"module": S.STR, "ms": S.NUM})
 _TORCH_COMPILE = S.Obj(optional={"torch_reported_compile_ms": S.NUM, "compiles": S.ListOf(S.ANY)})
 SCHEMA = S.Obj(
     {
@@ -113,6 +114,7 @@ SCHEMA = S.Obj(
         "dtype": S.STR, "compile": S.Nullable(S.STR), "steady_passes": S.NON_NEGATIVE_INT,
         "steady_p10_ms": S.NUM, "steady_p90_ms": S.NUM, "attributed_ms": S.NUM,
         "seen_rerun_causes": S.ListOf(_CAUSE_ENTRY), "modules": S.ListOf(_MODULE), "counters": S.MapOf(S.ANY),
+        "unattributed_where": S.ListOf(_WHERE),
         "protocol": S.MapOf(S.ANY), "instruments": S.Obj(optional={"torch_compile": _TORCH_COMPILE}),
         "spans": S.ListOf(_SPAN), "counter_samples": S.ListOf(_COUNTER_SAMPLE), "advice": S.ListOf(S.STR),
         "notes": S.ListOf(S.STR), "warmprof_version": S.STR, "created": S.STR,
@@ -146,6 +148,9 @@ class Report(ReportBase):
     attributed_ms: float = 0.0
     seen_rerun_causes: list[CauseEntry] = field(default_factory=list)
     modules: list[dict[str, Any]] = field(default_factory=list)  # {"module", "ms", "causes": {id: ms}}
+    # Where the unattributed time sits: {"module", "ms"}, each module's first-pass time outside every
+    # cause less the same in the seen-shape re-run (attribution.unattributed_where), largest first.
+    unattributed_where: list[dict[str, Any]] = field(default_factory=list)
     counters: dict[str, Any] = field(default_factory=dict)
     protocol: dict[str, Any] = field(default_factory=dict)
     instruments: dict[str, Any] = field(default_factory=dict)
