@@ -134,7 +134,8 @@ def _default_labels(sources: list[str]) -> list[str]:
 
 def _row(key: str, cells: list[Cell]) -> Row:
     base = cells[0].ms or 0.0
-    ratios = [None if c.ms is None or base <= 0 else c.ms / base for c in cells]
+    # No ratio to or of a negative figure (a residual below zero): it would read as a speed-up.
+    ratios = [None if c.ms is None or base <= 0 or c.ms < 0 else c.ms / base for c in cells]
     change = max(abs((c.ms or 0.0) - base) for c in cells)
     return Row(key=key, cells=cells, ratios=ratios, change_ms=change)
 
@@ -158,10 +159,12 @@ def _cause_rows(reports: list[Any]) -> list[Row]:
             kinds.setdefault(c.cause, set()).add(c.evidence)
         for cause, cell in cells.items():
             cell.evidence = "+".join(sorted(kinds[cause], key=_EVIDENCE_ORDER.index))
+            if cell.ms is not None and cell.ms < 0:
+                cell.share = None  # a residual below zero has no share (the causes overshoot; see warnings)
         if "unattributed" not in cells:  # the residual lives in its own field when not listed
             excess = r.excess_ms
-            cells["unattributed"] = Cell(r.unattributed_ms, r.unattributed_ms / excess if excess > 0 else 0.0,
-                                         evidence="residual")
+            share = r.unattributed_ms / excess if excess > 0 and r.unattributed_ms >= 0 else None  # as the text report
+            cells["unattributed"] = Cell(r.unattributed_ms, share, evidence="residual")
         per_report.append(cells)
     order = list(dict.fromkeys(k for cells in per_report for k in cells))
     rows = [_row(cause, [cells.get(cause, Cell(0.0, 0.0)) for cells in per_report]) for cause in order]
@@ -239,6 +242,12 @@ def _differs(reports: list[Any], kind: str) -> list[tuple[str, list[str]]]:
 
 def _warnings(reports: list[Any], labels: list[str], kind: str) -> list[str]:
     out = []
+    if kind == "trace":
+        for lab, r in zip(labels, reports):
+            attributed = sum(c.ms for c in r.causes if c.cause != "unattributed")
+            if r.excess_ms > 0 and attributed > r.excess_ms:
+                out.append(f"{lab}: its causes add up to {attributed:.2f} ms, more than its excess ({r.excess_ms:.2f} ms): "
+                           "its shares are of the attributed time, not of the excess")
     fields = (("model", "model"), ("shape", "shape")) if kind == "trace" else ()
     for name, key in fields + (("warmprof version", "warmprof_version"),):
         values = [_show(getattr(r, key, None)) for r in reports]

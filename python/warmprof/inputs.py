@@ -116,20 +116,31 @@ def make_inputs(model: Any, shape: Any, dtype: Any, inputs: Any, device) -> tupl
     vocab = _embedding_vocab(model)
     if dt is None:
         dt = torch.int64 if vocab is not None else torch.float32
-    if dt.is_floating_point:
-        x = torch.randn(dims, dtype=dt, device=device)
-        desc = f"randn{list(dims)} {str(dt).removeprefix('torch.')}"
+    name = str(dt).removeprefix("torch.")
+    if dt.is_floating_point or dt.is_complex:
+        try:
+            x = torch.randn(dims, dtype=dt, device=device)
+        except (RuntimeError, NotImplementedError, TypeError) as e:  # float8 types: no randn kernel
+            raise InputError(f"warmprof cannot make a random {name} input ({type(e).__name__}: "
+                             f"{str(e).splitlines()[0]}); pass your own tensors with inputs=") from e
+        desc = f"randn{list(dims)} {name}"
     elif dt == torch.bool:
         x = torch.zeros(dims, dtype=dt, device=device)
         desc = f"zeros{list(dims)} bool"
     else:
         high = vocab if vocab is not None else 100
-        top = torch.iinfo(dt).max
+        try:
+            top = torch.iinfo(dt).max
+        except TypeError:  # not an integer type either (quantized, bits types)
+            raise InputError(f"warmprof cannot make a random {name} input; pass your own tensors with inputs=") from None
         if high - 1 > top:
-            name = str(dt).removeprefix("torch.")
             raise InputError(f"dtype {name} cannot hold token ids up to {high - 1} (the model's embedding has {high} "
                              f"rows; {name} holds at most {top}): use int64 or int32")
-        x = torch.randint(0, high, dims, dtype=dt, device=device)
+        try:
+            x = torch.randint(0, high, dims, dtype=dt, device=device)
+        except (RuntimeError, NotImplementedError, TypeError) as e:  # quantized types: no random kernel
+            raise InputError(f"warmprof cannot make a random {name} input ({type(e).__name__}: "
+                             f"{str(e).splitlines()[0]}); pass your own tensors with inputs=") from e
         desc = f"token ids {list(dims)} in [0, {high})"
     return (x,), {}, desc
 

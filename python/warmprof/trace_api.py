@@ -89,6 +89,8 @@ def _compile_modes() -> list[str]:
 
 def _check_mode(mode: Any) -> None:
     modes = _compile_modes()
+    if mode == "":  # torch.compile takes an empty mode as the default one
+        return
     if not isinstance(mode, str) or mode not in modes:
         raise InputError(f"unknown torch.compile mode {mode!r}: use one of {', '.join(modes)} (or compile=True)")
 
@@ -149,7 +151,8 @@ def _compile_label(compile: Any) -> str | None:
     if compile is True:
         return "default"
     if isinstance(compile, str):
-        return compile
+        return compile or "default"
+    compile = {k: v for k, v in compile.items() if v is not None}  # None is torch.compile's own default
     if not compile or set(compile) == {"mode"}:
         return compile.get("mode") or "default"
     parts = []
@@ -246,6 +249,18 @@ def _steady(model, args, kwargs, sync, min_passes: int, max_passes: int, budget_
     return times, faults
 
 
+def _shape_of(x: Any) -> list[int] | None:
+    """A tensor's shape as plain ints; None for anything else (a nested tensor, a symbolic size,
+    an object whose .shape is not a tuple of ints), so a report never records what it cannot load."""
+    try:
+        shape = list(x.shape)
+    except Exception:
+        return None
+    if all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+        return [int(d) for d in shape]
+    return None
+
+
 def trace(
     model: Any,
     shape: Any = None,
@@ -333,7 +348,7 @@ def trace(
     summary = summarize(first.pass_ms, stats["median"], stats["noise_band"], first.attributed_ms)
     return build_report(
         model=label or type(getattr(model, "_orig_mod", model)).__name__,
-        shape=list(args[0].shape) if args and hasattr(args[0], "shape") else None,  # also for inputs=: the first input's
+        shape=_shape_of(args[0]) if args else None,  # also for inputs=: the first input's, when it has a plain one
         dtype=str(args[0].dtype).removeprefix("torch.") if args and hasattr(args[0], "dtype") else "",
         device=str(dev),
         compile=_compile_label(compile),

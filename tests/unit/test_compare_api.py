@@ -333,3 +333,15 @@ def test_a_negative_residual_in_both_reports_is_not_called_new():
     c = compare(a, a, labels=["a", "b"])
     line = next(ln for ln in str(c).splitlines() if ln.strip().startswith("unattributed"))
     assert "new" not in line
+
+
+def test_a_report_whose_causes_overshoot_its_excess_is_flagged_and_its_residual_has_no_share_or_ratio():
+    a = trace_report({"jit_compile": 10.0})
+    b = trace_report({"jit_compile": 10.0}, unattributed=-1.0)  # causes 10 ms, excess 9 ms
+    c = compare(a, b, labels=["a", "b"])
+    assert any(w.startswith("b: its causes add up to 10.00 ms, more than its excess (9.00 ms)") for w in c.warnings)
+    assert not any(w.startswith("a:") for w in c.warnings)
+    (row,) = [r for r in c.rows if r.key == "unattributed"]
+    assert row.cells[1].share is None and row.ratios[1] is None
+    line = next(ln for ln in str(c).splitlines() if ln.strip().startswith("unattributed"))
+    assert "x-" not in line and "%" not in line.split("-1.00", 1)[1]

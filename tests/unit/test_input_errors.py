@@ -45,7 +45,6 @@ def last_error_line(capsys) -> str:
 
 @pytest.mark.parametrize("compile, message", [
     ("bogus", "unknown torch.compile mode 'bogus'"),
-    ("", "unknown torch.compile mode ''"),
     ({"mode": "bogus"}, "unknown torch.compile mode 'bogus'"),
     ({"bogus_key": 1}, "unknown torch.compile option 'bogus_key'"),
     ({"max_autotune": True}, "compile={'options': {'max_autotune': True}}"),
@@ -79,14 +78,29 @@ def test_bad_compile_on_the_command_line(no_compile, capsys):
     ("max-autotune", "max-autotune"),
     ({}, "default"),
     ({"mode": "reduce-overhead"}, "reduce-overhead"),
+    ("", "default"),  # torch.compile takes an empty mode as the default
+    ({"mode": "default", "options": None}, "default"),  # None is torch's own default for a key
     ({"fullgraph": True, "backend": "eager"}, "backend=eager, fullgraph=True"),
     ({"options": {"triton.cudagraphs": False, "max_autotune": True}, "dynamic": False},
      "dynamic=False, options(max_autotune=True, triton.cudagraphs=False)"),
 ])
 def test_compile_label_is_faithful_and_sorted(compile, label):
-    from warmprof.trace_api import _compile_label
+    from warmprof.trace_api import _check_compile, _compile_label
 
+    _check_compile(compile)  # every value here is one torch.compile accepts
     assert _compile_label(compile) == label
+
+
+@pytest.mark.parametrize("first", [
+    pytest.param(lambda: torch.nested.nested_tensor([torch.randn(2, 4), torch.randn(3, 4)]), id="nested"),
+    pytest.param(lambda: type("NoShape", (), {"shape": None})(), id="shape-None"),
+    pytest.param(lambda: type("Named", (), {"shape": ("batch", "seq")})(), id="named-dims"),
+])
+def test_a_first_input_without_a_plain_shape_records_none(first):
+    from warmprof.trace_api import _shape_of
+
+    assert _shape_of(first()) is None
+    assert _shape_of(torch.zeros(2, 3)) == [2, 3] and _shape_of(torch.tensor(1.0)) == []
 
 
 def test_report_records_a_compile_options_dict():
@@ -202,6 +216,18 @@ def test_unusable_json_path_fails_up_front(nothing_runs, capsys, tmp_path, argv,
     assert line.startswith("warmprof: error: --json") and message in line and str(path) in line
 
 
+@pytest.mark.parametrize("argv", [
+    ["trace", "--demo", "--in-process", "--quiet", "--json", ""],
+    ["trace", "--demo", "--quiet", "--json", ""],
+    ["probe", "--quiet", "--json", ""],
+    ["show", "r.json", "-o", ""],
+    ["compare", "a.json", "b.json", "--png", ""],
+])
+def test_an_empty_output_path_is_refused_not_skipped(nothing_runs, capsys, argv):
+    assert cli.main(argv) == 2
+    assert "needs a file path, got an empty one" in last_error_line(capsys)
+
+
 def test_unwritable_json_dir_fails_up_front(nothing_runs, capsys, tmp_path, monkeypatch):
     import os
 
@@ -255,3 +281,15 @@ def test_file_target_failing_on_import_restores_sys_path(tmp_path):
 
 def test_all_new_refusals_are_warmprof_errors():
     assert issubclass(InputError, WarmprofError)
+
+
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.qint8])
+def test_a_dtype_warmprof_cannot_draw_random_inputs_of_is_a_one_line_input_error(dtype):
+    with pytest.raises(InputError, match="cannot make a random .* input .*pass your own tensors with inputs=") as info:
+        warmprof.trace(torch.nn.Identity(), (1, 4), dtype=dtype, steady=2)
+    assert "\n" not in str(info.value)
+
+
+def test_complex_inputs_are_drawn_like_floats():
+    r = warmprof.trace(torch.nn.Identity(), (1, 4), dtype=torch.complex64, steady=2)
+    assert r.dtype == "complex64" and r.shape == [1, 4]

@@ -19,7 +19,11 @@ def setup(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..compare_api import compare
+    from .trace import check_output_path
 
+    for option, path in (("--png", args.png), ("--json", args.json)):
+        if path is not None:
+            check_output_path(path, option)
     comparison = compare(*args.reports, labels=args.label)
     if args.png:
         from ..render.png import PngRenderer

@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     from ..probes import probe
     from .trace import check_output_path
 
-    if args.json:
+    if args.json is not None:
         check_output_path(args.json)
     report = probe(
         args.ops, device=args.device, backend=args.backend, K=args.K, B=args.B, shapes_per_op=args.shapes_per_op,

@@ -45,10 +45,12 @@ def setup(parser: argparse.ArgumentParser) -> None:
 def check_output_path(path: str, option: str = "--json") -> None:
     """Refuse an output file that cannot be written, before any work: its folder must exist and be
     writable, and the path must not be a folder itself."""
+    if not path:
+        raise InputError(f"{option} needs a file path, got an empty one")
     p = Path(path)
     parent = p.parent if str(p.parent) else Path(".")
     if p.is_dir():
-        raise InputError(f"{option} {path}: is a directory; give a file path, e.g. {p / 'report.json'}")
+        raise InputError(f"{option} {path}: is a directory; give a file path inside it")
     if not parent.exists():
         raise InputError(f"{option} {path}: the directory {parent} does not exist")
     if not parent.is_dir():
@@ -147,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"target {args.target!r} must look like MODULE:FACTORY or path/to/file.py:FACTORY")
     if args.target and not args.shape:
         raise InputError("--shape is required with a target, e.g. --shape 1,128")
-    if args.json:
+    if args.json is not None:
         check_output_path(args.json)
     if not args.in_process:
         return _run_child(args)

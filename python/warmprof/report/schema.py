@@ -80,12 +80,15 @@ class Bool(Spec):
 
 
 class Num(Spec):
-    """A finite JSON number (true/false are not numbers here)."""
+    """A finite JSON number (true/false are not numbers here) of a size a report can hold: below 1e15
+    either way (31 years in ms, a petabyte in bytes), so a renderer's unit conversion cannot overflow."""
 
-    what = "a finite number"
+    what = "a finite number within ±1e15"
+    LIMIT = 1e15
 
     def accepts(self, value: Any) -> bool:
-        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        return (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+                and abs(value) <= self.LIMIT)
 
 
 class Int(Spec):
