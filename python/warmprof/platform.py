@@ -59,19 +59,27 @@ _DEVFREQ_GLOBS = (
 _CUPY_DISTS = ("cupy", "cupy-cuda13x", "cupy-cuda12x", "cupy-cuda11x")
 
 
+def cuda_index(device: str) -> int | None:
+    """N of 'cuda:N' (the GPU a fingerprint should name for work on that device); None otherwise."""
+    kind, _, index = str(device).partition(":")
+    return int(index) if kind == "cuda" and index.isascii() and index.isdigit() else None
+
+
 def fingerprint(
     root: str | os.PathLike = "/",
     *,
     run: Runner | None = None,
     system: str | None = None,
     runtimes: bool = True,
+    gpu_index: int | None = None,
 ) -> dict[str, Any]:
     """The platform as a flat dict of JSON scalars; absent facts are absent keys.
 
     root: where /proc, /sys and /etc are read from. run: how external tools (nvpmodel, sysctl,
     nvidia-smi) are invoked. system: the OS name (platform.system() by default). runtimes=False
     leaves out what comes from this process (Python, torch, CuPy, CUDA), for a fingerprint made
-    of the files alone.
+    of the files alone. gpu_index: the CUDA device the work ran on (cuda:N); when this process's
+    CUDA is up, that device's name and memory replace the first GPU's.
     """
     fs = _Files(root)
     run = run or run_tool
@@ -84,8 +92,11 @@ def fingerprint(
     if system == "Darwin":
         fp.update(_apple_facts(run))
     if runtimes:
-        for key, value in _runtime_facts().items():
+        runtime = _runtime_facts(gpu_index)
+        for key, value in runtime.items():
             fp.setdefault(key, value)  # the files name the hardware; the runtime only fills gaps
+        if gpu_index and "gpu" in runtime:  # not device 0: the files list GPUs in bus order, CUDA may not
+            fp.update({k: runtime[k] for k in ("gpu", "gpu_memory_gb", "gpu_capability", "gpu_index") if k in runtime})
     if "gpu_memory_gb" not in fp and fs.exists("proc/driver/nvidia/gpus"):
         for key, value in _nvidia_smi_facts(fs, run).items():
             fp.setdefault(key, value)
@@ -318,14 +329,14 @@ def _nvidia_smi_facts(fs: _Files, run: Runner) -> dict[str, Any]:
     return out
 
 
-def _runtime_facts() -> dict[str, Any]:
+def _runtime_facts(gpu_index: int | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {"python": _platform.python_version()}
     torch = sys.modules.get("torch")
     version = getattr(torch, "__version__", None) or _dist_version(("torch",))
     if version:
         out["torch"] = str(version)
     if torch is not None:
-        out.update(_torch_facts(torch))
+        out.update(_torch_facts(torch, gpu_index))
     cupy = sys.modules.get("cupy")
     version = getattr(cupy, "__version__", None) or _dist_version(_CUPY_DISTS)
     if version:
@@ -343,7 +354,7 @@ def _cuda_version(v: int) -> str:
     return f"{v // 1000}.{v % 1000 // 10}"
 
 
-def _torch_facts(torch: Any) -> dict[str, Any]:
+def _torch_facts(torch: Any, gpu_index: int | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {}
     try:
         out["torch_threads"] = torch.get_num_threads()
@@ -354,7 +365,10 @@ def _torch_facts(torch: Any) -> dict[str, Any]:
         # Only a CUDA the process already initialized: asking would pay its runtime_init here.
         if not torch.cuda.is_initialized():
             return out
-        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        index = torch.cuda.current_device() if gpu_index is None else gpu_index
+        props = torch.cuda.get_device_properties(index)
+        if index:
+            out["gpu_index"] = index
         out["gpu"] = props.name
         out["gpu_memory_gb"] = round(props.total_memory / _GIB, 1)
         out["gpu_count"] = torch.cuda.device_count()

@@ -7,7 +7,7 @@ from typing import Any
 from . import __version__
 from .advice import advise
 from .attribution import PassAttribution, SpanRec, Summary, unattributed_where
-from .platform import fingerprint
+from .platform import cuda_index, fingerprint
 from .report import CauseEntry, CounterSample, Report, Span
 from .timeline import CAUSE_NAMES, COUNTER, Timeline, source_of
 
@@ -127,7 +127,7 @@ def build_report(*, model: str, shape, dtype: str, device: str, compile, first: 
         instruments=inst,
         spans=spans,
         counter_samples=_counter_samples(timeline, first, "first") + _counter_samples(timeline, rerun, "seen_rerun"),
-        platform=fingerprint(),
+        platform=fingerprint(gpu_index=cuda_index(device)),
         warmprof_version=__version__,
         created=created,
         notes=notes,

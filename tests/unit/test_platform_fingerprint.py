@@ -164,3 +164,23 @@ def test_run_tool_returns_none_on_failure_and_timeout():
     assert run_tool([sys.executable, "-c", "import sys; sys.exit(3)"]) is None
     assert run_tool(["/nonexistent/warmprof-tool", "-q"]) is None
     assert run_tool([sys.executable, "-c", "import time; time.sleep(5)"], timeout_s=0.2) is None
+
+
+def test_a_trace_on_cuda_n_names_that_gpu_not_the_first(monkeypatch):
+    def runtime(gpu_index=None):
+        index = gpu_index or 0
+        return {"python": "3.11", "gpu": ["NVIDIA GeForce RTX 4090", "NVIDIA H200"][index], "gpu_memory_gb": [24.0, 139.8][index],
+                **({"gpu_index": index} if index else {})}
+
+    monkeypatch.setattr(platform_mod, "_runtime_facts", runtime)
+    root = FIXTURES / "desktop_nvidia"
+    second = fingerprint(root, run=Tools(), gpu_index=1)
+    assert (second["gpu"], second["gpu_memory_gb"], second["gpu_index"]) == ("NVIDIA H200", 139.8, 1)
+    first = fingerprint(root, run=Tools(), gpu_index=0)
+    assert first["gpu"] == "NVIDIA GeForce RTX 4090" and "gpu_index" not in first
+
+
+def test_the_cuda_index_read_from_a_device_string():
+    from warmprof.platform import cuda_index
+
+    assert [cuda_index(d) for d in ("cuda:1", "cuda", "cpu", "cpu:0", "mps:0", "cuda:x")] == [1, None, None, None, None, None]

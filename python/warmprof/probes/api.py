@@ -10,7 +10,7 @@ from typing import Any, Iterator
 from .. import _native
 from ..errors import InputError
 from ..progress import progress_printer
-from ..platform import fingerprint
+from ..platform import cuda_index, fingerprint
 from ..report.probe import ProbeReport
 from . import bands as bands_mod
 from . import bucketing, experiments
@@ -69,7 +69,7 @@ def probe(
     wall_s = (_native.now_ns() - start_ns) / 1e9
     load = {"before": load_before, "after": _loadavg(), "cpus": os.cpu_count() or 0}
     return ProbeReport(
-        device=_device_name(device), backend=backend, dtype=dtype, platform=fingerprint(), bands=bands.to_report(), ops=rows,
+        device=_device_name(device), backend=backend, dtype=dtype, platform=fingerprint(gpu_index=cuda_index(_device_name(device))), bands=bands.to_report(), ops=rows,
         shape_vs_size=pairs, bucketing=sweep, predictions=predictions(rows, pairs, sweep), op_summary=summary,
         protocol={
             "what": be.describe(), "steady_calls": steady_calls, "warm_calls": 2, "rerun_rounds": rerun_rounds,
