@@ -10,8 +10,9 @@ struct Faults {
   int64_t major = 0;
 };
 Faults faults();            // getrusage(RUSAGE_SELF)
+// Both read /proc files kept open (reopened after a fork): cheap enough for every module boundary.
 int64_t rss_bytes();        // resident set size, from /proc/self/statm (0 where unavailable)
-int64_t thread_count();     // threads of this process, from /proc/self/stat (0 where unavailable)
+int64_t thread_count();     // threads of this process: links of /proc/self/task, else /proc/self/stat (0 where unavailable)
 int64_t page_size();
 
 struct FaultCost {

@@ -67,7 +67,7 @@ def counter(name: int, value: int, /) -> None:
     """Record a counter sample."""
 
 def sample_host() -> None:
-    """Record host counters (minor/major faults, RSS) now."""
+    """Record host counters (minor/major faults, RSS, threads) now."""
 
 def now_ticks() -> int:
     """The raw clock, in ticks."""

@@ -45,6 +45,54 @@ def test_thread_count_sees_a_new_thread():
         t.join()
 
 
+def _stat_threads() -> int:
+    with open("/proc/self/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[17])  # field 20, counted after the command name
+
+
+def test_thread_count_agrees_with_proc_stat_as_threads_come_and_go():
+    release = threading.Event()
+    threads = [threading.Thread(target=release.wait) for _ in range(3)]
+    counts = [(_native.thread_count(), _stat_threads())]
+    for t in threads:
+        t.start()
+    counts.append((_native.thread_count(), _stat_threads()))
+    release.set()
+    for t in threads:
+        t.join()
+    counts.append((_native.thread_count(), _stat_threads()))
+    assert all(ours == theirs for ours, theirs in counts), counts
+    assert counts[1][0] == counts[0][0] + 3
+
+
+def test_a_forked_child_counts_its_own_threads_and_memory():
+    """The /proc files are kept open; a fork must not leave the child reading its parent's."""
+    import os
+
+    release = threading.Event()
+    threads = [threading.Thread(target=release.wait) for _ in range(3)]
+    for t in threads:
+        t.start()
+    try:
+        parent_threads = _native.thread_count()
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: only the forking thread exists here
+            try:
+                os.write(w, f"{_native.thread_count()} {_stat_threads()}".encode())
+            finally:
+                os._exit(0)
+        os.close(w)
+        ours, theirs = (int(x) for x in os.read(r, 64).split())
+        os.close(r)
+        os.waitpid(pid, 0)
+    finally:
+        release.set()
+        for t in threads:
+            t.join()
+    assert ours == theirs == 1 and parent_threads >= 4
+
+
 def test_fault_cost_probe_is_positive_and_plausible():
     cost = _native.calibrate_fault_cost()
     assert cost["trials"] == 5
