@@ -66,8 +66,8 @@ def instant(cause: int, name: int, value: int = 0, /) -> None:
 def counter(name: int, value: int, /) -> None:
     """Record a counter sample."""
 
-def sample_host() -> None:
-    """Record host counters (minor/major faults, RSS, threads) now."""
+def sample_host(rss: bool = True, /) -> None:
+    """Record host counters (minor/major faults, threads, and RSS unless rss is False) now."""
 
 def now_ticks() -> int:
     """The raw clock, in ticks."""

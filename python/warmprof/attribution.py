@@ -9,6 +9,8 @@ Rules (ARCHITECTURE.md, method step 6):
   to the cause span covering most of that interval. Deltas outside any cause span, minus what a
   steady pass also takes, become estimates: faults x calibrated fault cost -> allocator_growth,
   new threads x calibrated thread start cost -> runtime_init.
+- Module calls x the calibrated cost of warmprof's own hooks per call -> profiler_overhead
+  (estimated): the instrumented passes pay it, the steady passes do not.
 - excess = first - steady median; unattributed = excess - attributed, judged against the noise
   band of the steady passes.
 """
@@ -49,6 +51,7 @@ class Calibration:
 
     fault_cost_ns: float = 0.0
     thread_start_ns: float = 0.0
+    hook_cost_ns: float = 0.0  # what warmprof's module hooks add to one module call
 
 
 @dataclass
@@ -314,6 +317,21 @@ def attribute_pass(
             p.count += d
             mod = _module_of(mod_span)
             p.by_module[mod] = p.by_module.get(mod, 0.0) + ns
+
+    # warmprof's own module hooks: instrumented passes pay them, steady passes do not. Each module
+    # call (a module span on the pass thread) x the calibrated cost per call, where the module is.
+    if calibration.hook_cost_ns > 0:
+        calls: dict[str, int] = {}
+        for s in mine:
+            if s.name.startswith(MODULE_PREFIX):
+                mod = _module_of(s)
+                calls[mod] = calls.get(mod, 0) + 1
+        if calls:
+            p = part("profiler_overhead", "module_hooks", "estimated")
+            for mod, n in calls.items():
+                p.ns += n * calibration.hook_cost_ns
+                p.count += n
+                p.by_module[mod] = p.by_module.get(mod, 0.0) + n * calibration.hook_cost_ns
 
     # Figures no span brackets (a clock ramp inferred from clock samples), added as given.
     for e in inferred or []:

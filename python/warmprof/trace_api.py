@@ -44,6 +44,9 @@ def calibrate() -> dict[str, float]:
             "fault_cost_ns": float(fault["ns_per_fault"]),
             "fault_cost_per_page_ns": float(fault["ns_per_page"]),
             "thread_start_ns": float(_native.thread_start_ns(9)),
+            # What warmprof's module hooks add to one module call: the first pass and the seen
+            # re-run run with them, the steady passes without (an estimated profiler_overhead).
+            "hook_cost_ns": float(ModuleHooks.calibrate_cost()),
             "clock": dict(_native.clock_info()),
         }
     return _calibration
@@ -337,7 +340,8 @@ def trace(
         pass
     say("attributing")
     stats = steady_stats(steady_ms)
-    calibration = Calibration(fault_cost_ns=cal["fault_cost_ns"], thread_start_ns=cal["thread_start_ns"])
+    calibration = Calibration(fault_cost_ns=cal["fault_cost_ns"], thread_start_ns=cal["thread_start_ns"],
+                              hook_cost_ns=cal["hook_cost_ns"])
     steady_fault_median = sorted(steady_faults)[len(steady_faults) // 2] if steady_faults else 0
     first, rerun = (
         attribute_pass(timeline, name, calibration=calibration, steady_faults=steady_fault_median,

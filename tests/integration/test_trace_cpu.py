@@ -37,6 +37,12 @@ def test_demo_trace_structure_and_round_trip(tmp_path):
     steady = [e for e in ChromeTraceRenderer().events(r)["traceEvents"] if e["ph"] == "X" and e["pid"] == 3]
     assert [e["name"] for e in steady] == ["steady pass (median of 5)"]
     assert any(s.name == "module:DemoLM.blocks.0.attn" for s in r.spans)
+    # warmprof's own hooks: every module call in the first pass x the calibrated cost per call
+    (hooks,) = [c for c in r.causes if c.cause == "profiler_overhead"]
+    module_calls = sum(1 for s in r.spans if s.pass_ == "first" and s.name.startswith("module:") and s.thread == 0)
+    assert (hooks.source, hooks.evidence, hooks.count) == ("module_hooks", "estimated", module_calls)
+    cost_ms = r.protocol["calibration"]["hook_cost_ns"] / 1e6
+    assert cost_ms > 0 and hooks.ms == pytest.approx(module_calls * cost_ms)
     names = {f"DemoLM.{n}" if n else "DemoLM" for n, _ in model.named_modules()} | {"(outside modules)"}
     where = [(w["module"], w["ms"]) for w in r.unattributed_where]
     assert all(m in names and ms > 0 for m, ms in where), where

@@ -27,7 +27,8 @@ HOT_PATH_CASES = [
     (_native.counter, ("x", 1), TypeError, "name id must be an int"),
     (_native.counter, (NID, None), TypeError, "value must be an int, not NoneType"),
     (_native.counter, (UNKNOWN, 1), ValueError, "name id .* out of range"),
-    (_native.sample_host, (1,), TypeError, r"sample_host\(\) takes no arguments"),
+    (_native.sample_host, (1,), TypeError, r"sample_host\(rss\): rss must be True or False, not int"),
+    (_native.sample_host, (True, 2), TypeError, r"sample_host\(\) takes at most 1 argument \(2 given\)"),
     (_native.now_ticks, (1,), TypeError, r"now_ticks\(\) takes no arguments"),
 ]
 

@@ -139,14 +139,18 @@ def test_record_span_ns_refuses_a_span_that_ends_before_it_starts():
             timeline.record_span_ns(timeline.STRUCTURE, "test:backwards", 2000, 1000)
 
 
-def test_sample_host_records_the_three_host_counters():
+def test_sample_host_records_the_host_counters_and_rss_only_when_asked():
+    names = {"host:minor_faults", "host:major_faults", "host:rss_bytes", "host:threads"}
     with Recording() as rec:
         timeline.sample_host()
-    tl = rec.drain()
-    recs = _own_records(tl, {"host:minor_faults", "host:major_faults", "host:rss_bytes"})
-    assert sorted(r[2] for r in recs) == ["host:major_faults", "host:minor_faults", "host:rss_bytes"]
+    recs = _own_records(rec.drain(), names)
+    assert sorted(r[2] for r in recs) == sorted(names)
     assert all(r[0] == COUNTER and r[3] >= 0 for r in recs)
-    assert dict((r[2], r[3]) for r in recs)["host:rss_bytes"] > 0
+    values = dict((r[2], r[3]) for r in recs)
+    assert values["host:rss_bytes"] > 0 and values["host:threads"] >= 1
+    with Recording() as rec:
+        timeline.sample_host(False)  # module boundaries: faults and threads only
+    assert sorted(r[2] for r in _own_records(rec.drain(), names)) == sorted(names - {"host:rss_bytes"})
 
 
 def test_recording_is_not_reentrant():

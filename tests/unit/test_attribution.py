@@ -182,3 +182,16 @@ def test_nothing_unexplained_when_the_first_pass_matches_the_rerun():
     again = attribute_pass(_pass_tl_rerun(), "seen_rerun")
     assert unattributed_where(again, rerun) == []
     assert unattributed_where(attribute_pass(TL().build(), "first"), rerun) == []  # an empty timeline
+
+
+def test_module_calls_times_the_calibrated_hook_cost_is_estimated_profiler_overhead():
+    tl = (TL().span(STRUCTURE, "pass:first", 0, 100)
+          .span(STRUCTURE, "module:M", 0, 90).span(STRUCTURE, "module:M.a", 10, 20).span(STRUCTURE, "module:M.a", 30, 40)
+          .span(STRUCTURE, "module:M.b", 50, 60).span(JIT_COMPILE, "onednn:create", 52, 58)
+          .span(STRUCTURE, "module:other_thread", 0, 50, thread=1).build())
+    att = attribute_pass(tl, "first", calibration=Calibration(hook_cost_ns=0.002 * MS))
+    (p,) = [p for p in att.parts if p.cause == "profiler_overhead"]
+    assert (p.source, p.evidence, p.count) == ("module_hooks", "estimated", 4)  # 4 calls on the pass thread
+    assert p.ms == pytest.approx(0.008)
+    assert p.by_module == {"M": pytest.approx(0.002 * MS), "M.a": pytest.approx(0.004 * MS), "M.b": pytest.approx(0.002 * MS)}
+    assert not [p for p in attribute_pass(tl, "first").parts if p.cause == "profiler_overhead"]  # no calibration, no estimate

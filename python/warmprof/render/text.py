@@ -77,8 +77,9 @@ class TraceTextRenderer(Renderer):
         if where and r.unattributed_ms > r.noise_band_ms:
             lines.append("  unattributed sits in (time outside causes, first pass less seen re-run):")
             lines.extend(f"    {w['module']:<40} {_ms(w['ms']):>10}" for w in where)
-        if r.seen_rerun_causes:
-            rerun = ", ".join(f"{c.cause}/{c.source} {_ms(c.ms)}" for c in r.seen_rerun_causes[:4])
+        paid_again = [c for c in r.seen_rerun_causes if c.cause != "profiler_overhead"]  # warmprof's own, every pass
+        if paid_again:
+            rerun = ", ".join(f"{c.cause}/{c.source} {_ms(c.ms)}" for c in paid_again[:4])
             lines.append(f"  seen-shape re-run still paid: {rerun}")
         else:
             lines.append("  seen-shape re-run paid none of these causes (one-time costs)")
