@@ -29,7 +29,8 @@ _calibration: dict[str, float] | None = None
 
 
 def calibrate() -> dict[str, float]:
-    """Once per process: timer overhead, per-fault cost, thread start cost (this machine's)."""
+    """Once per process, after the first trace's passes: timer overhead, per-fault cost, thread
+    start cost and module hook cost (this machine's)."""
     global _calibration
     if _calibration is None:
         pairs = []
@@ -304,8 +305,6 @@ def trace(
     runner = _compile_model(model, compile)
     sync = _sync(dev)
 
-    say("calibrating (timer, page-fault cost, thread start)")
-    cal = calibrate()
     instruments = _instruments(runner, dev, compiled)
     grad_ctx = torch.no_grad() if no_grad else contextlib.nullcontext()
 
@@ -338,6 +337,10 @@ def trace(
         _traced_models.add(getattr(model, "_orig_mod", model))
     except TypeError:
         pass
+    # Calibration runs after the passes: it starts threads, faults fresh pages and calls a torch
+    # module, any of which would warm what the first pass is there to measure cold.
+    say("calibrating (timer, page-fault cost, thread start, hook cost)")
+    cal = calibrate()
     say("attributing")
     stats = steady_stats(steady_ms)
     calibration = Calibration(fault_cost_ns=cal["fault_cost_ns"], thread_start_ns=cal["thread_start_ns"],

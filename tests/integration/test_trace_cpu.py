@@ -165,3 +165,17 @@ def test_an_instruments_span_evidence_reaches_the_report(monkeypatch):
     onednn = [c for c in r.causes if c.source == "onednn"]
     assert onednn, f"no oneDNN creation attributed: {r.causes}"
     assert {c.evidence for c in onednn} == {"inferred"}
+
+
+def test_nothing_is_calibrated_before_the_first_pass(monkeypatch):
+    """Calibration starts threads, faults pages and calls a torch module: before the first pass it
+    would warm what the pass is there to measure cold."""
+    from warmprof import trace_api
+
+    events: list[str] = []
+    monkeypatch.setattr(trace_api, "_calibration", None)  # as in a fresh process
+    real = trace_api.calibrate
+    monkeypatch.setattr(trace_api, "calibrate", lambda: (events.append("calibrate"), real())[1])
+    r = warmprof.trace(nn.Sequential(nn.Linear(8, 8)), (1, 8), steady=3, progress=events.append)
+    assert events.index("calibrate") > events.index("steady passes") > events.index("first pass")
+    assert r.protocol["calibration"]["hook_cost_ns"] > 0
