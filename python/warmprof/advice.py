@@ -69,4 +69,12 @@ def advise(report: Any, share_floor: float = 0.1, max_causes: int = 3) -> list[s
         for i, line in enumerate(table.get(top_source, table.get("", []))):
             head = f"{cause} ({share:.0%} of the {whole}, mostly {top_source})" if i == 0 else f"{cause}, also"
             lines.append(f"{head}: {line}")
+    unattributed = report.unattributed_ms
+    if report.excess_ms > 0 and unattributed > report.noise_band_ms and unattributed >= max(
+            [c.ms for c in report.causes if c.cause != "unattributed"] + [0.0]):
+        where = [w["module"] for w in getattr(report, "unattributed_where", [])[:2]]
+        at = f" (most in {' and '.join(where)})" if where else ""
+        lines.append(f"unattributed ({unattributed / report.excess_ms:.0%} of the excess{at}) is the largest part: no "
+                     "instrument here names its cause. Time the ops of that module with `warmprof probe`, or warm "
+                     "the served shapes with one pass at start-up, which covers one-time costs of any cause.")
     return lines

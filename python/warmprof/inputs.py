@@ -23,6 +23,9 @@ def parse_dtype(dtype: Any):
         key = dtype.lower().removeprefix("torch.")
         if key in _DTYPES:
             return getattr(torch, _DTYPES[key])
+        if isinstance(getattr(torch, key, None), torch.dtype):  # real, but not one warmprof draws inputs of
+            raise InputError(f"dtype {dtype!r} is not one warmprof makes random inputs of "
+                             f"({', '.join(sorted(_DTYPES))}); pass your own tensors with inputs=")
     raise InputError(f"unknown dtype {dtype!r} (try float32, bfloat16, float16, int64)")
 
 

@@ -73,6 +73,8 @@ def _warm_reasons(model: Any, compiled: bool) -> list[str]:
             reasons.append("this model was already traced in this process")
     except TypeError:
         pass
+    if _calibration is not None and not reasons:  # set once a trace has run to its end here
+        reasons.append("an earlier trace ran in this process")
     if compiled:
         try:
             from torch._dynamo.utils import counters
@@ -353,7 +355,7 @@ def trace(
         for name in ("first", "seen_rerun")
     )
     summary = summarize(first.pass_ms, stats["median"], stats["noise_band"], first.attributed_ms)
-    return build_report(
+    report = build_report(
         model=label or type(getattr(model, "_orig_mod", model)).__name__,
         shape=_shape_of(args[0]) if args else None,  # also for inputs=: the first input's, when it has a plain one
         dtype=str(args[0].dtype).removeprefix("torch.") if args and hasattr(args[0], "dtype") else "",
@@ -372,6 +374,16 @@ def trace(
         input_desc=input_desc,
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     )
+    # The caller's process: what ran before the trace is unknown to it. `warmprof trace` on the
+    # command line runs a fresh process and takes this note back (commands/trace.py).
+    report.protocol.setdefault("fresh_process", False)
+    report.protocol.setdefault("cache", "in-process (caller's)")
+    report.notes.append(IN_PROCESS_NOTE)
+    return report
 
+
+IN_PROCESS_NOTE = ("traced in the caller's process: work done here before the trace (other models, warm-up calls, "
+                   "earlier traces) may have warmed shared state (thread pools, allocator, kernel caches); "
+                   "`warmprof trace` on the command line runs a fresh process")
 
 __all__ = ["calibrate", "trace", "CauseEntry"]

@@ -23,6 +23,8 @@ def test_trace_demo_in_fresh_process_writes_json(tmp_path):
     data = json.loads(out.read_text())
     assert data["kind"] == "trace" and data["protocol"]["fresh_process"] is True
     assert data["protocol"]["cache"] == "fresh"
+    assert not data["protocol"]["runtime_warm"]  # the child's first and only trace
+    assert not any("caller's process" in n for n in data["notes"])  # fresh: nothing ran before it
 
 
 def test_trace_factory_from_a_file(tmp_path):

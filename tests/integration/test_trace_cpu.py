@@ -58,6 +58,11 @@ def test_second_trace_of_same_model_says_runtime_is_warm():
     again = warmprof.trace(model, (1, 8), steady=3)
     assert again.protocol["runtime_warm"]
     assert any("already traced" in n for n in again.notes)
+    other = warmprof.trace(nn.Sequential(nn.Linear(4, 4)), (1, 4), steady=3)  # a new model, same process
+    assert other.protocol["runtime_warm"] and "an earlier trace ran in this process" in other.protocol["warm_reasons"]
+    # In-process traces always say what they cannot know, and how to get a fresh process.
+    assert other.protocol["fresh_process"] is False
+    assert any("traced in the caller's process" in n and "warmprof trace" in n for n in other.notes)
 
 
 def test_onednn_creation_is_jit_compile_equal_to_onednn_own_times():

@@ -228,3 +228,15 @@ def test_text_says_where_unattributed_time_sits_when_it_is_outside_the_noise():
     quiet = make_report(unattributed_ms=0.5, noise_band_ms=1.0, excess_ms=70.5,
                         unattributed_where=[{"module": "M.attn", "ms": 0.4}])
     assert "unattributed sits in" not in str(quiet)
+
+
+def test_advice_names_a_dominant_unattributed_part_and_where_it_sits():
+    from warmprof.advice import advise
+
+    r = make_report(first_pass_ms=100.0, excess_ms=90.0, unattributed_ms=70.0, noise_band_ms=1.0,
+                    causes=[CauseEntry("allocator_growth", 20.0, 20 / 90, "estimated", "host_faults", "M", count=9)],
+                    unattributed_where=[{"module": "M.attn", "ms": 50.0}, {"module": "M", "ms": 10.0}])
+    (line,) = [a for a in advise(r) if a.startswith("unattributed")]
+    assert "78% of the excess" in line and "most in M.attn and M" in line
+    small = make_report()  # unattributed 10 ms under a 70 ms compile: no such line
+    assert not [a for a in advise(small) if a.startswith("unattributed")]

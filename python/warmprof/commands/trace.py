@@ -175,8 +175,10 @@ def run(args: argparse.Namespace) -> int:
     report.protocol["cache"] = args.cache if args.fresh_process else "in-process (caller's)"
     if args.threads is not None:
         report.protocol["threads"] = args.threads
-    if not args.fresh_process:
-        report.notes.append("traced in-process (--in-process): earlier work in this process may have warmed shared state")
+    if args.fresh_process:  # the child of a plain `warmprof trace`: a fresh process, nothing ran before
+        from ..trace_api import IN_PROCESS_NOTE
+
+        report.notes = [n for n in report.notes if n != IN_PROCESS_NOTE]
     print(report, end="")
     if args.json:
         path = report.save(args.json)

@@ -126,7 +126,7 @@ def _legend_entry(key: str, r: Any) -> str:
         return f"steady work: {r.steady_median_ms:.2f} ms"
     if key == "unattributed":
         share = r.unattributed_ms / r.excess_ms if r.excess_ms > 0 else 0.0
-        return f"unattributed: {r.unattributed_ms:.2f} ms ({share:.0%}, noise band ±{r.noise_band_ms:.2f} ms)"
+        return f"unattributed: {r.unattributed_ms:.2f} ms ({share:.0%}, noise band {r.noise_band_ms:.2f} ms wide)"
     if not any(c.cause == key for c in r.causes):
         return f"{_label(key)}: seen re-run only"
     share = sum(c.share for c in r.causes if c.cause == key)

@@ -75,7 +75,8 @@ class TraceTextRenderer(Renderer):
         )
         where = [w for w in r.unattributed_where if w["ms"] > 0][:5]
         if where and r.unattributed_ms > r.noise_band_ms:
-            lines.append("  unattributed sits in (time outside causes, first pass less seen re-run):")
+            lines.append(f"  unattributed sits in (each module's own time outside causes, first pass less seen re-run; "
+                         f"largest {len(where)}):")
             lines.extend(f"    {w['module']:<40} {_ms(w['ms']):>10}" for w in where)
         paid_again = [c for c in r.seen_rerun_causes if c.cause != "profiler_overhead"]  # warmprof's own, every pass
         if paid_again:
@@ -89,13 +90,19 @@ class TraceTextRenderer(Renderer):
                 f"  torch reports {_ms(compile_info.get('torch_reported_compile_ms', 0.0))} of compile time; "
                 f"{len(compile_info.get('compiles', []))} compile(s); inductor cache: {compile_info.get('inductor_cache')}"
             )
-        top = [m for m in r.modules if m["ms"] > 0][:5]
+        # warmprof's own hook cost sits in every module: it says nothing about the model's.
+        top = []
+        for m in r.modules:
+            causes = {k: v for k, v in m["causes"].items() if k != "profiler_overhead" and v > 0}
+            if causes:
+                top.append((m["module"], sum(causes.values()), causes))
+        top.sort(key=lambda t: -t[1])
         if top:
             lines.append("")
-            lines.append("  top modules (attributed time inside each):")
-            for m in top:
-                parts = ", ".join(f"{k} {_ms(v)}" for k, v in sorted(m["causes"].items(), key=lambda kv: -kv[1]))
-                lines.append(f"    {m['module']:<40} {_ms(m['ms']):>10}  {parts}")
+            lines.append("  top modules (attributed time, each cause in its innermost module):")
+            for module, ms, causes in top[:5]:
+                parts = ", ".join(f"{k} {_ms(v)}" for k, v in sorted(causes.items(), key=lambda kv: -kv[1]))
+                lines.append(f"    {module:<40} {_ms(ms):>10}  {parts}")
         if r.advice:
             lines.append("")
             lines.append("  advice:")
