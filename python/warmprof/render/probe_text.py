@@ -61,7 +61,7 @@ class ProbeTextRenderer(Renderer):
         out += ["", "Per op (median over the new shapes)"] + self._summary(r)
         out += ["", "Shape vs size (two never-seen shapes of equal output size)"] + self._pairs(r)
         out += ["", f"Bucketing: {r.bucketing.get('op', 'matmul')}"] + self._bucketing(r.bucketing)
-        out += ["", "Predictions"] + self._predictions(r)
+        out += ["", "Predictions (what a JIT-compiling backend shows; checked against this run)"] + self._predictions(r)
         out += ["", "Evidence (one line per op and verdict)"] + self._evidence(r)
         if r.notes:
             out += ["", "Notes"] + [f"  - {n}" for n in r.notes]
@@ -127,8 +127,9 @@ class ProbeTextRenderer(Renderer):
     def _predictions(self, r: Any) -> list[str]:
         lines = []
         for p in r.predictions:
-            lines.append(f"  {p.id}  {'holds' if p.holds else 'FAILS'}  {p.claim}")
-            lines.append(f"            {p.figure}")
+            # A prediction that does not hold is a finding about this backend, not an error.
+            lines.append(f"  {p.id}  {'holds        ' if p.holds else 'does not hold'}  {p.claim}")
+            lines.append(f"                     {p.figure}")
         return lines
 
     def _evidence(self, r: Any) -> list[str]:
