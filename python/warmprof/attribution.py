@@ -362,7 +362,7 @@ def unattributed_where(first: PassAttribution, rerun: PassAttribution, top: int 
     instrument overhead and the module's steady work cancel). Largest first, positive only.
 
     The entries sum to the first pass's unexplained time over the re-run's, not over the steady
-    median; the difference is the re-run's own unexplained excess (its instrument overhead)."""
+    median; the difference is what the re-run itself paid beyond a steady pass, unexplained."""
     mods = set(first.unexplained_by_module) | set(rerun.unexplained_by_module)
     out = []
     for mod in mods:
