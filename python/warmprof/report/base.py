@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Any, Callable, ClassVar
 
 from ..errors import ReportError
+from . import schema
 
 SCHEMA_VERSION = 1
 _KINDS: dict[str, type["ReportBase"]] = {}
@@ -33,13 +35,36 @@ class ReportBase:
     """A report is data: to_json/from_json/save/load; renderers turn it into text or files."""
 
     KIND: ClassVar[str] = ""
+    SCHEMA: ClassVar[Any] = None  # the kind's schema.Obj, checked before anything is built
 
-    def to_dict(self) -> dict[str, Any]:  # pragma: no cover - each kind defines it
-        raise NotImplementedError
+    # Each kind is a dataclass; these two name how its nested fields (entries, rows) go to and
+    # come from JSON. Every other field is JSON as it stands.
+    def _field_to_json(self, name: str, value: Any) -> Any:
+        return value
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "ReportBase":  # pragma: no cover
-        raise NotImplementedError
+    def _fields_from_json(cls, data: dict[str, Any]) -> dict[str, Any]:
+        return {}
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"schema_version": self.schema_version, "kind": self.KIND}
+        for f in dataclasses.fields(self):
+            if f.name != "schema_version":
+                d[f.name] = self._field_to_json(f.name, getattr(self, f.name))
+        return d
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "ReportBase":
+        schema.check(data, cls.SCHEMA)
+        known = {f.name for f in dataclasses.fields(cls)}
+        kwargs = {k: v for k, v in data.items() if k in known}
+        kwargs.update(cls._fields_from_json(data))
+        report = cls(**kwargs)
+        report.validate()
+        return report
+
+    def validate(self) -> None:
+        """Invariants a loaded report must hold (each kind adds its own)."""
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent, allow_nan=False)

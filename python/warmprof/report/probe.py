@@ -130,6 +130,7 @@ class ProbeReport(ReportBase):
     """
 
     KIND = "probe"
+    SCHEMA = SCHEMA
 
     device: str
     backend: str
@@ -166,29 +167,19 @@ class ProbeReport(ReportBase):
         return out
 
     # -- JSON ----------------------------------------------------------------------------------
-    def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"schema_version": self.schema_version, "kind": self.KIND}
-        for f in dataclasses.fields(self):
-            if f.name == "schema_version":
-                continue
-            v = getattr(self, f.name)
-            if f.name == "ops":
-                v = {op: [dataclasses.asdict(r) for r in rows] for op, rows in v.items()}
-            elif f.name == "predictions":
-                v = [dataclasses.asdict(p) for p in v]
-            d[f.name] = v
-        return d
+    def _field_to_json(self, name: str, value: Any) -> Any:
+        if name == "ops":
+            return {op: [dataclasses.asdict(r) for r in rows] for op, rows in value.items()}
+        if name == "predictions":
+            return [dataclasses.asdict(p) for p in value]
+        return value
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "ProbeReport":
-        S.check(data, SCHEMA)
-        known = {f.name for f in dataclasses.fields(cls)}
-        kwargs = {k: v for k, v in data.items() if k in known}
-        kwargs["ops"] = {op: [ShapeRow(**r) for r in rows] for op, rows in data["ops"].items()}
-        kwargs["predictions"] = [Prediction(**p) for p in data["predictions"]]
-        report = cls(**kwargs)
-        report.validate()
-        return report
+    def _fields_from_json(cls, data: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "ops": {op: [ShapeRow(**r) for r in rows] for op, rows in data["ops"].items()},
+            "predictions": [Prediction(**p) for p in data["predictions"]],
+        }
 
     def validate(self) -> None:
         """Invariants a loaded report must hold; a violation means a corrupt or edited file."""

@@ -128,6 +128,7 @@ class Report(ReportBase):
     """A trace report. JSON field names are a public contract (see docs in README)."""
 
     KIND = "trace"
+    SCHEMA = SCHEMA
 
     model: str
     shape: list[int] | None
@@ -177,31 +178,21 @@ class Report(ReportBase):
         return max(real, key=lambda c: c.ms) if real else None
 
     # -- JSON ----------------------------------------------------------------------------------
-    def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"schema_version": self.schema_version, "kind": self.KIND}
-        for f in dataclasses.fields(self):
-            if f.name in ("schema_version",):
-                continue
-            v = getattr(self, f.name)
-            if f.name in ("causes", "seen_rerun_causes"):
-                v = [dataclasses.asdict(c) for c in v]
-            elif f.name in ("spans", "counter_samples"):
-                v = [s.to_dict() for s in v]
-            d[f.name] = v
-        return d
+    def _field_to_json(self, name: str, value: Any) -> Any:
+        if name in ("causes", "seen_rerun_causes"):
+            return [dataclasses.asdict(c) for c in value]
+        if name in ("spans", "counter_samples"):
+            return [s.to_dict() for s in value]
+        return value
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Report":
-        S.check(data, SCHEMA)
-        known = {f.name for f in dataclasses.fields(cls)}
-        kwargs = {k: v for k, v in data.items() if k in known}
-        kwargs["causes"] = [CauseEntry(**c) for c in data["causes"]]
-        kwargs["seen_rerun_causes"] = [CauseEntry(**c) for c in data.get("seen_rerun_causes", [])]
-        kwargs["spans"] = [Span.from_dict(s) for s in data.get("spans", [])]
-        kwargs["counter_samples"] = [CounterSample.from_dict(s) for s in data.get("counter_samples", [])]
-        report = cls(**kwargs)
-        report.validate()
-        return report
+    def _fields_from_json(cls, data: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "causes": [CauseEntry(**c) for c in data["causes"]],
+            "seen_rerun_causes": [CauseEntry(**c) for c in data.get("seen_rerun_causes", [])],
+            "spans": [Span.from_dict(s) for s in data.get("spans", [])],
+            "counter_samples": [CounterSample.from_dict(s) for s in data.get("counter_samples", [])],
+        }
 
     def validate(self) -> None:
         """Invariants a loaded report must hold; a violation means a corrupt or edited file."""
