@@ -1,22 +1,14 @@
 """backends(): one entry per backend, and an unavailable backend says why instead of failing."""
 
-import ctypes
 import sys
 
 import pytest
+from libcuda_probe import has_libcuda
 
 import warmprof
 from warmprof import _native
 
 BACKENDS = {"cupti", "cuda_events", "metal"}
-
-
-def _has_libcuda() -> bool:
-    try:
-        ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return False
-    return True
 
 
 def test_backends_dict_shape():
@@ -38,7 +30,7 @@ def test_public_backends_is_the_native_report_as_a_copy():
     assert warmprof.backends()["cupti"]["available"] != "changed"
 
 
-@pytest.mark.skipif(_has_libcuda(), reason="libcuda.so.1 is present on this machine")
+@pytest.mark.skipif(has_libcuda(), reason="libcuda.so.1 is present on this machine")
 @pytest.mark.parametrize("name", ["cupti", "cuda_events"])
 def test_cuda_backends_without_a_driver_explain_why(name):
     # Compiled or stubbed, a CUDA backend on a driverless machine is off and says why

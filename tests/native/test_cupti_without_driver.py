@@ -6,9 +6,8 @@ recording) and carry the native reason into their summaries.
 
 from __future__ import annotations
 
-import ctypes
-
 import pytest
+from libcuda_probe import has_libcuda
 
 import warmprof
 from warmprof import _native
@@ -16,15 +15,7 @@ from warmprof.instruments.cuda import CudaEvents, Cupti
 from warmprof.timeline import Recording
 
 
-def _has_libcuda() -> bool:
-    try:
-        ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return False
-    return True
-
-
-pytestmark = pytest.mark.skipif(_has_libcuda(), reason="libcuda.so.1 is present: this file covers the driverless case")
+pytestmark = pytest.mark.skipif(has_libcuda(), reason="libcuda.so.1 is present: this file covers the driverless case")
 
 
 @pytest.fixture(autouse=True)
