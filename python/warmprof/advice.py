@@ -59,7 +59,7 @@ def advise(report: Any, share_floor: float = 0.1, max_causes: int = 3) -> list[s
         sources.setdefault(c.cause, {})
         sources[c.cause][base] = sources[c.cause].get(base, 0.0) + c.ms
     # Shares are of the excess, or of the attributed time when the causes add up to more (see report_build).
-    whole = "excess" if sum(c.ms for c in report.causes if c.cause != "unattributed") <= report.excess_ms else "attributed time"
+    whole = "attributed time" if report.shares_of_attributed() else "excess"
     lines: list[str] = []
     for cause, share in sorted(totals.items(), key=lambda kv: -kv[1])[:max_causes]:
         if share < share_floor:

@@ -244,9 +244,8 @@ def _warnings(reports: list[Any], labels: list[str], kind: str) -> list[str]:
     out = []
     if kind == "trace":
         for lab, r in zip(labels, reports):
-            attributed = sum(c.ms for c in r.causes if c.cause != "unattributed")
-            if r.excess_ms > 0 and attributed > r.excess_ms:
-                out.append(f"{lab}: its causes add up to {attributed:.2f} ms, more than its excess ({r.excess_ms:.2f} ms): "
+            if r.shares_of_attributed():
+                out.append(f"{lab}: its causes add up to {r.causes_ms():.2f} ms, more than its excess ({r.excess_ms:.2f} ms): "
                            "its shares are of the attributed time, not of the excess")
     fields = (("model", "model"), ("shape", "shape")) if kind == "trace" else ()
     for name, key in fields + (("warmprof version", "warmprof_version"),):

@@ -173,6 +173,15 @@ class Report(ReportBase):
             out[c.cause] = out.get(c.cause, 0.0) + c.ms
         return out
 
+    def causes_ms(self) -> float:
+        """What the causes add up to (the residual left out)."""
+        return sum(c.ms for c in self.causes if c.cause != "unattributed")
+
+    def shares_of_attributed(self) -> bool:
+        """True when the causes add up to more than a positive excess: shares are then fractions of
+        the attributed time, not of the excess (report_build.overshoot_note says so in the notes)."""
+        return self.excess_ms > 0 and self.causes_ms() > self.excess_ms
+
     def top_cause(self) -> CauseEntry | None:
         real = [c for c in self.causes if c.cause != "unattributed"]
         return max(real, key=lambda c: c.ms) if real else None
