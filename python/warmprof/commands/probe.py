@@ -29,7 +29,7 @@ def setup(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..probes import probe
-    from .trace import check_output_path
+    from .paths import check_output_path
 
     if args.json is not None:
         check_output_path(args.json)

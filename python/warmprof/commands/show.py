@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "png" and not args.output:
         raise InputError("--format png writes an image: give a file with -o FILE.png")
     if args.output is not None:
-        from .trace import check_output_path
+        from .paths import check_output_path
 
         check_output_path(args.output, "-o")
     report = load(args.report)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError, WarmprofError
+from .paths import check_output_path
 
 NAME = "trace"
 HELP = "Trace a model's first pass and attribute its excess over a steady pass to causes."
@@ -40,25 +41,6 @@ def setup(parser: argparse.ArgumentParser) -> None:
                         help="inductor/Triton caches: a fresh empty dir (a cold pod, default) or the user's own")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     parser.add_argument("--fresh-process", action="store_true", help=argparse.SUPPRESS)
-
-
-def check_output_path(path: str, option: str = "--json") -> None:
-    """Refuse an output file that cannot be written, before any work: its folder must exist and be
-    writable, and the path must not be a folder itself."""
-    if not path:
-        raise InputError(f"{option} needs a file path, got an empty one")
-    p = Path(path)
-    parent = p.parent if str(p.parent) else Path(".")
-    if p.is_dir():
-        raise InputError(f"{option} {path}: is a directory; give a file path inside it")
-    if not parent.exists():
-        raise InputError(f"{option} {path}: the directory {parent} does not exist")
-    if not parent.is_dir():
-        raise InputError(f"{option} {path}: {parent} is not a directory")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise InputError(f"{option} {path}: the directory {parent} is not writable")
-    if p.exists() and not os.access(p, os.W_OK):
-        raise InputError(f"{option} {path}: the file exists and is not writable")
 
 
 def load_target(target: str) -> Any:
