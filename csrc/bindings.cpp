@@ -139,6 +139,54 @@ PyObject* fast_sample_host(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   Py_RETURN_NONE;
 }
 
+// The module hooks' two calls: each records the fault and thread counters and a begin (end) of
+// the module's span, in one native call, unless the module budget says the call is thinned
+// (recorder::module_admit); an exit is recorded exactly when its enter was.
+inline void append_host_counters() {
+  host::Faults f = host::faults();
+  uint64_t t = clock::ticks();
+  recorder::append(kCounter, kStructure, g_minor_faults_name, f.minor, t);
+  recorder::append(kCounter, kStructure, g_major_faults_name, f.major, t);
+  recorder::append(kCounter, kStructure, g_threads_name, host::thread_count(), t);
+}
+
+PyObject* fast_module_enter(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 2) {
+    PyErr_Format(PyExc_TypeError, "module_enter() takes 2 arguments (%zd given)", nargs);
+    return nullptr;
+  }
+  unsigned long name;
+  if (!arg_index(args[0], recorder::g_name_count.load(std::memory_order_relaxed), "name id", &name)) return nullptr;
+  if (!PyBool_Check(args[1])) {
+    PyErr_Format(PyExc_TypeError, "module_enter(coarse): coarse must be True or False, not %.100s",
+                 Py_TYPE(args[1])->tp_name);
+    return nullptr;
+  }
+  if (recorder::enabled()) {
+    bool take = recorder::module_admit(args[1] == Py_True);
+    if (take) {
+      append_host_counters();
+      recorder::record(kBegin, kStructure, uint32_t(name), 0);
+    }
+    recorder::module_push(uint32_t(name), take);
+  }
+  Py_RETURN_NONE;
+}
+
+PyObject* fast_module_exit(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 1) {
+    PyErr_Format(PyExc_TypeError, "module_exit() takes 1 argument (%zd given)", nargs);
+    return nullptr;
+  }
+  unsigned long name;
+  if (!arg_index(args[0], recorder::g_name_count.load(std::memory_order_relaxed), "name id", &name)) return nullptr;
+  if (recorder::enabled() && recorder::module_pop(uint32_t(name))) {
+    recorder::record(kEnd, kStructure, uint32_t(name), 0);
+    append_host_counters();
+  }
+  Py_RETURN_NONE;
+}
+
 PyObject* fast_now_ticks(PyObject*, PyObject* const*, Py_ssize_t nargs) {
   if (nargs != 0) {
     PyErr_SetString(PyExc_TypeError, "now_ticks() takes no arguments");
@@ -158,6 +206,10 @@ PyMethodDef g_fast_methods[] = {
      "counter(name: int, value: int) -> None\nRecord a counter sample."},
     {"sample_host", (PyCFunction)(void (*)(void))fast_sample_host, METH_FASTCALL,
      "sample_host(rss=True) -> None\nRecord host counters (minor/major faults, threads, and RSS unless rss is False) now."},
+    {"module_enter", (PyCFunction)(void (*)(void))fast_module_enter, METH_FASTCALL,
+     "module_enter(name: int, coarse: bool) -> None\nA module call opens: host counters and a begin, unless thinned."},
+    {"module_exit", (PyCFunction)(void (*)(void))fast_module_exit, METH_FASTCALL,
+     "module_exit(name: int) -> None\nA module call closes: an end and host counters, if its enter was recorded."},
     {"now_ticks", (PyCFunction)(void (*)(void))fast_now_ticks, METH_FASTCALL,
      "now_ticks() -> int\nThe raw clock, in ticks."},
     {nullptr, nullptr, 0, nullptr}};
@@ -193,6 +245,8 @@ py::dict drain_to_arrays() {
   out["thread"] = thread;
   out["names"] = recorder::names();
   out["dropped"] = d.dropped;
+  out["thinned"] = d.thinned;
+  out["own_faults"] = d.own_faults;
   out["threads"] = d.threads;
   out["os_tids"] = d.os_tids;
   return out;
@@ -225,8 +279,27 @@ PYBIND11_MODULE(_native, m) {
   g_threads_name = recorder::intern("host:threads");
 
   // Recorder (cold).
-  m.def("start", &recorder::start, "Start a recording generation: every thread's buffer is emptied.");
-  m.def("stop", &recorder::stop, "Stop recording; records stay until the next start().");
+  m.def("start", [](long long spare_buffers) {
+    if (spare_buffers < 0) throw py::value_error("spare_buffers must not be negative");
+    if (recorder::enabled()) throw py::value_error("a recording is already active");
+    recorder::start(size_t(spare_buffers));
+  }, py::arg("spare_buffers") = 0,
+     "Start a recording generation: every thread's buffer is emptied; this thread's buffer and "
+     "spare_buffers more are pre-faulted now.");
+  m.def("stop", &recorder::stop, "Stop recording; records stay until drain() and release().");
+  m.def("begin_section", [](long long sections_left) {
+    check_positive(sections_left, "sections_left");
+    recorder::begin_section(size_t(sections_left));
+  }, py::arg("sections_left"),
+     "A pass begins: module budgets are an equal share of the room left for this and the later passes.");
+  m.def("release", [] {
+    if (recorder::enabled()) throw py::value_error("cannot release buffers while recording");
+    recorder::release();
+  }, "Return every recording buffer's pages to the system (after stop() and drain()).");
+  m.def("reserve_of", [](long long capacity) {
+    check_positive(capacity, "capacity");
+    return recorder::reserve_of(size_t(capacity));
+  }, py::arg("capacity"), "Records of a buffer of this capacity kept back from module records.");
   m.def("enabled", &recorder::enabled);
   m.def("intern", &recorder::intern, py::arg("name"), "Interned id of a span/counter name.");
   m.def("names", &recorder::names);

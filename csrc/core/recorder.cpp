@@ -1,5 +1,6 @@
 #include "core/recorder.h"
 
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -15,13 +16,16 @@ namespace warmprof::recorder {
 std::atomic<bool> g_enabled{false};
 std::atomic<uint64_t> g_generation{1};
 std::atomic<uint32_t> g_name_count{0};
+std::atomic<int> g_module_level{2};
 
 namespace {
 std::mutex g_mu;                                   // registration, interning, drain: cold paths
 std::vector<std::unique_ptr<ThreadBuffer>> g_buffers;
 size_t g_capacity = size_t(1) << 18;               // 262144 records, 6 MiB per recording thread
+size_t g_sections_left = 1;
 std::vector<std::string> g_names;
 std::unordered_map<std::string, uint32_t> g_name_ids;
+std::atomic<uint32_t> g_thinned_name{UINT32_MAX};
 
 // Marks the buffer free for reuse when its thread exits.
 struct OwnerGuard {
@@ -32,61 +36,164 @@ struct OwnerGuard {
 };
 thread_local OwnerGuard t_guard;
 
-Record* alloc_prefaulted(size_t n) {
-  auto* p = static_cast<Record*>(std::calloc(n, sizeof(Record)));
-  if (!p) return nullptr;
-  // Touch every page now so the hot path never takes a first-touch fault.
-  volatile char* bytes = reinterpret_cast<volatile char*>(p);
-  for (size_t off = 0; off < n * sizeof(Record); off += 4096) bytes[off] = 0;
+size_t page_bytes() {
+  static const size_t p = size_t(sysconf(_SC_PAGESIZE) > 0 ? sysconf(_SC_PAGESIZE) : 4096);
   return p;
 }
+
+size_t pages_of(size_t records) { return (records * sizeof(Record) + page_bytes() - 1) / page_bytes(); }
+
+// An anonymous mapping, not touched: pages are faulted in by prefault() before a recording, or
+// by the hot path (counted as warmprof's own faults at drain).
+Record* map_records(size_t n) {
+  void* p = mmap(nullptr, n * sizeof(Record), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return p == MAP_FAILED ? nullptr : static_cast<Record*>(p);
+}
+
+void unmap_records(ThreadBuffer* b) {
+  if (b->records) munmap(b->records, b->capacity * sizeof(Record));
+  b->records = nullptr;
+  b->capacity = 0;
+  b->touched = 0;
+}
+
+void remap(ThreadBuffer* b, size_t n) {
+  unmap_records(b);
+  b->records = map_records(n);
+  b->capacity = b->records ? n : 0;
+}
+
+void prefault(ThreadBuffer* b) {
+  if (b->touched >= b->capacity) return;
+  volatile char* bytes = reinterpret_cast<volatile char*>(b->records);
+  for (size_t off = 0; off < b->capacity * sizeof(Record); off += page_bytes()) bytes[off] = 0;
+  b->touched = b->capacity;
+}
+
+ThreadBuffer* new_buffer() {  // under g_mu
+  auto b = std::make_unique<ThreadBuffer>();
+  b->index = uint16_t(g_buffers.size());
+  b->owner_alive.store(false, std::memory_order_relaxed);
+  remap(b.get(), g_capacity);
+  g_buffers.push_back(std::move(b));
+  return g_buffers.back().get();
+}
+
+bool is_free(const ThreadBuffer& b, uint64_t gen) {
+  return !b.owner_alive.load(std::memory_order_acquire) && b.generation.load(std::memory_order_relaxed) != gen;
+}
+
+void set_limits(ThreadBuffer* b, size_t base) {  // under g_mu
+  const size_t reserve = reserve_of(b->capacity);
+  const size_t usable = b->capacity > reserve ? b->capacity - reserve : 0;
+  const size_t share = (usable > base ? usable - base : 0) / (g_sections_left ? g_sections_left : 1);
+  b->limit_coarse = base + share;
+  b->limit_fine = base + share - share / 4;
+}
+
+// A buffer for a thread starting to record in this generation: a pre-faulted free one before its
+// own un-faulted one, so a thread that starts inside a pass takes no fault on warmprof's account.
+ThreadBuffer* pick_buffer(ThreadBuffer* own, uint64_t gen) {  // under g_mu
+  if (own && own->touched >= own->capacity) return own;
+  for (auto& b : g_buffers) {
+    if (b.get() != own && is_free(*b, gen) && b->capacity == g_capacity && b->touched >= b->capacity) {
+      if (own) own->owner_alive.store(false, std::memory_order_release);
+      return b.get();
+    }
+  }
+  if (own) return own;
+  for (auto& b : g_buffers)
+    if (is_free(*b, gen)) return b.get();
+  return new_buffer();
+}
+
+uint32_t thinned_name() {
+  uint32_t id = g_thinned_name.load(std::memory_order_acquire);
+  if (id == UINT32_MAX) {
+    id = intern("warmprof:thinned");
+    g_thinned_name.store(id, std::memory_order_release);
+  }
+  return id;
+}
 }  // namespace
+
+size_t reserve_of(size_t capacity) { return std::max(capacity / 8, std::min<size_t>(capacity / 2, 64)); }
 
 ThreadBuffer* register_thread() {
   std::lock_guard<std::mutex> lock(g_mu);
   const uint64_t gen = g_generation.load(std::memory_order_relaxed);
   ThreadBuffer* tb = t_guard.tb;
-  if (tb == nullptr) {
-    // Reuse the buffer of a thread that has exited, else make a new one.
-    for (auto& b : g_buffers) {
-      if (!b->owner_alive.load(std::memory_order_acquire) &&
-          b->generation.load(std::memory_order_relaxed) != gen) {
-        tb = b.get();
-        break;
-      }
-    }
-    if (tb == nullptr) {
-      auto b = std::make_unique<ThreadBuffer>();
-      b->index = uint16_t(g_buffers.size());
-      b->records = alloc_prefaulted(g_capacity);
-      b->capacity = b->records ? g_capacity : 0;
-      tb = b.get();
-      g_buffers.push_back(std::move(b));
-    }
+  if (tb == nullptr || tb->generation.load(std::memory_order_relaxed) != gen) {
+    tb = pick_buffer(tb, gen);
     tb->owner_alive.store(true, std::memory_order_release);
     t_guard.tb = tb;
   }
   if (tb->generation.load(std::memory_order_relaxed) != gen) {
     tb->count.store(0, std::memory_order_relaxed);
     tb->dropped.store(0, std::memory_order_relaxed);
+    tb->thinned.store(0, std::memory_order_relaxed);
+    tb->depth = 0;
+    tb->lost_depth = 0;
+    set_limits(tb, 0);
     tb->os_tid = uint64_t(syscall(SYS_gettid));
     tb->generation.store(gen, std::memory_order_release);
   }
   return tb;
 }
 
+bool module_admit(bool coarse) {
+  if (!g_enabled.load(std::memory_order_relaxed)) return false;
+  ThreadBuffer* tb = this_thread_buffer();
+  if (tb->depth >= kMaxModuleDepth) return false;
+  for (;;) {
+    int level = g_module_level.load(std::memory_order_relaxed);
+    if (level < (coarse ? 1 : 2)) break;
+    const size_t limit = level == 2 ? tb->limit_fine : tb->limit_coarse;
+    if (tb->count.load(std::memory_order_relaxed) + kModuleRecords <= limit) return true;
+    // This thread's budget for the level is spent: every thread steps down, once.
+    if (g_module_level.compare_exchange_strong(level, level - 1, std::memory_order_acq_rel))
+      append(kInstant, kStructure, thinned_name(), level - 1, clock::ticks());
+  }
+  tb->thinned.fetch_add(1, std::memory_order_relaxed);
+  return false;
+}
+
+void module_push(uint32_t name, bool recorded) {
+  if (!g_enabled.load(std::memory_order_relaxed)) return;
+  ThreadBuffer* tb = this_thread_buffer();
+  if (tb->depth >= kMaxModuleDepth) {
+    ++tb->lost_depth;
+    return;
+  }
+  tb->frames[tb->depth++] = ModuleFrame{name, recorded ? 1u : 0u};
+}
+
+bool module_pop(uint32_t name) {
+  if (!g_enabled.load(std::memory_order_relaxed)) return false;
+  ThreadBuffer* tb = this_thread_buffer();
+  if (tb->lost_depth > 0) {
+    --tb->lost_depth;
+    return false;
+  }
+  // The innermost open call of this module; frames above it never closed (their module raised
+  // and an outer one caught it): they are dropped with it.
+  for (uint32_t j = tb->depth; j-- > 0;) {
+    if (tb->frames[j].name == name) {
+      tb->depth = j;
+      return tb->frames[j].recorded != 0;
+    }
+  }
+  return false;
+}
+
 void set_capacity(size_t n) {
   std::lock_guard<std::mutex> lock(g_mu);
   g_capacity = n;
-  // Buffers already made keep their size until their thread exits; new and reused
-  // buffers of a different size are re-made here so the setting takes effect.
-  // Called only between recordings (the binding refuses otherwise): records of the last
-  // recording that were not drained are discarded with their buffer.
+  // Buffers of a different size are re-made here so the setting takes effect. Called only
+  // between recordings (the binding refuses otherwise): undrained records are discarded.
   for (auto& b : g_buffers) {
     if (b->capacity != n && !g_enabled.load()) {
-      std::free(b->records);
-      b->records = alloc_prefaulted(n);
-      b->capacity = b->records ? n : 0;
+      remap(b.get(), n);
       b->count.store(0);
     }
   }
@@ -97,18 +204,68 @@ size_t capacity() {
   return g_capacity;
 }
 
-void start() {
+void start(size_t spare_buffers) {
   {
     std::lock_guard<std::mutex> lock(g_mu);
     g_generation.fetch_add(1, std::memory_order_acq_rel);
+    g_sections_left = 1;
+    g_module_level.store(2, std::memory_order_relaxed);
   }
   clock::refine();
-  register_thread();  // the starting thread's buffer is ready before the first record
+  ThreadBuffer* mine = register_thread();  // the starting thread's buffer is ready before the first record
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    prefault(mine);
+    const uint64_t gen = g_generation.load(std::memory_order_relaxed);
+    size_t ready = 0;
+    for (auto& b : g_buffers)
+      if (b.get() != mine && is_free(*b, gen) && b->capacity == g_capacity && b->touched >= b->capacity) ++ready;
+    for (auto& b : g_buffers) {  // threads that recorded before and may record again
+      if (ready >= spare_buffers) break;
+      if (b.get() != mine && b->touched < b->capacity && b->owner_alive.load(std::memory_order_acquire)) {
+        prefault(b.get());
+        ++ready;
+      }
+    }
+    for (auto& b : g_buffers) {
+      if (ready >= spare_buffers) break;
+      if (is_free(*b, gen) && b->touched < b->capacity) {
+        prefault(b.get());
+        ++ready;
+      }
+    }
+    while (ready < spare_buffers) {
+      ThreadBuffer* b = new_buffer();
+      if (!b->records) break;
+      prefault(b);
+      ++ready;
+    }
+  }
   g_enabled.store(true, std::memory_order_release);
 }
 
 void stop() { g_enabled.store(false, std::memory_order_release); }
 bool enabled() { return g_enabled.load(std::memory_order_acquire); }
+
+void begin_section(size_t sections_left) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_sections_left = sections_left ? sections_left : 1;
+  const uint64_t gen = g_generation.load(std::memory_order_relaxed);
+  for (auto& b : g_buffers)
+    if (b->generation.load(std::memory_order_acquire) == gen) set_limits(b.get(), b->count.load());
+  g_module_level.store(2, std::memory_order_release);
+}
+
+void release() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  for (auto& b : g_buffers) {
+    // Pages go back to the system; the mapping stays, so a thread that read g_enabled just before
+    // stop() and writes late only faults in a zero page of a generation nobody reads.
+    if (b->records) madvise(b->records, b->capacity * sizeof(Record), MADV_DONTNEED);
+    b->touched = 0;
+    b->count.store(0, std::memory_order_relaxed);
+  }
+}
 
 uint32_t intern(const std::string& name) {
   std::lock_guard<std::mutex> lock(g_mu);
@@ -136,6 +293,9 @@ Drained drain() {
     size_t n = b->count.load(std::memory_order_acquire);
     out.records.insert(out.records.end(), b->records, b->records + n);
     out.dropped += b->dropped.load(std::memory_order_relaxed);
+    out.thinned += b->thinned.load(std::memory_order_relaxed);
+    const size_t touched = pages_of(std::min(b->touched, n));
+    out.own_faults += pages_of(n) > touched ? pages_of(n) - touched : 0;
     out.os_tids[b->index] = b->os_tid;
     ++out.threads;
   }

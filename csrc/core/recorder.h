@@ -21,15 +21,34 @@ struct Record {
 };
 static_assert(sizeof(Record) == 24, "records are 24 bytes");
 
+// One open module call on a thread, and whether its records were taken (a thinned call's exit
+// must not be recorded either).
+struct ModuleFrame {
+  uint32_t name;
+  uint32_t recorded;
+};
+constexpr uint32_t kMaxModuleDepth = 256;
+
 struct ThreadBuffer {
-  Record* records = nullptr;
+  Record* records = nullptr;  // an anonymous mapping of `capacity` records
   size_t capacity = 0;
   std::atomic<size_t> count{0};
-  std::atomic<uint64_t> dropped{0};
+  std::atomic<uint64_t> dropped{0};   // records lost because the buffer was full
+  std::atomic<uint64_t> thinned{0};   // module calls not recorded (module budget spent)
   std::atomic<uint64_t> generation{0};
   std::atomic<bool> owner_alive{true};
+  // Module records (thinnable) are taken while count stays below these: all modules below
+  // `limit_fine`, coarse modules below `limit_coarse`. Everything above is the reserve, kept for
+  // pass boundaries, cause spans, counters and the exits of module calls already recorded.
+  size_t limit_fine = 0;
+  size_t limit_coarse = 0;
+  size_t touched = 0;  // records whose pages were faulted in before the recording (pre-faulted)
   uint16_t index = 0;
   uint64_t os_tid = 0;
+  // Open module calls of the owning thread (only it reads or writes them).
+  ModuleFrame frames[kMaxModuleDepth];
+  uint32_t depth = 0;
+  uint32_t lost_depth = 0;  // calls deeper than kMaxModuleDepth: never recorded
 };
 
 extern std::atomic<bool> g_enabled;
@@ -72,18 +91,40 @@ inline bool record(uint8_t kind, uint8_t cause, uint32_t name, int64_t value) {
   return append(kind, cause, name, value, clock::ticks());
 }
 
+// Module calls: the one thinnable kind of record. Each module call records a begin and an end,
+// each with the host counters (4 records apiece). When a thread's module budget is spent, every
+// thread steps down: from all modules (level 2) to coarse ones only (level 1), then none (0); an
+// instant "warmprof:thinned" (value: the new level) marks the moment on the timeline.
+extern std::atomic<int> g_module_level;
+constexpr size_t kModuleRecords = 4;
+bool module_admit(bool coarse);                   // may this module call be recorded?
+void module_push(uint32_t name, bool recorded);   // the call opened (recorded or not)
+bool module_pop(uint32_t name);                   // the call closed: was it recorded?
+
 // Cold API.
 void set_capacity(size_t records_per_thread);  // applies to buffers created after the call
 size_t capacity();
-void start();  // new generation: every thread starts from an empty buffer
+size_t reserve_of(size_t capacity);  // records of each buffer kept back from module records
+// New generation: every thread starts from an empty buffer. The calling thread's buffer and
+// `spare_buffers` more are pre-faulted now, so threads that start recording inside a pass take
+// pages that were touched before it (their first-touch faults are not charged to the model).
+void start(size_t spare_buffers = 0);
 void stop();
 bool enabled();
+// A section (one pass): module budgets are reset to an equal share of each buffer's room left
+// for this and the `sections_left - 1` sections after it, and the module level back to 2.
+void begin_section(size_t sections_left);
+// Returns every buffer's pages to the system (the mappings stay, so a late writer is harmless).
+// Call after stop() and drain(); the records are gone afterwards.
+void release();
 uint32_t intern(const std::string& name);  // thread-safe; ids are stable for the process
 std::vector<std::string> names();
 
 struct Drained {
   std::vector<Record> records;  // sorted by ticks (stable: per-thread order kept)
   uint64_t dropped = 0;
+  uint64_t thinned = 0;
+  uint64_t own_faults = 0;  // estimated: pages of warmprof's buffers first touched while recording
   size_t threads = 0;
   std::vector<uint64_t> os_tids;  // by thread index
 };

@@ -22,6 +22,8 @@ class _Drained(TypedDict):
     thread: npt.NDArray[np.uint16]
     names: list[str]
     dropped: int
+    thinned: int
+    own_faults: int
     threads: int
     os_tids: list[int]
 
@@ -69,15 +71,30 @@ def counter(name: int, value: int, /) -> None:
 def sample_host(rss: bool = True, /) -> None:
     """Record host counters (minor/major faults, threads, and RSS unless rss is False) now."""
 
+def module_enter(name: int, coarse: bool, /) -> None:
+    """A module call opens: host counters and a begin, unless thinned."""
+
+def module_exit(name: int, /) -> None:
+    """A module call closes: an end and host counters, if its enter was recorded."""
+
 def now_ticks() -> int:
     """The raw clock, in ticks."""
 
 # Recorder (cold).
-def start() -> None:
-    """Start a recording generation: every thread's buffer is emptied."""
+def start(spare_buffers: int = 0) -> None:
+    """Start a recording generation: every thread's buffer is emptied; this thread's buffer and spare_buffers more are pre-faulted now."""
 
 def stop() -> None:
-    """Stop recording; records stay until the next start()."""
+    """Stop recording; records stay until drain() and release()."""
+
+def begin_section(sections_left: int) -> None:
+    """A pass begins: module budgets are an equal share of the room left for this and the later passes."""
+
+def release() -> None:
+    """Return every recording buffer's pages to the system (after stop() and drain())."""
+
+def reserve_of(capacity: int) -> int:
+    """Records of a buffer of this capacity kept back from module records."""
 
 def enabled() -> bool: ...
 def intern(name: str) -> int:

@@ -17,6 +17,7 @@ Rules (ARCHITECTURE.md, method step 6):
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 from typing import Iterable
 
@@ -202,20 +203,28 @@ def _counter_deltas(tl: Timeline, names: Iterable[str], t0: int, t1: int) -> lis
     # Only compare samples where every counter has been seen (the sum is comparable).
     complete_from = 0
     seen: set[int] = set()
-    for idx, (t, n) in enumerate(zip(ts.tolist(), nm.tolist())):
+    every = len(set(nm.tolist()))
+    for t, n in zip(ts.tolist(), nm.tolist()):
         seen.add(n)
-        if len(seen) == len(set(nm.tolist())):
+        if len(seen) == every:
             complete_from = t
             break
     series = [s for s in series if s[0] >= complete_from]
     return [(a[0], b[0], b[1] - a[1]) for a, b in zip(series, series[1:]) if b[1] != a[1]]
 
 
-def _cover(segs, a: int, b: int) -> tuple[SpanRec | None, SpanRec | None]:
-    """The cause span covering most of [a, b] (None if mostly no cause), and the module there."""
+def _cover(segs, starts: list[int], a: int, b: int) -> tuple[SpanRec | None, SpanRec | None]:
+    """The cause span covering most of [a, b] (None if mostly no cause), and the module there.
+
+    segs are contiguous and sorted; `starts` holds their start times, so only the segments that
+    overlap [a, b] are visited (a binary search finds the first): linear in the samples overall."""
+    first = max(0, bisect.bisect_right(starts, a) - 1)
     weight: dict[SpanRec | None, int] = {}
     mod_weight: dict[SpanRec | None, int] = {}
-    for s0, s1, cause_span, mod_span in segs:
+    for k in range(first, len(segs)):
+        s0, s1, cause_span, mod_span = segs[k]
+        if s0 >= b:
+            break
         ov = min(s1, b) - max(s0, a)
         if ov <= 0:
             continue
@@ -223,11 +232,27 @@ def _cover(segs, a: int, b: int) -> tuple[SpanRec | None, SpanRec | None]:
         mod_weight[mod_span] = mod_weight.get(mod_span, 0) + ov
     if not weight:
         # An instant interval: the segment that contains it.
-        for s0, s1, cause_span, mod_span in segs:
-            if s0 <= a <= s1:
-                return cause_span, mod_span
+        if first < len(segs) and segs[first][0] <= a <= segs[first][1]:
+            return segs[first][2], segs[first][3]
         return None, None
     return max(weight, key=weight.get), max(mod_weight, key=mod_weight.get)
+
+
+def _pass_span(all_spans: list[SpanRec], tl: Timeline, pass_name: str,
+               window: tuple[int, int] | None) -> SpanRec | None:
+    """The pass's span. Its times are the pass's own clock reads when given (`window`), so a
+    recorder that lost records never shortens a pass; the thread is the span's, or, if the span
+    itself was lost, the thread with most records in the window."""
+    found = next((s for s in all_spans if s.name == f"pass:{pass_name}"), None)
+    if window is None:
+        return found
+    t0, t1 = window
+    if found is not None:
+        thread = found.thread
+    else:
+        inside = tl.thread[(tl.ts_ns >= t0) & (tl.ts_ns <= t1)]
+        thread = int(np.bincount(inside).argmax()) if inside.size else 0
+    return SpanRec(f"pass:{pass_name}", STRUCTURE, int(t0), int(t1), thread, 0)
 
 
 def attribute_pass(
@@ -238,20 +263,26 @@ def attribute_pass(
     steady_faults: float = 0.0,
     evidence: dict[str, str] | None = None,
     inferred: list[dict] | None = None,
+    window: tuple[int, int] | None = None,
+    own_faults: int = 0,
 ) -> PassAttribution:
-    """Attribute one recorded pass (the span named `pass:<pass_name>`) to causes."""
+    """Attribute one recorded pass (the span named `pass:<pass_name>`) to causes.
+
+    window: the pass's own clock reads (start_ns, end_ns); they give the pass time even if the
+    recorder lost records. own_faults: faults warmprof's own buffers took while recording
+    (estimated by the recorder), never charged to the model's allocator."""
     calibration = calibration or Calibration()
     evidence = evidence or {}
     all_spans = build_spans(tl)
-    pass_spans = [s for s in all_spans if s.name == f"pass:{pass_name}"]
-    if not pass_spans:
+    ps = _pass_span(all_spans, tl, pass_name, window)
+    if ps is None:
         return PassAttribution(0.0, [], [])
-    ps = pass_spans[0]
     t0, t1, th = ps.start_ns, ps.end_ns, ps.thread
-    in_window = [s for s in all_spans if s.end_ns > t0 and s.start_ns < t1 and s is not ps]
+    in_window = [s for s in all_spans if s.end_ns > t0 and s.start_ns < t1 and s.name != ps.name]
     mine = [s for s in in_window if s.thread == th]
     off_thread_ns = sum(min(s.end_ns, t1) - max(s.start_ns, t0) for s in in_window if s.thread != th and s.cause != STRUCTURE)
     segs = _segments(mine, t0, t1)
+    seg_starts = [sg[0] for sg in segs]
 
     parts: dict[tuple[str, str], Part] = {}
 
@@ -287,13 +318,13 @@ def attribute_pass(
     outside_by_module: dict[str, int] = {}
     for a, b, d in fault_deltas:
         result.faults += d
-        cause_span, mod_span = _cover(segs, a, b)
+        cause_span, mod_span = _cover(segs, seg_starts, a, b)
         if cause_span is None:
             mod = _module_of(mod_span)
             outside_by_module[mod] = outside_by_module.get(mod, 0) + d
     outside = sum(outside_by_module.values())
     result.faults_outside_causes = outside
-    extra = max(0.0, outside - steady_faults)
+    extra = max(0.0, outside - steady_faults - own_faults)
     if extra > 0 and calibration.fault_cost_ns > 0:
         scale = extra / outside
         p = part("allocator_growth", "host_faults", "estimated")
@@ -309,7 +340,7 @@ def attribute_pass(
         if d <= 0:
             continue
         result.new_threads += d
-        cause_span, mod_span = _cover(segs, a, b)
+        cause_span, mod_span = _cover(segs, seg_starts, a, b)
         if cause_span is None and calibration.thread_start_ns > 0:
             p = part("runtime_init", "thread_pool", "estimated")
             ns = d * calibration.thread_start_ns

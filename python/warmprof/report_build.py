@@ -9,7 +9,7 @@ from .advice import advise
 from .attribution import PassAttribution, SpanRec, Summary, unattributed_where
 from .platform import cuda_index, fingerprint
 from .report import CauseEntry, CounterSample, Report, Span
-from .timeline import CAUSE_NAMES, COUNTER, Timeline, source_of
+from .timeline import CAUSE_NAMES, COUNTER, INSTANT, THINNED, Timeline, source_of
 
 MAX_SPANS = 20000
 
@@ -35,6 +35,37 @@ def overshoot_note(attributed_ms: float, excess_ms: float, noise_band_ms: float)
     why = " (an estimate is high, or the steady median is)" if where == "outside" else ""
     return (f"the causes add up to {attributed_ms:.2f} ms, {over:.2f} ms more than the excess ({excess_ms:.2f} ms; "
             f"{where} the noise band): shares are fractions of the attributed time, not of the excess{why}")
+
+
+_LEVELS = {1: "coarse modules only (the root and two levels below it)", 0: "no modules"}
+
+
+def recorder_notes(tl: Timeline, passes: dict[str, PassAttribution]) -> list[str]:
+    """What the recorder thinned or lost, pass by pass: module calls are thinned first (the
+    'warmprof:thinned' instants say when and to what), cause spans and pass times are kept."""
+    notes = []
+    ids = [i for i, n in enumerate(tl.names) if n == THINNED]
+    marks = [] if not ids or len(tl) == 0 else [
+        (int(t), int(v)) for t, k, n, v in zip(tl.ts_ns.tolist(), tl.kind.tolist(), tl.name.tolist(), tl.value.tolist())
+        if k == INSTANT and n == ids[0]]
+    for name, att in passes.items():
+        if not att.spans:
+            continue
+        t0, t1 = att.spans[0].start_ns, att.spans[0].end_ns
+        steps = [f"{_LEVELS.get(v, f'level {v}')} after {(t - t0) / 1e6:.1f} ms" for t, v in marks if t0 <= t <= t1]
+        if steps:
+            notes.append(f"{name.replace('_', ' ')}: the recorder's module budget ran out, so module calls were "
+                         f"thinned to {'; then '.join(steps)}. Pass times, cause spans and counters are complete; "
+                         "placement by module is coarser from there, and profiler_overhead counts recorded calls only")
+    if tl.thinned:
+        notes.append(f"{tl.thinned} module calls were not recorded (thinned)")
+    if tl.dropped:
+        notes.append(f"{tl.dropped} records dropped (recorder buffer full even for cause spans and counters): "
+                     "attributed figures may be low; pass times come from the passes' own clock reads")
+    if tl.own_faults:
+        notes.append(f"warmprof's own buffers took about {tl.own_faults} page faults while recording "
+                     "(estimated; not charged to allocator_growth)")
+    return notes
 
 
 def _spans(att: PassAttribution, pass_name: str) -> list[Span]:
@@ -82,8 +113,7 @@ def build_report(*, model: str, shape, dtype: str, device: str, compile, first: 
             notes.append(f"{i.name}: off ({i.reason})")
     if warm_reasons:
         notes.append("runtime already warm: " + "; ".join(warm_reasons) + " (run in a fresh process for a true first pass)")
-    if timeline.dropped:
-        notes.append(f"{timeline.dropped} records dropped (recorder buffer full): figures may be low")
+    notes.extend(recorder_notes(timeline, {"first_pass": first, "seen_rerun": rerun}))
     if first.unmatched:
         notes.append(f"{first.unmatched} spans never closed in the first pass (closed at its end)")
     overshoot = overshoot_note(summary.attributed_ms, summary.excess_ms, stats["noise_band"])
@@ -123,6 +153,8 @@ def build_report(*, model: str, shape, dtype: str, device: str, compile, first: 
             "warm_reasons": warm_reasons,
             "unattributed_within_noise": summary.within_noise,
             "attribution_thread_only": True,
+            "recorder": {"records": len(timeline), "dropped": timeline.dropped, "thinned_module_calls": timeline.thinned,
+                         "own_faults_estimated": timeline.own_faults},
         },
         instruments=inst,
         spans=spans,

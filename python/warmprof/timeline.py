@@ -48,7 +48,14 @@ end = _native.end
 instant = _native.instant
 counter = _native.counter
 sample_host = _native.sample_host
+module_enter = _native.module_enter
+module_exit = _native.module_exit
 now_ticks = _native.now_ticks
+begin_section = _native.begin_section
+
+# Instant written by the recorder when module calls step down to fewer modules (value: the new
+# level: 1 = coarse modules only, 0 = none), because a buffer's module budget was spent.
+THINNED = "warmprof:thinned"
 
 _name_ids: dict[str, int] = {}
 
@@ -108,9 +115,11 @@ class Timeline:
     value: np.ndarray
     thread: np.ndarray
     names: list[str]
-    dropped: int = 0
+    dropped: int = 0  # records lost because a buffer was full (module calls are thinned first)
     threads: int = 0
     os_tids: list[int] = field(default_factory=list)
+    thinned: int = 0  # module calls not recorded (their budget was spent)
+    own_faults: int = 0  # estimated page faults of warmprof's own buffers taken while recording
 
     def __len__(self) -> int:
         return int(self.ts_ns.shape[0])
@@ -142,30 +151,47 @@ class Timeline:
 
 
 class Recording:
-    """Starts a recorder generation; drain() after the context ends. Not re-entrant."""
+    """Starts a recorder generation; on exit it stops, drains and gives the buffers' memory back,
+    so drain() (inside or after the context) returns the records. Not re-entrant.
+
+    spare_buffers: buffers pre-faulted at the start besides the calling thread's, for threads
+    that begin recording inside a pass (their pages are not first touched on the model's time)."""
 
     _active: "Recording | None" = None
 
-    def __init__(self) -> None:
+    def __init__(self, spare_buffers: int = 0) -> None:
         self.timeline: Timeline | None = None
+        self.spare_buffers = spare_buffers
 
     def __enter__(self) -> "Recording":
         if Recording._active is not None or _native.enabled():
             raise WarmprofError("a warmprof recording is already active in this process")
         Recording._active = self
-        _native.start()
+        try:
+            _native.start(self.spare_buffers)
+        except BaseException:
+            Recording._active = None
+            raise
         return self
 
     def __exit__(self, *exc) -> None:
         _native.stop()
-        Recording._active = None
+        try:
+            if self.timeline is None:
+                self.drain()
+        finally:
+            _native.release()
+            Recording._active = None
 
     def drain(self) -> Timeline:
+        if self.timeline is not None and Recording._active is not self:
+            return self.timeline  # drained on exit; the buffers are released
         d = _native.drain()
         self.timeline = Timeline(
             ts_ns=d["ts_ns"], kind=d["kind"], cause=d["cause"], name=d["name"], value=d["value"],
             thread=d["thread"], names=list(d["names"]), dropped=int(d["dropped"]),
-            threads=int(d["threads"]), os_tids=list(d["os_tids"]),
+            threads=int(d["threads"]), os_tids=list(d["os_tids"]), thinned=int(d["thinned"]),
+            own_faults=int(d["own_faults"]),
         )
         return self.timeline
 

@@ -74,10 +74,10 @@ def test_drained_arrays_share_one_index_and_have_fixed_dtypes():
             timeline.begin(timeline.STRUCTURE, nid)
             timeline.end(timeline.STRUCTURE, nid)
 
-    d = None
     with Recording():
         body()
-    d = _native.drain()
+        _native.stop()
+        d = _native.drain()
     lengths = {len(d[k]) for k in ("ts_ns", "kind", "cause", "name", "value", "thread")}
     assert lengths == {20}
     assert d["ts_ns"].dtype == np.int64 and d["value"].dtype == np.int64

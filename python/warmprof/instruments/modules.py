@@ -1,7 +1,9 @@
 """Per-module forward hooks: structure spans that place every cause in the innermost module.
 
-Each boundary also samples the host counters (faults, RSS, threads), so counter deltas land in
-the right module and cause (attribution.py). The hooks' own cost is calibrated per module call and
+Each boundary also samples the host counters (faults, threads), so counter deltas land in
+the right module and cause (attribution.py). Module calls are the one kind of record the recorder
+may thin: when a pass's share of a buffer is spent it records only coarse modules (the root and
+two levels below it), then none, and never drops a cause span or a pass boundary for them. The hooks' own cost is calibrated per module call and
 reported as an estimated profiler_overhead (trace_api, attribution). Hooks are removed on exit, even if the model raised.
 """
 
@@ -9,7 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..timeline import STRUCTURE, begin, end, name_id, sample_host
+from ..timeline import module_enter, module_exit, name_id
+
+COARSE_DEPTH = 2  # modules at most this many levels below the root stay when calls are thinned
 from .base import Instrument
 
 
@@ -36,24 +40,24 @@ class ModuleHooks(Instrument):
     def _targets(self):
         root_name = type(getattr(self.model, "_orig_mod", self.model)).__name__
         if self.top_level_only:
-            return [(root_name, self.model)]
-        return [(root_name if not q else f"{root_name}.{q}", m) for q, m in self.model.named_modules()]
+            return [(root_name, self.model, True)]
+        return [(root_name if not q else f"{root_name}.{q}", m, not q or q.count(".") < COARSE_DEPTH)
+                for q, m in self.model.named_modules()]
 
     def __enter__(self) -> "ModuleHooks":
         if self.reason:
             return self
         try:
-            for qual, mod in self._targets():
+            for qual, mod, coarse in self._targets():
                 nid = name_id(f"module:{qual}")
 
-                # One native call records faults and threads (about 1.5 us); RSS only at pass boundaries.
-                def pre(_m, _args, _nid=nid):
-                    sample_host(False)
-                    begin(STRUCTURE, _nid)
+                # One native call each: faults, threads and the span's begin (end); RSS only at
+                # pass boundaries.
+                def pre(_m, _args, _nid=nid, _coarse=coarse):
+                    module_enter(_nid, _coarse)
 
                 def post(_m, _args, _out, _nid=nid):
-                    end(STRUCTURE, _nid)
-                    sample_host(False)
+                    module_exit(_nid)
 
                 self._handles.append(mod.register_forward_pre_hook(pre))
                 self._handles.append(mod.register_forward_hook(post))

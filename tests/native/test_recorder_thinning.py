@@ -1,0 +1,134 @@
+"""Module calls are the one thinnable record: when a pass's module budget is spent the recorder
+steps down (all modules -> coarse modules -> none) and keeps pass boundaries, cause spans and
+the exits of module calls it recorded. Buffers give their memory back when a recording ends."""
+
+import threading
+
+import numpy as np
+import pytest
+
+from warmprof import _native, timeline
+from warmprof.attribution import build_spans
+from warmprof.timeline import BEGIN, INSTANT, THINNED, Recording
+
+SMALL = 1024
+
+
+@pytest.fixture
+def small_capacity():
+    previous = _native.capacity()
+    _native.set_capacity(SMALL)
+    yield SMALL
+    _native.set_capacity(previous)
+
+
+def _names(tl, kind=None):
+    return [tl.names[int(n)] for k, n in zip(tl.kind, tl.name) if kind is None or k == kind]
+
+
+def test_module_calls_step_down_to_coarse_then_none_and_causes_are_kept(small_capacity):
+    fine, coarse = timeline.name_id("module:net.a.b.c"), timeline.name_id("module:net")
+    cause = timeline.name_id("test:late_cause")
+    with Recording() as rec:
+        _native.begin_section(1)
+        for _ in range(400):  # 400 calls x 8 records of each: far past the budget
+            timeline.module_enter(coarse, True)
+            timeline.module_enter(fine, False)
+            timeline.module_exit(fine)
+            timeline.module_exit(coarse)
+        timeline.begin(timeline.JIT_COMPILE, cause)
+        timeline.end(timeline.JIT_COMPILE, cause)
+    tl = rec.drain()
+    marks = [int(v) for k, n, v in zip(tl.kind, tl.name, tl.value) if k == INSTANT and tl.names[int(n)] == THINNED]
+    assert marks == [1, 0]  # coarse only, then none
+    assert tl.dropped == 0 and tl.thinned > 0
+    spans = build_spans(tl)
+    assert all(s.closed for s in spans), "an exit was dropped for an enter that was recorded"
+    by_name = {}
+    for s in spans:
+        by_name.setdefault(s.name, []).append(s)
+    assert len(by_name["module:net"]) > len(by_name["module:net.a.b.c"]) > 0  # coarse ones lasted longer
+    assert len(by_name["test:late_cause"]) == 1  # the cause after the budget ran out is there
+    assert len(tl) <= SMALL
+
+
+def test_each_section_gets_its_own_budget(small_capacity):
+    fine = timeline.name_id("module:net.x.y.z")
+    counts = []
+    with Recording() as rec:
+        for sections_left in (2, 1):
+            _native.begin_section(sections_left)
+            for _ in range(300):
+                timeline.module_enter(fine, False)
+                timeline.module_exit(fine)
+            timeline.instant(timeline.STRUCTURE, timeline.name_id("test:section_end"))
+    tl = rec.drain()
+    ends = np.flatnonzero(np.array(_names(tl)) == "test:section_end")
+    begins = np.array([k == BEGIN and tl.names[int(n)] == "module:net.x.y.z" for k, n in zip(tl.kind, tl.name)])
+    counts = [int(begins[: ends[0]].sum()), int(begins[ends[0]: ends[1]].sum())]
+    assert counts[0] > 0 and counts[1] > 0, counts  # the second section was not starved by the first
+    assert len(ends) == 2
+
+
+def test_a_module_exit_without_its_enter_records_nothing(small_capacity):
+    nid = timeline.name_id("module:net.orphan")
+    with Recording() as rec:
+        timeline.module_exit(nid)
+    assert len(rec.drain()) == 0
+
+
+def test_an_inner_module_that_raised_does_not_unbalance_the_outer_one(small_capacity):
+    outer, inner = timeline.name_id("module:net.outer"), timeline.name_id("module:net.outer.inner")
+    with Recording() as rec:
+        timeline.module_enter(outer, True)
+        timeline.module_enter(inner, False)  # its forward raised: no exit hook ran
+        timeline.module_exit(outer)
+    spans = build_spans(rec.drain())
+    assert [(s.name, s.closed) for s in spans if s.name == "module:net.outer"] == [("module:net.outer", True)]
+
+
+def test_buffers_give_their_memory_back_when_a_recording_ends():
+    nid = timeline.name_id("test:memory")
+    per_thread = 200_000  # 4.6 MiB of records per thread
+    before = _native.rss_bytes()
+    during = {}
+
+    def fill():
+        for i in range(per_thread):
+            timeline.instant(timeline.STRUCTURE, nid, i)
+
+    with Recording() as rec:
+        workers = [threading.Thread(target=fill) for _ in range(8)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        during["rss"] = _native.rss_bytes()  # the records sit in the recorder's buffers
+    during["records"] = len(rec.drain())  # drained on exit, before the buffers were released
+    rec.timeline = None  # the drained copy is the caller's memory, not the recorder's
+    after = _native.rss_bytes()
+    grew = during["rss"] - before
+    assert during["records"] == 8 * per_thread  # drained before the release
+    assert grew > 8 * per_thread * _native.RECORD_BYTES // 2  # the records were resident
+    assert after - before < grew * 0.3, (before, during["rss"], after)
+
+
+def test_threads_starting_inside_a_recording_take_prefaulted_buffers():
+    nid = timeline.name_id("test:prefaulted")
+
+    def one():
+        timeline.instant(timeline.STRUCTURE, nid)
+
+    with Recording(spare_buffers=4) as rec:
+        faults0 = sum(_native.faults())
+        workers = [threading.Thread(target=one) for _ in range(4)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        faults = sum(_native.faults()) - faults0
+    tl = rec.drain()
+    assert tl.threads == 5 and tl.own_faults == 0
+    # One buffer's pages is what each thread paid when its buffer was pre-faulted on registration.
+    pages_per_buffer = _native.capacity() * _native.RECORD_BYTES // _native.page_size()
+    assert faults < pages_per_buffer, faults
