@@ -111,6 +111,7 @@ def make_inputs(model: Any, shape: Any, dtype: Any, inputs: Any, device) -> tupl
         else:
             made = inputs
         args, kwargs = _as_call(made)
+        _check_call(model, made, args, kwargs)
         return _to(args, device), {k: _to(v, device) for k, v in kwargs.items()}, "caller's inputs"
     if shape is None:
         raise InputError("give a shape, e.g. trace(model, (1, 128)), or inputs=...")
@@ -154,6 +155,39 @@ def _as_call(made: Any) -> tuple[tuple, dict]:
     if isinstance(made, (tuple, list)):
         return tuple(made), {}
     return (made,), {}
+
+
+def _holds_tensor(x: Any, depth: int = 0) -> bool:
+    import torch
+
+    if isinstance(x, torch.Tensor):
+        return True
+    if depth > 4:
+        return False
+    if isinstance(x, dict):
+        return any(_holds_tensor(v, depth + 1) for v in x.values())
+    if isinstance(x, (tuple, list)):
+        return any(_holds_tensor(v, depth + 1) for v in x)
+    return False
+
+
+def _check_call(model: Any, made: Any, args: tuple, kwargs: dict) -> None:
+    """Refuse inputs that cannot be a call of the model, so the model is not blamed for them: keyword
+    names must be strings, and an nn.Module (which computes on tensors) must get at least one."""
+    bad = [k for k in kwargs if not isinstance(k, str)]
+    if bad:
+        raise InputError(f"inputs= gave a dict with the key {bad[0]!r}: a dict's keys are the model's keyword "
+                         "argument names and must be strings (a tuple passes positional arguments)")
+    try:
+        from torch import nn
+    except ImportError:  # pragma: no cover - make_inputs imported torch already
+        return
+    if isinstance(model, nn.Module) and not _holds_tensor((args, kwargs)):
+        shown = repr(made)
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
+        raise InputError(f"inputs= gave {shown} ({type(made).__name__}), which holds no tensor: an nn.Module "
+                         "computes on tensors; give a tensor, a tuple of arguments or a dict of keyword arguments "
+                         "holding them (or a callable returning one)")
 
 
 def _to(x: Any, device) -> Any:

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import math
 import sys
+import threading
 import time
 import weakref
 from typing import Any, Callable
@@ -20,17 +22,33 @@ from .progress import progress_printer
 from .inputs import check_model, make_inputs, parse_device
 from .instruments.host import HostCounters
 from .instruments.modules import ModuleHooks
+from .process_state import ProcessState
 from .report import CauseEntry, Report
 from .report_build import build_report
-from .timeline import STRUCTURE, Recording, begin, end, name_id
+from .timeline import STRUCTURE, Recording, begin, begin_section, end, name_id
 
 _traced_models: "weakref.WeakSet[Any]" = weakref.WeakSet()
 _calibration: dict[str, float] | None = None
+# One trace or calibration at a time per process: they share the native recorder. Re-entrant so
+# that trace() can calibrate while it holds it; another thread is refused, never made to wait.
+_busy = threading.RLock()
 
 
 def calibrate() -> dict[str, float]:
     """Once per process, after the first trace's passes: timer overhead, per-fault cost, thread
     start cost and module hook cost (this machine's)."""
+    global _calibration
+    if _calibration is not None:
+        return _calibration
+    if not _busy.acquire(blocking=False):
+        raise InputError("a warmprof trace is running in this process: calibrate after it (or let the trace do it)")
+    try:
+        return _calibrate()
+    finally:
+        _busy.release()
+
+
+def _calibrate() -> dict[str, float]:
     global _calibration
     if _calibration is None:
         pairs = []
@@ -225,18 +243,43 @@ def _instruments(model: Any, device, compiled: bool) -> list:
     return inst
 
 
-def _run_pass(model, args, kwargs, pass_name: str, instruments: list, sync) -> None:
+PASSES = ("first", "seen_rerun")  # the instrumented passes, in order
+SPARE_BUFFERS = 4  # recording buffers pre-faulted for threads that start recording inside a pass
+
+
+def _run_pass(model, args, kwargs, pass_name: str, instruments: list, sync) -> tuple[int, int]:
+    """One instrumented pass; returns its own clock reads (start_ns, end_ns), which give the pass
+    time whatever the recorder kept. Each pass gets its own share of the recorder's module budget."""
     nid = name_id(f"pass:{pass_name}")
+    begin_section(len(PASSES) - PASSES.index(pass_name))
     for i in instruments:
         i.mark_pass(pass_name)
     begin(STRUCTURE, nid)
+    t0 = _native.now_ns()
     try:
-        model(*args, **kwargs)
+        out = model(*args, **kwargs)
         sync()
     finally:
+        t1 = _native.now_ns()
         end(STRUCTURE, nid)
         for i in instruments:
             i.end_pass(pass_name)
+    _check_output(out)
+    return t0, t1
+
+
+def _check_output(out: Any) -> None:
+    """A forward that returns a generator or a coroutine ran nothing yet: refuse, do not time it."""
+    import inspect
+
+    lazy = inspect.isgenerator(out) or inspect.iscoroutine(out) or inspect.isasyncgen(out)
+    if not lazy:
+        return
+    with contextlib.suppress(Exception):
+        out.close()  # no "never awaited" warning; nothing of the model's runs
+    kind = "a coroutine" if inspect.iscoroutine(out) else "a generator"
+    raise InputError(f"the model returned {kind}: nothing ran inside the pass, so there is nothing to time. "
+                     "Trace a callable that does the work, e.g. lambda x: list(model(x))")
 
 
 def _steady(model, args, kwargs, sync, min_passes: int, max_passes: int, budget_s: float) -> tuple[list[float], list[int]]:
@@ -288,11 +331,43 @@ def trace(
     tensors, a tuple/dict of them, or a callable that makes them. compile: None, True, a mode
     ("reduce-overhead", "max-autotune") or a dict of torch.compile options. steady: the number of
     clean passes (an int, or (min, max) adaptive within steady_budget_s seconds).
+
+    One trace runs at a time in a process: a second one (from another thread) is refused up front.
     """
     try:
         import torch
     except ImportError:
         raise WarmprofError("warmprof.trace needs torch: pip install 'warmprof[torch]'") from None
+    _check_options(steady_budget_s, progress, no_grad, label)
+    if not _busy.acquire(blocking=False):
+        raise InputError("another warmprof trace or calibration is running in this process (one at a time: "
+                         "they share the recorder); wait for it to finish")
+    try:
+        before = ProcessState.take()
+        report = _trace(torch, model, shape, inputs=inputs, dtype=dtype, device=device, steady=steady,
+                        steady_budget_s=steady_budget_s, compile=compile, progress=progress, no_grad=no_grad,
+                        label=label)
+        report.notes.extend(before.changes_since())
+        return report
+    finally:
+        _busy.release()
+
+
+def _check_options(steady_budget_s: Any, progress: Any, no_grad: Any, label: Any) -> None:
+    """Refuse wrongly typed options before anything runs (not later, blamed on the model)."""
+    if (isinstance(steady_budget_s, bool) or not isinstance(steady_budget_s, (int, float))
+            or not math.isfinite(steady_budget_s) or steady_budget_s < 0):
+        raise InputError(f"steady_budget_s must be a non-negative number of seconds, got {steady_budget_s!r}")
+    if not (isinstance(progress, bool) or progress is None or callable(progress)):
+        raise InputError(f"progress must be True, False or a callable taking a message, got {progress!r}")
+    if not isinstance(no_grad, bool):
+        raise InputError(f"no_grad must be True or False, got {no_grad!r}")
+    if label is not None and (not isinstance(label, str) or not label.strip()):
+        raise InputError(f"label must be a non-empty string (the model's name in the report), got {label!r}")
+
+
+def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, device: Any, steady: Any,
+           steady_budget_s: float, compile: Any, progress: Any, no_grad: bool, label: str | None) -> Report:
     say = progress_printer(progress)
     check_model(model)
     dev = parse_device(device)
@@ -310,24 +385,18 @@ def trace(
     instruments = _instruments(runner, dev, compiled)
     grad_ctx = torch.no_grad() if no_grad else contextlib.nullcontext()
 
+    windows: dict[str, tuple[int, int]] = {}
     with grad_ctx:
-        with Recording() as rec:
+        with Recording(spare_buffers=SPARE_BUFFERS) as rec:
             with contextlib.ExitStack() as stack:
                 for inst in instruments:
                     stack.enter_context(inst)
                 say("first pass" + (" (includes torch.compile: seconds to minutes)" if compiled else ""))
-                try:
-                    _run_pass(runner, args, kwargs, "first", instruments, sync)
-                except WarmprofError:
-                    raise
-                except Exception as e:
-                    raise ModelError(f"the model raised on the first pass: {type(e).__name__}: {e}") from e
+                windows["first"] = _guarded_pass(runner, args, kwargs, "first", instruments, sync,
+                                                 "on the first pass")
                 say("seen-shape re-run")
-                try:
-                    _run_pass(runner, args, kwargs, "seen_rerun", instruments, sync)
-                except Exception as e:
-                    raise ModelError(
-                        f"the model raised on the second pass (seen-shape re-run): {type(e).__name__}: {e}") from e
+                windows["seen_rerun"] = _guarded_pass(runner, args, kwargs, "seen_rerun", instruments, sync,
+                                                      "on the second pass (seen-shape re-run)")
             timeline = rec.drain()
         say("steady passes")
         try:
@@ -351,8 +420,9 @@ def trace(
     first, rerun = (
         attribute_pass(timeline, name, calibration=calibration, steady_faults=steady_fault_median,
                        inferred=[e for i in instruments for e in i.inferred(name)],
-                       evidence={src: ev for i in instruments for src, ev in i.span_evidence.items()})
-        for name in ("first", "seen_rerun")
+                       evidence={src: ev for i in instruments for src, ev in i.span_evidence.items()},
+                       window=windows[name], own_faults=timeline.own_faults)
+        for name in PASSES
     )
     summary = summarize(first.pass_ms, stats["median"], stats["noise_band"], first.attributed_ms)
     report = build_report(
@@ -380,6 +450,15 @@ def trace(
     report.protocol.setdefault("cache", "in-process (caller's)")
     report.notes.append(IN_PROCESS_NOTE)
     return report
+
+
+def _guarded_pass(model, args, kwargs, pass_name: str, instruments: list, sync, when: str) -> tuple[int, int]:
+    try:
+        return _run_pass(model, args, kwargs, pass_name, instruments, sync)
+    except WarmprofError:
+        raise
+    except Exception as e:
+        raise ModelError(f"the model raised {when}: {type(e).__name__}: {e}") from e
 
 
 IN_PROCESS_NOTE = ("traced in the caller's process: work done here before the trace (other models, warm-up calls, "
