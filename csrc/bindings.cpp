@@ -162,15 +162,16 @@ PyObject* fast_module_enter(PyObject*, PyObject* const* args, Py_ssize_t nargs) 
                  Py_TYPE(args[1])->tp_name);
     return nullptr;
   }
+  bool take = false;
   if (recorder::enabled()) {
-    bool take = recorder::module_admit(args[1] == Py_True);
+    take = recorder::module_admit(args[1] == Py_True);
     if (take) {
       append_host_counters();
       recorder::record(kBegin, kStructure, uint32_t(name), 0);
     }
     recorder::module_push(uint32_t(name), take);
   }
-  Py_RETURN_NONE;
+  return PyBool_FromLong(take);
 }
 
 PyObject* fast_module_exit(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
@@ -207,7 +208,7 @@ PyMethodDef g_fast_methods[] = {
     {"sample_host", (PyCFunction)(void (*)(void))fast_sample_host, METH_FASTCALL,
      "sample_host(rss=True) -> None\nRecord host counters (minor/major faults, threads, and RSS unless rss is False) now."},
     {"module_enter", (PyCFunction)(void (*)(void))fast_module_enter, METH_FASTCALL,
-     "module_enter(name: int, coarse: bool) -> None\nA module call opens: host counters and a begin, unless thinned."},
+     "module_enter(name: int, coarse: bool) -> bool\nA module call opens: host counters and a begin, unless thinned; whether it was recorded."},
     {"module_exit", (PyCFunction)(void (*)(void))fast_module_exit, METH_FASTCALL,
      "module_exit(name: int) -> None\nA module call closes: an end and host counters, if its enter was recorded."},
     {"now_ticks", (PyCFunction)(void (*)(void))fast_now_ticks, METH_FASTCALL,

@@ -71,8 +71,8 @@ def counter(name: int, value: int, /) -> None:
 def sample_host(rss: bool = True, /) -> None:
     """Record host counters (minor/major faults, threads, and RSS unless rss is False) now."""
 
-def module_enter(name: int, coarse: bool, /) -> None:
-    """A module call opens: host counters and a begin, unless thinned."""
+def module_enter(name: int, coarse: bool, /) -> bool:
+    """A module call opens: host counters and a begin, unless thinned; whether it was recorded."""
 
 def module_exit(name: int, /) -> None:
     """A module call closes: an end and host counters, if its enter was recorded."""

@@ -58,7 +58,8 @@ def recorder_notes(tl: Timeline, passes: dict[str, PassAttribution]) -> list[str
                          f"thinned to {'; then '.join(steps)}. Pass times, cause spans and counters are complete; "
                          "placement by module is coarser from there, and profiler_overhead counts recorded calls only")
     if tl.thinned:
-        notes.append(f"{tl.thinned} module calls were not recorded (thinned)")
+        notes.append(f"{tl.thinned} times a module's hooks were taken off for the rest of its pass (the budget was "
+                     "spent): its later calls in that pass ran unhooked and unrecorded")
     if tl.dropped:
         notes.append(f"{tl.dropped} records dropped (recorder buffer full even for cause spans and counters): "
                      "attributed figures may be low; pass times come from the passes' own clock reads")
@@ -153,7 +154,7 @@ def build_report(*, model: str, shape, dtype: str, device: str, compile, first: 
             "warm_reasons": warm_reasons,
             "unattributed_within_noise": summary.within_noise,
             "attribution_thread_only": True,
-            "recorder": {"records": len(timeline), "dropped": timeline.dropped, "thinned_module_calls": timeline.thinned,
+            "recorder": {"records": len(timeline), "dropped": timeline.dropped, "thinned_modules": timeline.thinned,
                          "own_faults_estimated": timeline.own_faults},
         },
         instruments=inst,

@@ -24,7 +24,7 @@ class ModuleHooks(Instrument):
         super().__init__()
         self.model = model
         self.top_level_only = top_level_only
-        self._handles: list[Any] = []
+        self._hooked: list[_Hooked] = []
         self.modules = 0
         try:
             from torch import nn
@@ -49,23 +49,21 @@ class ModuleHooks(Instrument):
             return self
         try:
             for qual, mod, coarse in self._targets():
-                nid = name_id(f"module:{qual}")
-
-                # One native call each: faults, threads and the span's begin (end); RSS only at
-                # pass boundaries.
-                def pre(_m, _args, _nid=nid, _coarse=coarse):
-                    module_enter(_nid, _coarse)
-
-                def post(_m, _args, _out, _nid=nid):
-                    module_exit(_nid)
-
-                self._handles.append(mod.register_forward_pre_hook(pre))
-                self._handles.append(mod.register_forward_hook(post))
+                hooked = _Hooked(mod, name_id(f"module:{qual}"), coarse)
+                self._hooked.append(hooked)
+                hooked.install()
                 self.modules += 1
         except BaseException:
             self._remove()
             raise
         return self
+
+    def mark_pass(self, name: str) -> None:
+        super().mark_pass(name)
+        # Each pass has its own module budget: hooks taken off when the last one ran out go back on.
+        for h in self._hooked:
+            if h.pre is None:
+                h.install()
 
     @staticmethod
     def calibrate_cost(calls: int = 2000, batches: int = 7) -> float:
@@ -93,18 +91,53 @@ class ModuleHooks(Instrument):
         return max(0.0, hooked - plain)
 
     def _remove(self) -> None:
-        for h in self._handles:
+        for h in self._hooked:
             h.remove()
-        self._handles.clear()
+        self._hooked.clear()
 
     def __exit__(self, *exc: Any) -> None:
         self._remove()
 
     @property
     def installed(self) -> int:
-        return len(self._handles)
+        return sum((h.pre is not None) + (h.post is not None) for h in self._hooked)
 
     def summary(self) -> dict[str, Any]:
         out = super().summary()
         out["modules"] = self.modules
         return out
+
+
+class _Hooked:
+    """One module's two hooks. One native call each: faults, threads and the span's begin (end);
+    RSS only at pass boundaries. A call the recorder does not take (this pass's module budget is
+    spent, recorder.h) takes the module's hooks off for the rest of the pass, so thinned calls cost
+    nothing; mark_pass puts them back for the next pass."""
+
+    __slots__ = ("module", "nid", "coarse", "pre", "post")
+
+    def __init__(self, module: Any, nid: int, coarse: bool) -> None:
+        self.module, self.nid, self.coarse = module, nid, coarse
+        self.pre = self.post = None
+
+    def install(self) -> None:
+        self.remove()
+        self.pre = self.module.register_forward_pre_hook(self._enter)
+        self.post = self.module.register_forward_hook(self._exit)
+
+    def remove(self) -> None:
+        for handle in (self.pre, self.post):
+            if handle is not None:
+                handle.remove()
+        self.pre = self.post = None
+
+    def _enter(self, _m: Any, _args: Any) -> None:
+        if not module_enter(self.nid, self.coarse) and self.pre is not None:
+            self.pre.remove()  # torch iterates over a copy of its hook dicts: safe inside a hook
+            self.pre = None
+
+    def _exit(self, _m: Any, _args: Any, _out: Any) -> None:
+        module_exit(self.nid)
+        if self.pre is None and self.post is not None:
+            self.post.remove()
+            self.post = None
