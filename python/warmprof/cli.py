@@ -35,7 +35,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args._run(args) or 0)
     except WarmprofError as e:
-        print(f"warmprof: error: {e}", file=sys.stderr)
+        from .render.safe import safe_text
+
+        # One line, whatever the message quotes (a path or a name with control characters in it).
+        print(f"warmprof: error: {safe_text(str(e))}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
         print("warmprof: interrupted", file=sys.stderr)

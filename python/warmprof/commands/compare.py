@@ -25,16 +25,18 @@ def run(args: argparse.Namespace) -> int:
         if path is not None:
             check_output_path(path, option)
     comparison = compare(*args.reports, labels=args.label)
+    written = []
     if args.png:
         from ..render.png import PngRenderer
 
-        PngRenderer().write(comparison, args.png)
+        written.append(PngRenderer().write(comparison, args.png))  # warmprof.fileio's policy, like every output
     if args.json:
         from ..render.json import JsonRenderer
 
-        JsonRenderer().write(comparison, args.json)
-    sys.stdout.write(str(comparison))
-    for path in (args.png, args.json):
-        if path:
-            print(f"wrote {path}", file=sys.stderr)
+        written.append(JsonRenderer().write(comparison, args.json))
+    sys.stdout.write(str(comparison))  # CompareTextRenderer: control characters already made visible
+    from ..render.safe import safe_text
+
+    for path in written:
+        print(f"wrote {safe_text(str(path))}", file=sys.stderr)
     return 0

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..errors import InputError, ReportError
+from ..errors import InputError
+from ..fileio import write_output
 
 NAME = "show"
 HELP = "Show a saved report as text, or export it (--format json|chrome|png)."
@@ -45,23 +46,23 @@ def run(args: argparse.Namespace) -> int:
 
         check_output_path(args.output, "-o")
     report = load(args.report)
-    r = renderer(args.format)
-    if r is None:
-        text = str(report)
-        text = text if text.endswith("\n") else text + "\n"
-        if args.output:
-            try:
-                with open(args.output, "w") as f:
-                    f.write(text)
-            except OSError as e:
-                raise ReportError(f"{args.output}: cannot write ({e.strerror or e})") from e
-        else:
-            sys.stdout.write(text)
+    out = _render(args.format, report)
+    if not args.output:
+        sys.stdout.write(out)
         return 0
-    if args.output:
-        path = r.write(report, args.output)
-        print(f"wrote {path}", file=sys.stderr)
-    else:
-        out = r.render(report)
-        sys.stdout.write(out if out.endswith("\n") else out + "\n")
+    from ..render.safe import safe_text
+
+    path = write_output(args.output, out)
+    print(f"wrote {safe_text(str(path))}", file=sys.stderr)
     return 0
+
+
+def _render(fmt: str, report) -> str | bytes:
+    """The whole output, rendered before anything is written: a failure leaves no half file."""
+    from ..render.safe import safe_text
+
+    r = renderer(fmt)
+    out = safe_text(str(report)) if r is None else r.render(report)  # text reaches a terminal: no raw controls
+    if isinstance(out, str) and not out.endswith("\n"):
+        out += "\n"
+    return out

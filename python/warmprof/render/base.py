@@ -6,7 +6,9 @@ import os
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ..report.base import register_text_renderer, write_error
+from ..fileio import write_output
+from ..report.base import register_text_renderer
+from .safe import safe_text
 
 
 class Renderer:
@@ -17,30 +19,23 @@ class Renderer:
         raise NotImplementedError
 
     def write(self, report: Any, path: str | os.PathLike) -> Path:
-        p = Path(path)
-        out = self.render(report)
-        try:
-            if isinstance(out, bytes):
-                p.write_bytes(out)
-            else:
-                p.write_text(out)
-        except OSError as e:
-            raise write_error(p, e) from e
-        return p
+        # Rendered in full before the target is touched: a renderer that fails leaves the old file whole.
+        return write_output(path, self.render(report))
 
 
 # str(report): the text renderer of each report kind, registered into the report layer (which
 # must not import this layer above it). Imported on first use, so `import warmprof` stays light.
+# The text goes to terminals: control characters in user-supplied names are made visible.
 def _trace_text(report: Any) -> str:
     from .text import TraceTextRenderer
 
-    return TraceTextRenderer().render(report)
+    return safe_text(TraceTextRenderer().render(report))
 
 
 def _probe_text(report: Any) -> str:
     from .probe_text import ProbeTextRenderer
 
-    return ProbeTextRenderer().render(report)
+    return safe_text(ProbeTextRenderer().render(report))
 
 
 register_text_renderer("trace", _trace_text)

@@ -6,6 +6,7 @@ import string
 from typing import Any
 
 from .base import Renderer
+from .safe import safe_text
 
 _WIDE = 100  # a "differs" line longer than this is stacked, one report per line
 
@@ -31,7 +32,7 @@ class CompareTextRenderer(Renderer):
             lines += [""] + _op_table(c.rows, letters)
             if c.predictions:
                 lines += [""] + _prediction_table(c.predictions, letters)
-        return "\n".join(lines) + "\n"
+        return safe_text("\n".join(lines) + "\n")  # labels and names come from users
 
 
 def subject(report: Any) -> str:

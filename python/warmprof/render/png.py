@@ -32,6 +32,7 @@ CAUSE_COLORS = {
 STEADY_COLOR = "#7f7f7f"
 REPORT_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf")
 DPI = 120
+NAME_CHARS = 80  # a user-supplied name (model, label, op, device) longer than this is cut with "…"
 
 
 class PngRenderer(Renderer):
@@ -68,12 +69,18 @@ def _matplotlib() -> tuple[Any, Any]:
 
 
 def _label(cause: str) -> str:
-    return CAUSE_LABELS.get(cause, cause.replace("_", " "))
+    return _fit(CAUSE_LABELS.get(cause, cause.replace("_", " ")))
+
+
+def _fit(text: str, limit: int = NAME_CHARS) -> str:
+    """A name cut to `limit` characters: a 5,000-character model name would push the figure's
+    layout (and Agg's pixel limit) past what can be drawn."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 # -- one trace report: stacked bars ------------------------------------------------------------
 def _trace_figure(Figure: Any, r: Any) -> Any:
-    device = describe_device(r.platform, r.device)
+    device = _fit(describe_device(r.platform, r.device))
     first = _segments(r.steady_median_ms, r.causes, r.first_pass_ms)
     rerun = _segments(min(r.steady_median_ms, r.seen_rerun_ms), r.seen_rerun_causes, r.seen_rerun_ms)
     bars = [("first pass", r.first_pass_ms, first), ("seen re-run", r.seen_rerun_ms, rerun),
@@ -100,7 +107,7 @@ def _trace_figure(Figure: Any, r: Any) -> Any:
     ax.set_xlim(0, max(widest, r.first_pass_ms, r.seen_rerun_ms, r.steady_median_ms, 1e-3) * 1.3)
     ax.grid(axis="x", alpha=0.3)
     ax.set_axisbelow(True)
-    ax.set_title(f"{subject(r)} on {device}\nfirst pass {r.first_pass_ms:.2f} ms vs steady {r.steady_median_ms:.2f} ms:"
+    ax.set_title(f"{_fit(subject(r))} on {device}\nfirst pass {r.first_pass_ms:.2f} ms vs steady {r.steady_median_ms:.2f} ms:"
                  f" {r.excess_ms:.2f} ms excess, split by cause", fontsize=11)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8.5, title="cause: ms (share of excess, evidence)",
               title_fontsize=8.5, frameon=False)  # beside the bars, never over them
@@ -139,21 +146,22 @@ def _comparison_figure(Figure: Any, c: Any) -> Any:
     probe = c.kind == "probe"
     rows = [r for r in c.rows if any((cell.ms or 0) > 0 for cell in r.cells)] or c.rows
     n = len(c.labels)
+    labels, devices = [_fit(lab) for lab in c.labels], [_fit(dev) for dev in c.devices]
     same_device = len(set(c.devices)) == 1
     totals = {row.key: [cell.ms or 0.0 for cell in row.cells] for row in c.summary}
     height = 0.8 / n
     fig = Figure(figsize=(12, 1.8 + 0.22 * n * max(len(rows), 1) + 0.5 * n), layout="constrained")
     ax = fig.add_subplot()
-    for i, label in enumerate(c.labels):
+    for i, label in enumerate(labels):
         values = [row.cells[i].ms or 0.0 for row in rows]
         ys = [y + (i - (n - 1) / 2) * height for y in range(len(rows))]
-        name = label if same_device else f"{label} ({c.devices[i]})"
+        name = label if same_device else f"{label} ({devices[i]})"
         if not probe:
             name += f": first pass {totals['first pass'][i]:.1f} ms, excess {totals['excess'][i]:.1f} ms"
         bars = ax.barh(ys, values, height=height * 0.92, color=REPORT_COLORS[i % len(REPORT_COLORS)],
                        label=textwrap.fill(name, 44))
         ax.bar_label(bars, labels=[f" {fmt_ms(v)}" if v > 0 else "" for v in values], fontsize=8)
-    ax.set_yticks(range(len(rows)), [r.key if probe else _label(r.key) for r in rows])
+    ax.set_yticks(range(len(rows)), [_fit(r.key) if probe else _label(r.key) for r in rows])
     ax.invert_yaxis()
     positive = [cell.ms for r in rows for cell in r.cells if (cell.ms or 0) > 0]
     top, low = (max(positive), min(positive)) if positive else (1.0, 1.0)
@@ -169,9 +177,9 @@ def _comparison_figure(Figure: Any, c: Any) -> Any:
     ax.set_axisbelow(True)
     what = "First call per op" if probe else "First-pass excess by cause"
     if same_device:
-        who = f"on {c.devices[0]}: " + " vs ".join(c.labels)
+        who = f"on {devices[0]}: " + " vs ".join(labels)
     else:
-        who = " vs ".join(f"{lab} on {dev}" for lab, dev in zip(c.labels, c.devices))
+        who = " vs ".join(f"{lab} on {dev}" for lab, dev in zip(labels, devices))
     ax.set_title(f"{what}\n{textwrap.fill(who, 110)}", fontsize=11)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8.5, frameon=False)  # beside the bars
     return fig
@@ -187,11 +195,11 @@ def _probe_figure(Figure: Any, r: Any) -> Any:
         values = [getattr(row, key) for _, row in rows]
         bars = ax.bar([x + offset for x in xs], values, width=0.38, color=color, label=name)
         ax.bar_label(bars, labels=[f"{v:.3g}" for v in values], fontsize=7.5)
-    ax.set_xticks(list(xs), [f"{op} {row.label}\n{row.verdict}" for op, row in rows], rotation=30, ha="right", fontsize=8)
+    ax.set_xticks(list(xs), [f"{_fit(op)} {_fit(row.label)}\n{row.verdict}" for op, row in rows], rotation=30, ha="right", fontsize=8)
     ax.set_yscale("log")
     ax.set_ylabel("time per call (ms, log scale)")
     ax.grid(axis="y", alpha=0.3)
     ax.set_axisbelow(True)
-    ax.set_title(f"{subject(r)} on {describe_device(r.platform, r.device)}: first call vs steady", fontsize=11)
+    ax.set_title(f"{_fit(subject(r))} on {_fit(describe_device(r.platform, r.device))}: first call vs steady", fontsize=11)
     ax.legend(fontsize=9)
     return fig

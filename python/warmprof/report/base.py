@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import math
@@ -11,6 +10,7 @@ from pathlib import Path
 from typing import Any, Callable, ClassVar
 
 from ..errors import ReportError
+from ..fileio import read_regular, write_output
 from . import schema
 
 SCHEMA_VERSION = 1
@@ -86,19 +86,9 @@ class ReportBase:
             raise ReportError(f"{origin}: malformed {kind} report ({type(e).__name__}: {e})") from e
 
     def save(self, path: str | os.PathLike) -> Path:
-        p = Path(path)
-        if not p.name:
-            raise ReportError(f"{path!s}: cannot write (not a file name)")
-        tmp = p.with_name(p.name + ".tmp")
-        text = self.to_json() + "\n"
-        try:
-            tmp.write_text(text)
-            tmp.replace(p)  # no half-written report is ever left under the final name
-        except OSError as e:
-            with contextlib.suppress(OSError):
-                tmp.unlink(missing_ok=True)
-            raise write_error(p, e) from e
-        return p
+        """Write the report as JSON (see warmprof.fileio: a file is replaced atomically, a device
+        or FIFO written in place, a directory refused)."""
+        return write_output(path, self.to_json() + "\n")
 
     def __str__(self) -> str:
         render = _TEXT_RENDERERS.get(self.KIND)
@@ -108,14 +98,12 @@ class ReportBase:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "ReportBase":
-        p = Path(path)
+        data = read_regular(path)  # a FIFO or a device is refused at once, never waited on
         try:
-            text = p.read_text()
-        except FileNotFoundError:
-            raise ReportError(f"{p}: no such file") from None
-        except (OSError, UnicodeDecodeError) as e:
-            raise ReportError(f"{p}: cannot read ({e})") from None
-        return cls.from_json(text, origin=str(p))
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ReportError(f"{os.fspath(path)}: cannot read ({e})") from None
+        return cls.from_json(text, origin=os.fspath(path))
 
 
 class _NonFinite(ValueError):
@@ -129,19 +117,38 @@ def _finite_float(text: str) -> float:
     return value
 
 
+class _TooLong(ValueError):
+    pass
+
+
+_MAX_INT_DIGITS = 20  # a uint64 has 20; anything longer is no figure warmprof wrote
+
+
+def _bounded_int(text: str) -> int:
+    # Refused before int() sees it: Python's own digit limit would raise a bare ValueError, and a
+    # huge integer is slow to convert.
+    if len(text.lstrip("-")) > _MAX_INT_DIGITS:
+        raise _TooLong(f"an integer of {len(text.lstrip('-'))} digits")
+    return int(text)
+
+
 def _no_constant(name: str) -> float:  # NaN, Infinity, -Infinity: Python's json reads them, JSON has none
     raise _NonFinite(name)
 
 
 def parse_json(text: str, origin: str) -> dict[str, Any]:
     try:
-        data = json.loads(text, parse_float=_finite_float, parse_constant=_no_constant)
+        data = json.loads(text, parse_float=_finite_float, parse_int=_bounded_int, parse_constant=_no_constant)
     except json.JSONDecodeError as e:
         raise ReportError(f"{origin}: not a warmprof report (invalid JSON: {e.msg.removesuffix(' at')} at line {e.lineno}, column {e.colno})") from None
     except _NonFinite as e:
         raise ReportError(f"{origin}: not a warmprof report (non-finite number {e} in the JSON)") from None
+    except _TooLong as e:
+        raise ReportError(f"{origin}: not a warmprof report ({e} in the JSON)") from None
     except RecursionError:
         raise ReportError(f"{origin}: not a warmprof report (JSON nested too deeply)") from None
+    except ValueError as e:  # the net under the hooks: no Python limit becomes a traceback
+        raise ReportError(f"{origin}: not a warmprof report ({e})") from None
     if not isinstance(data, dict) or "schema_version" not in data or "kind" not in data:
         raise ReportError(f"{origin}: not a warmprof report (no schema_version/kind)")
     version = data["schema_version"]
@@ -159,11 +166,6 @@ def parse_json(text: str, origin: str) -> dict[str, Any]:
 def load(path: str | os.PathLike) -> ReportBase:
     """Load any report kind (trace or probe) from a file; the kind comes from the file."""
     return ReportBase.load(path)
-
-
-def write_error(path: Path, e: OSError) -> ReportError:
-    """The ReportError for a report or rendering that cannot be written: the path and the OS reason."""
-    return ReportError(f"{path}: cannot write ({e.strerror or e})")
 
 
 # Validation helper used by each kind's validate(); the field types are checked by report.schema.
