@@ -2,25 +2,25 @@
 
 VERBOSE_ON_CREATION makes oneDNN print one line per primitive creation with its creation time
 (`create:cache_miss` = generated now, `create:cache_hit` = reused). The lines are printed by C
-code to file descriptor 1, so while the instrument is on, fd 1 goes to a temporary file; on exit
-fd 1 is restored, the oneDNN lines are parsed, and every other line (the user's own output) is
-written back to stdout. With ONEDNN_VERBOSE_TIMESTAMP=1 (set before oneDNN first reads its
-settings) each line carries its wall-clock start, which places the span exactly; without it the
-creations are laid end to end at the close of the pass they came from (placement unknown).
+code to file descriptor 1, so while the instrument is on, fd 1 runs through a StdoutTap
+(fd_capture.py): oneDNN's lines are parsed as they come, everything else goes on to stdout
+untouched. end_pass marks the stream, so each line is counted in the pass that printed it. With
+ONEDNN_VERBOSE_TIMESTAMP=1 (set before oneDNN first reads its settings) each line carries its
+wall-clock start, which places the span exactly; without it the creations are laid end to end at
+the close of the pass they came from (placement unknown).
 """
 
 from __future__ import annotations
 
-import ctypes
 import os
-import sys
-import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from ..timeline import JIT_COMPILE, now_ns, record_span_ns
 from .base import Instrument
+from .fd_capture import StdoutTap
 
 _PREFIXES = ("onednn_verbose,", "dnnl_verbose,")
 
@@ -58,24 +58,40 @@ def parse_line(line: str) -> CreateLine | None:
     return CreateLine(wall, f[i + 1].split(":", 1)[1], f[i + 3], f[i + 4], ms)
 
 
-def _fflush_c_stdout() -> None:
-    try:
-        ctypes.CDLL(None).fflush(None)
-    except Exception:
-        pass
+class _Tally:
+    """One pass's creations: counted whatever their number."""
+
+    def __init__(self) -> None:
+        self.miss = self.hit = 0
+        self.miss_ms = 0.0
+        self.timestamps = True
+
+    def add(self, rec: CreateLine) -> None:
+        if rec.outcome == "cache_miss":
+            self.miss += 1
+            self.miss_ms += rec.ms
+        else:
+            self.hit += 1
+        self.timestamps = self.timestamps and rec.wall_ms is not None
 
 
 class OneDNN(Instrument):
     name = "onednn"
+    MAX_KEPT = 20_000  # cache misses kept to place as spans; past this they are only counted
 
     def __init__(self) -> None:
         super().__init__()
-        self.creates: list[CreateLine] = []
         self.by_pass: dict[str, dict[str, Any]] = {}
-        self._saved_fd: int | None = None
-        self._tmp = None
+        self._tap: StdoutTap | None = None
         self._verbose = None
-        self._pass_marks: list[tuple[str, int, int]] = []  # (pass, file offset at end, end ns)
+        self._env_set = False
+        self._ends: list[tuple[str, int]] = []  # (pass, end ns), in end_pass order
+        # Filled by the reader thread, keyed by the number of pass ends it had seen: segment i
+        # is the pass self._ends[i] names (past the last end: "after").
+        self._lock = threading.Lock()
+        self._tallies: dict[int, _Tally] = {}
+        self._kept: list[tuple[int, CreateLine]] = []
+        self._dropped = 0
         try:
             import torch
         except ImportError:
@@ -85,97 +101,92 @@ class OneDNN(Instrument):
             self.reason = "this torch build has no oneDNN (mkldnn)"
             return
         self._torch = torch
-        self._env_set = False
 
     def __enter__(self) -> "OneDNN":
         if self.reason:
             return self
-        sys.stdout.flush()
-        _fflush_c_stdout()
-        self._tmp = tempfile.TemporaryFile(mode="w+b")
+        tap = StdoutTap(tuple(p.encode() for p in _PREFIXES), self._on_line)
+        why = tap.start()
+        if why:  # the trace goes on without oneDNN's times
+            self.reason = f"oneDNN times unavailable: {why}"
+            return self
+        self._tap = tap
         # Only effective if oneDNN has not read its settings yet (true in a fresh process);
         # removed again on exit.
         if "ONEDNN_VERBOSE_TIMESTAMP" not in os.environ:
             os.environ["ONEDNN_VERBOSE_TIMESTAMP"] = "1"
             self._env_set = True
-        self._saved_fd = os.dup(1)
         # Offset between oneDNN's wall clock (ms since the epoch) and the monotonic clock.
         self._wall_minus_mono_ns = time.time_ns() - now_ns()
         try:
-            os.dup2(self._tmp.fileno(), 1)
-            self._verbose = self._torch.backends.mkldnn.verbose(self._torch.backends.mkldnn.VERBOSE_ON_CREATION)
+            mkldnn = self._torch.backends.mkldnn
+            self._verbose = mkldnn.verbose(mkldnn.VERBOSE_ON_CREATION)
             self._verbose.__enter__()
         except BaseException:
+            self._verbose = None
             self._restore()
             raise
         return self
 
     def end_pass(self, name: str) -> None:
-        if self.reason or self._tmp is None:
+        if self._tap is None:
             return
-        _fflush_c_stdout()
-        self._pass_marks.append((name, os.lseek(1, 0, os.SEEK_CUR), now_ns()))
+        self._ends.append((name, now_ns()))
+        self._tap.mark()  # returns once every line printed in this pass has been read
 
-    def _restore(self) -> bytes:
-        data = b""
-        if self._verbose is not None:
-            try:
+    def _on_line(self, line: bytes, segment: int) -> None:
+        """Reader thread: one oneDNN line, printed after `segment` pass ends. It runs during the
+        passes, so the many `exec` lines are dropped before any parsing."""
+        if b",create:" not in line:
+            return
+        rec = parse_line(line.decode("utf-8", "replace"))
+        if rec is None:
+            return
+        with self._lock:
+            self._tallies.setdefault(segment, _Tally()).add(rec)
+            if rec.outcome == "cache_miss":
+                if len(self._kept) < self.MAX_KEPT:
+                    self._kept.append((segment, rec))
+                else:
+                    self._dropped += 1
+
+    def _restore(self) -> None:
+        """Undo __enter__; never raises for the capture's sake."""
+        try:
+            if self._verbose is not None:
                 self._verbose.__exit__(None, None, None)
-            finally:
-                self._verbose = None
-        if self._saved_fd is not None:
-            sys.stdout.flush()
-            _fflush_c_stdout()
-            os.dup2(self._saved_fd, 1)
-            os.close(self._saved_fd)
-            self._saved_fd = None
-        if self._env_set:
-            os.environ.pop("ONEDNN_VERBOSE_TIMESTAMP", None)
-            self._env_set = False
-        if self._tmp is not None:
-            self._tmp.seek(0)
-            data = self._tmp.read()
-            self._tmp.close()
-            self._tmp = None
-        return data
+        finally:
+            self._verbose = None
+            if self._tap is not None:
+                self._tap.stop()
+                self.notes.extend(self._tap.notes)
+            if self._env_set:
+                os.environ.pop("ONEDNN_VERBOSE_TIMESTAMP", None)
+                self._env_set = False
 
     def __exit__(self, *exc: Any) -> None:
-        if self.reason:
+        if self._tap is None:
             return
-        data = self._restore()
-        self._ingest(data)
+        self._restore()
+        self._tap = None
+        self._ingest()
 
-    def _ingest(self, data: bytes) -> None:
-        passthrough: list[str] = []
-        offset = 0
-        marks = list(self._pass_marks)
-        pending: dict[str, list[CreateLine]] = {}
-        for raw in data.splitlines(keepends=True):
-            line = raw.decode("utf-8", "replace")
-            here = offset
-            offset += len(raw)
-            if not line.startswith(_PREFIXES):
-                passthrough.append(line)
-                continue
-            rec = parse_line(line)
-            if rec is None:
-                continue
-            pass_name = next((m[0] for m in marks if here < m[1]), "after")
-            pending.setdefault(pass_name, []).append(rec)
-            self.creates.append(rec)
-        if passthrough:  # the user's own output printed during the passes
-            sys.stdout.write("".join(passthrough))
-            sys.stdout.flush()
-        ends = {m[0]: m[2] for m in marks}
-        for pass_name, recs in pending.items():
-            misses = [r for r in recs if r.outcome == "cache_miss"]
-            self.by_pass[pass_name] = {
-                "cache_miss": len(misses),
-                "cache_hit": len(recs) - len(misses),
-                "create_miss_ms": sum(r.ms for r in misses),
-                "timestamps": all(r.wall_ms is not None for r in recs),
+    def _pass_name(self, segment: int) -> str:
+        return self._ends[segment][0] if segment < len(self._ends) else "after"
+
+    def _ingest(self) -> None:
+        with self._lock:  # the reader may outlive the pipe's hand-back (another process holds it)
+            tallies, kept, dropped = dict(self._tallies), list(self._kept), self._dropped
+        for seg, t in sorted(tallies.items()):
+            self.by_pass[self._pass_name(seg)] = {
+                "cache_miss": t.miss, "cache_hit": t.hit, "create_miss_ms": t.miss_ms, "timestamps": t.timestamps,
             }
-            self._record(misses, ends.get(pass_name))
+        if dropped:
+            self.notes.append(f"{dropped} oneDNN creations past the first {self.MAX_KEPT} were counted "
+                              "but not placed on the timeline")
+        for seg in sorted(tallies):
+            end = self._ends[seg][1] if seg < len(self._ends) else None
+            self._record([r for s, r in kept if s == seg], end)
 
     def _record(self, misses: list[CreateLine], pass_end_ns: int | None) -> None:
         untimed = [r for r in misses if r.wall_ms is None]

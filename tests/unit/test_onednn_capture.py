@@ -1,0 +1,252 @@
+"""The oneDNN instrument's stdout tap: oneDNN's lines are taken and parsed, the user's bytes pass
+through untouched and at once, memory stays bounded, and a stdout it cannot use degrades the
+instrument instead of the trace."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import stat
+import subprocess
+import sys
+import textwrap
+import threading
+
+import pytest
+
+from warmprof.instruments.fd_capture import MAX_LINE, LineSplitter
+from warmprof.instruments.onednn import OneDNN
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="no oneDNN in this torch")
+
+MISS = (b"onednn_verbose,v1,1700000000000.0,primitive,create:cache_miss,cpu,convolution,jit:avx2,forward_training,"
+        b"src_f32::blocked:abcd::f0,,alg:convolution_direct,mb1_ic3oc8_ih8oh8kh3sh1dh0ph1_iw8ow8kw3sw1dw0pw1,0.5\n")
+HIT = MISS.replace(b"cache_miss", b"cache_hit").replace(b",0.5\n", b",0.25\n")
+DNNL_MISS = MISS.replace(b"onednn_verbose,v1,", b"dnnl_verbose,")  # older oneDNN's prefix
+BINARY = b"\xff\xfe\x00 binary\r no newline"
+PREFIXES = (b"onednn_verbose,", b"dnnl_verbose,")
+
+
+def counts(inst: OneDNN, name: str) -> tuple[int, int]:
+    p = inst.summary()["passes"].get(name, {})
+    return p.get("cache_miss", 0), p.get("cache_hit", 0)
+
+
+def run_child(code: str, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], stderr=subprocess.PIPE, timeout=300, **kw)
+
+
+def test_binary_output_passes_byte_for_byte_and_onednn_lines_are_taken(capfdbinary):
+    inst = OneDNN()
+    with inst:
+        inst.mark_pass("first")
+        os.write(1, BINARY)
+        os.write(1, MISS)  # oneDNN's line after a partial line of the user's is still oneDNN's
+        os.write(1, b"\n" + DNNL_MISS)
+        os.write(1, b"progress 1%\rprogress 2%")
+        inst.end_pass("first")
+    assert capfdbinary.readouterr().out == BINARY + b"\nprogress 1%\rprogress 2%"
+    assert counts(inst, "first") == (2, 0)
+    assert inst.summary()["passes"]["first"]["create_miss_ms"] == pytest.approx(1.0)
+
+
+def test_lines_go_to_the_pass_that_printed_them_and_output_is_out_by_its_end(capfdbinary):
+    inst = OneDNN()
+    with inst:
+        inst.mark_pass("first")
+        os.write(1, b"first pass says hi\n")
+        os.write(1, MISS)
+        os.write(1, HIT)
+        os.write(1, b"on")  # the start of a line that could be oneDNN's, then the pass ends
+        inst.end_pass("first")
+        # The reader has taken everything printed in the pass before end_pass returns.
+        assert capfdbinary.readouterr().out == b"first pass says hi\non"
+        inst.mark_pass("seen_rerun")
+        os.write(1, b"ly\n" + HIT)
+        inst.end_pass("seen_rerun")
+        assert capfdbinary.readouterr().out == b"ly\n"
+        os.write(1, MISS)  # after the last pass
+    assert counts(inst, "first") == (1, 1)
+    assert counts(inst, "seen_rerun") == (0, 1)
+    assert counts(inst, "after") == (1, 0)
+
+
+def test_a_model_that_raises_mid_write_gets_everything_back(capfdbinary):
+    before = os.environ.get("ONEDNN_VERBOSE_TIMESTAMP")
+    inst = OneDNN()
+    with pytest.raises(ValueError):
+        with inst:
+            inst.mark_pass("first")
+            os.write(1, b"half a character: \xe2\x82")  # cut inside a UTF-8 sequence
+            raise ValueError("the model raised")
+    # Its bytes as written, the env var as it was, no reader left (fd 1: the autouse fixture).
+    assert capfdbinary.readouterr().out == b"half a character: \xe2\x82"
+    assert os.environ.get("ONEDNN_VERBOSE_TIMESTAMP") == before
+    assert not [t for t in threading.enumerate() if t.name == "warmprof-stdout-tap"]
+
+
+@pytest.mark.parametrize("breaks", ["pipe", "thread"])
+def test_no_pipe_or_no_thread_degrades_to_a_reason(monkeypatch, breaks):
+    error = OSError(24, "Too many open files") if breaks == "pipe" else RuntimeError("can't start new thread")
+
+    def fail(*a, **k):
+        raise error
+
+    if breaks == "pipe":
+        monkeypatch.setattr(os, "pipe", fail)
+    else:
+        monkeypatch.setattr(threading.Thread, "start", fail)
+    fds = set(os.listdir("/proc/self/fd"))
+    inst = OneDNN()
+    with inst:
+        inst.mark_pass("first")
+        inst.end_pass("first")
+    assert inst.reason.startswith("oneDNN times unavailable: ") and str(error.args[-1]) in inst.reason
+    assert inst.summary()["active"] is False
+    assert set(os.listdir("/proc/self/fd")) == fds  # nothing left open
+
+
+def test_large_output_passes_through_in_bounded_memory(tmp_path):
+    out = tmp_path / "stdout.bin"
+    code = """
+        import os, resource, sys
+        from warmprof.instruments.onednn import OneDNN
+        block = b"y" * ((1 << 20) - 1) + b"\\n"
+        inst = OneDNN()
+        base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        with inst:
+            inst.mark_pass("first")
+            for _ in range(200):
+                sys.stdout.buffer.write(block)  # handles partial writes into the pipe
+                sys.stdout.buffer.flush()
+            inst.end_pass("first")
+        grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base
+        sys.stderr.write(f"GROWN_KIB {grown}\\n")
+    """
+    with open(out, "wb") as f:
+        p = run_child(code, stdout=f)
+    assert p.returncode == 0, p.stderr.decode()[-2000:]
+    assert out.stat().st_size == 200 << 20
+    grown_kib = int(p.stderr.decode().split("GROWN_KIB ")[1].split()[0])
+    assert grown_kib < 32 << 10, f"peak RSS grew by {grown_kib} KiB while 200 MiB went through"
+
+
+TRACE_CHILD = """
+    import json, os
+    import torch, warmprof
+
+    class Printing(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+            self.calls = 0
+
+        def forward(self, x):
+            self.calls += 1
+            if PRINT and self.calls <= 2:  # the instrumented passes; the steady ones run without the tap
+                print("the model talks", flush=True)
+            return self.lin(x)
+
+    {setup}
+    r = warmprof.trace(Printing(), (2, 4), steady=3)
+    os.write(2, ("ONEDNN " + json.dumps(r.instruments["onednn"]) + "\\n").encode())
+"""
+
+
+def onednn_summary(p: subprocess.CompletedProcess) -> dict:
+    err = p.stderr.decode()
+    assert p.returncode == 0, err[-3000:]
+    return json.loads(err.split("ONEDNN ", 1)[1].splitlines()[0])
+
+
+def test_a_closed_stdout_leaves_the_trace_running_without_onednn_times():
+    p = run_child(TRACE_CHILD.format(setup="PRINT = False\n    os.close(1)"))
+    s = onednn_summary(p)
+    assert s["active"] is False
+    assert s["reason"].startswith("oneDNN times unavailable: ") and "not open" in s["reason"]
+
+
+def test_a_full_stdout_device_discards_the_output_and_the_trace_goes_on(tmp_path):
+    node = tmp_path / "full"
+    try:
+        os.mknod(node, stat.S_IFCHR | 0o666, os.makedev(1, 7))  # our own /dev/full
+        f = open(node, "wb")
+    except PermissionError:
+        pytest.skip("cannot make or open a character device here")
+    with f:
+        p = run_child(TRACE_CHILD.format(setup="PRINT = True"), stdout=f)
+    s = onednn_summary(p)
+    assert s["active"] is True
+    assert any(n.startswith("stdout write failed: No space left on device") and "discarded" in n
+               for n in s.get("notes", [])), s
+
+
+# --- the splitter alone: every way the pipe may cut the stream gives the same result ---
+
+
+def reference(writes: list[tuple[str, bytes]]) -> tuple[bytes, list[tuple[bytes, int]]]:
+    """What must come out: the user's bytes as written, oneDNN's lines taken (also after a
+    partial line of the user's), tokens gone."""
+    out, lines, marks = b"", [], 0
+    for kind, data in writes:
+        if kind == "mark":
+            marks += 1
+        elif kind == "onednn":
+            lines.append((data, marks))
+        else:
+            out += data
+    return out, lines
+
+
+def random_writes(rng: random.Random, token: bytes) -> list[tuple[str, bytes]]:
+    # The user's bytes include prefix and token starts but never "_": they cannot complete a prefix.
+    pieces = [b"o", b"on", b"onednn", b"dnnl", b"\n", b"\r", b"x" * 50, b"\xff\x00", token[:5], b"ok\n", b"d"]
+    writes = []
+    for _ in range(rng.randint(1, 30)):
+        r = rng.random()
+        if r < 0.25:
+            writes.append(("onednn", rng.choice([MISS, HIT, DNNL_MISS])))
+        elif r < 0.35:
+            writes.append(("mark", token))
+        else:
+            writes.append(("user", b"".join(rng.choice(pieces) for _ in range(rng.randint(1, 4)))))
+    return writes
+
+
+def split_run(writes, token, rng) -> tuple[bytes, list[tuple[bytes, int]]]:
+    out, lines = [], []
+    sp = LineSplitter(PREFIXES, token, out.append, lambda line, m: lines.append((line, m)), lambda: None)
+    stream = b"".join(d for _, d in writes)
+    ends, pos = set(), 0
+    for _, d in writes:
+        pos += len(d)
+        ends.add(pos)
+    at = 0
+    while at < len(stream):
+        nxt = min(len(stream), at + rng.randint(1, 40))
+        sp.feed(stream[at:nxt])
+        at = nxt
+        if at in ends and rng.random() < 0.5:  # the pipe is empty only between whole writes
+            sp.release()
+    sp.finish()
+    return b"".join(out), lines
+
+
+def test_splitter_result_does_not_depend_on_how_reads_cut_the_stream():
+    token = b"\0warmprof-mark:0123456789abcdef\0"
+    rng = random.Random(7)
+    for _ in range(400):
+        writes = random_writes(rng, token)
+        assert split_run(writes, token, rng) == reference(writes), writes
+
+
+def test_a_line_that_starts_like_onednn_but_never_ends_is_let_through():
+    out = []
+    sp = LineSplitter(PREFIXES, b"\0tok\0", out.append, lambda *a: pytest.fail("taken"), lambda: None)
+    long_line = b"onednn_verbose," + b"z" * (MAX_LINE + 10)
+    sp.feed(long_line[:1000])
+    sp.feed(long_line[1000:] + b"\nafter")
+    sp.finish()
+    assert b"".join(out) == long_line + b"\nafter"
