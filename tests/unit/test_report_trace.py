@@ -115,6 +115,19 @@ def test_a_first_pass_within_noise_gets_no_cause_advice():
     assert len(lines) == 1 and "within the steady passes' noise" in lines[0]
 
 
+def test_an_excess_that_is_warmprofs_own_cost_is_said_so():
+    """A model with very many module calls: the hooks' estimated cost is the excess, not a cause."""
+    from warmprof.advice import advise
+
+    r = make_report(first_pass_ms=70.0, excess_ms=60.0, noise_band_ms=2.0, unattributed_ms=0.6,
+                    causes=[CauseEntry("profiler_overhead", 59.4, 0.99, "estimated", "module_hooks", "M", count=14336)])
+    lines = advise(r)
+    assert len(lines) == 1 and lines[0].startswith("Without warmprof's own instrument cost (59.40 ms, estimated)")
+    worse = make_report(first_pass_ms=70.0, excess_ms=60.0, noise_band_ms=2.0, unattributed_ms=30.6,
+                        causes=[CauseEntry("profiler_overhead", 29.4, 0.49, "estimated", "module_hooks", "M")])
+    assert not any("Without warmprof" in a for a in advise(worse))
+
+
 def test_tiny_figures_are_printed_in_microseconds_not_as_zero():
     r = make_report(first_pass_ms=0.5, seen_rerun_ms=0.031, steady_median_ms=0.03, noise_band_ms=0.004,
                     steady_p10_ms=0.029, steady_p90_ms=0.033, steady_passes=50,
