@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 NAME = "probe"
 HELP = "Probe matmul/softmax/elementwise at never-seen shapes: compile, allocation or launch tax?"
@@ -29,6 +28,7 @@ def setup(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..probes import probe
+    from .child import save_and_print
     from .paths import check_output_path
 
     if args.json is not None:
@@ -38,8 +38,4 @@ def run(args: argparse.Namespace) -> int:
         steady_calls=args.steady_calls, dtype=args.dtype, threads=args.threads, cold_cache=args.cache == "fresh",
         progress=not args.quiet,
     )
-    print(report, end="")
-    if args.json:
-        path = report.save(args.json)
-        print(f"\nreport saved to {path}", file=sys.stderr)
-    return 0
+    return save_and_print(report, args.json)

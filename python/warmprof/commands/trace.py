@@ -1,7 +1,8 @@
 """warmprof trace: trace a model's first pass, by default in a fresh subprocess.
 
 A first pass is only a first pass once per process, so the command re-runs itself in a fresh
-interpreter (with an empty inductor cache unless --cache keep) and that child does the trace.
+interpreter (with empty compile caches unless --cache keep) and that child does the trace
+(commands/child.py: the caches, the status file, signals).
 """
 
 from __future__ import annotations
@@ -10,14 +11,12 @@ import argparse
 import importlib
 import importlib.util
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from ..errors import InputError, WarmprofError
+from . import child
 from .paths import check_output_path
 
 NAME = "trace"
@@ -38,9 +37,11 @@ def setup(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--in-process", action="store_true",
                         help="trace in this process (not a fresh one); earlier work here may have warmed the runtime")
     parser.add_argument("--cache", choices=("fresh", "keep"), default="fresh",
-                        help="inductor/Triton caches: a fresh empty dir (a cold pod, default) or the user's own")
+                        help="inductor/Triton/CUDA caches and the temp folder: fresh empty dirs, removed after "
+                             "(a cold pod, default), or the user's own")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     parser.add_argument("--fresh-process", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--status-file", help=argparse.SUPPRESS)  # the parent's, for the child's phase
 
 
 def load_target(target: str) -> Any:
@@ -101,17 +102,8 @@ def _child_argv(args: argparse.Namespace) -> list[str]:
 
 
 def _run_child(args: argparse.Namespace) -> int:
-    env = dict(os.environ)
-    tmp = None
-    if args.cache == "fresh":
-        tmp = tempfile.mkdtemp(prefix="warmprof-cache-")
-        env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(tmp, "inductor")
-        env["TRITON_CACHE_DIR"] = os.path.join(tmp, "triton")
-    try:
-        return subprocess.call([sys.executable, "-m", "warmprof", *_child_argv(args)], env=env)
-    finally:
-        if tmp:
-            shutil.rmtree(tmp, ignore_errors=True)
+    child.require_torch()
+    return child.run_child(_child_argv(args), args.cache, args.quiet)
 
 
 def _target_taken_by_compile(args: argparse.Namespace) -> None:
@@ -131,19 +123,30 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"target {args.target!r} must look like MODULE:FACTORY or path/to/file.py:FACTORY")
     if args.target and not args.shape:
         raise InputError("--shape is required with a target, e.g. --shape 1,128")
+    if args.threads is not None and args.threads < 1:
+        raise InputError("--threads must be at least 1")
     if args.json is not None:
         check_output_path(args.json)
     if not args.in_process:
         return _run_child(args)
+    status = child.Status(args.status_file)
+    try:
+        code = _trace_here(args, status)
+    except (WarmprofError, KeyboardInterrupt):
+        status.write(child.EXPLAINED)  # cli.main prints the one line
+        raise
+    status.write(child.DONE)
+    return code
 
+
+def _trace_here(args: argparse.Namespace, status: child.Status) -> int:
+    status.write("importing torch")
+    torch = child.import_torch()
     import warmprof
 
     if args.threads is not None:
-        if args.threads < 1:
-            raise InputError("--threads must be at least 1")
-        import torch
-
         torch.set_num_threads(args.threads)
+    status.write("loading the model")
     if args.demo:
         from ..demo import DEFAULT_SHAPE, demo_model
 
@@ -151,8 +154,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         model, shape = load_target(args.target), args.shape
     steady = args.steady if args.steady is not None else (5, 50)
+    status.write("setting up the trace")
     report = warmprof.trace(model, shape, dtype=args.dtype, device=args.device, compile=args.compile,
-                            steady=steady, progress=not args.quiet)
+                            steady=steady, progress=status.progress(args.quiet))
     report.protocol["fresh_process"] = bool(args.fresh_process)
     report.protocol["cache"] = args.cache if args.fresh_process else "in-process (caller's)"
     if args.threads is not None:
@@ -161,8 +165,8 @@ def run(args: argparse.Namespace) -> int:
         from ..trace_api import IN_PROCESS_NOTE
 
         report.notes = [n for n in report.notes if n != IN_PROCESS_NOTE]
-    print(report, end="")
-    if args.json:
-        path = report.save(args.json)
-        print(f"\nreport saved to {path}", file=sys.stderr)
-    return 0
+        # where its caches were: the user's own, or fresh folders removed since
+        report.protocol["caches"] = (child.caches_in_use(os.environ) if args.cache == "keep"
+                                     else {var: "fresh (removed after)" for var in child.CACHES})
+    status.write("saving and printing the report")
+    return child.save_and_print(report, args.json)

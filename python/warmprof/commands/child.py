@@ -1,0 +1,259 @@
+"""The fresh process `warmprof trace` runs its trace in, and how a command's output ends.
+
+The parent makes one temp folder, points every cache torch, Triton and CUDA use into it (unless
+--cache keep), runs `python -m warmprof trace ... --in-process` there and removes the folder
+afterwards, also on Ctrl-C and SIGTERM. The child writes its current phase to a status file in
+that folder, so a child that dies or exits without its report is an error that says where.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import importlib.util
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from typing import Any, Callable, Iterator, Mapping
+
+from ..errors import ModelError, WarmprofError
+
+# Every on-disk cache a first pass may find warm, by the variable that moves it: what it holds, and
+# where it is when the variable is unset ({tmp}: the temp folder, {home}: ~, {xdg}: XDG_CACHE_HOME,
+# {inductor}: TORCHINDUCTOR_CACHE_DIR's folder). A fresh run points each at its own empty folder in
+# the parent's temp folder (TMPDIR too: inductor's default cache, precompiled headers and torch's
+# on-disk caches live under it, 149 MB measured).
+CACHES = {
+    "TORCHINDUCTOR_CACHE_DIR": ("inductor: compiled kernels, FX graphs, autotuning, precompiled headers",
+                                "{tmp}/torchinductor_{user}"),
+    "TRITON_CACHE_DIR": ("Triton's compiled kernels", "{inductor}/triton/<device> (through inductor), or "
+                                                      "{home}/.triton/cache"),
+    "TRITON_HOME": ("Triton's home (.triton/cache, dumps, overrides)", "{home}"),
+    "CUDA_CACHE_PATH": ("the CUDA driver's PTX JIT cache", "{home}/.nv/ComputeCache"),
+    "TORCH_EXTENSIONS_DIR": ("torch's JIT-built C++/CUDA extensions", "{xdg}/torch_extensions"),
+    "XDG_CACHE_HOME": ("per-user caches (torch extensions, kernels, ...)", "{home}/.cache"),
+    "TMPDIR": ("the temp folder (inductor's default cache, torch's on-disk caches)", "{tmp}"),
+    "TEMP": ("the temp folder, for tools that read TEMP", "{tmp}"),
+    "TMP": ("the temp folder, for tools that read TMP", "{tmp}"),
+}
+# Downloads, not warm-up state: they follow XDG_CACHE_HOME by default, so a fresh run pins them to
+# the user's folders, or a factory that fetches weights would fetch them again on every run.
+DOWNLOADS = {"TORCH_HOME": "{xdg}/torch", "HF_HOME": "{xdg}/huggingface"}
+
+STATUS_FILE = "status"
+DONE = "done"  # the child saved and printed its report
+EXPLAINED = "explained"  # the child stopped with its own one-line error (or "interrupted") on stderr
+GRACE_S = 5.0  # a stopped child gets this long after SIGTERM before SIGKILL
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised like KeyboardInterrupt so the cleanup on the way out runs."""
+
+
+def require_torch() -> None:
+    """Before spawning a child (no torch import here: the parent stays light)."""
+    if importlib.util.find_spec("torch") is None:
+        raise WarmprofError("warmprof trace needs torch: pip install torch")
+
+
+def import_torch() -> Any:
+    require_torch()
+    try:
+        import torch
+    except ImportError as e:  # a broken or stub install
+        raise WarmprofError(f"warmprof trace needs torch, and importing it failed ({e}): pip install torch") from e
+    return torch
+
+
+def save_and_print(report: Any, json_path: str | None) -> int:
+    """The JSON first, so a stdout that breaks while the text is printed (`| head`) loses nothing."""
+    path = report.save(json_path) if json_path else None
+    try:
+        print(report, end="", flush=True)
+        code = 0
+    except BrokenPipeError:
+        # The reader left: send the rest to /dev/null so Python's exit flush stays quiet, and end
+        # as SIGPIPE would have ended any other writer in a pipeline.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        code = 128 + signal.SIGPIPE
+    if path:
+        print(f"\nreport saved to {path}", file=sys.stderr)
+    return code
+
+
+# ---- the child's side -----------------------------------------------------------------------
+
+
+class Status:
+    """The child's current phase, in the parent's temp folder (no path: an --in-process run)."""
+
+    def __init__(self, path: str | None) -> None:
+        self.path = path
+
+    def write(self, text: str) -> None:
+        if not self.path:
+            return
+        try:
+            new = self.path + ".new"
+            with open(new, "w") as f:
+                f.write(text)
+            os.replace(new, self.path)  # the parent never reads half a phase
+        except OSError:  # the parent's folder is gone (it was killed): the trace goes on
+            pass
+
+    def progress(self, quiet: bool) -> Callable[[str], None]:
+        """warmprof.trace's progress callable: records the phase, and prints it unless quiet."""
+
+        def say(msg: str) -> None:
+            self.write(phase(msg))
+            if not quiet:
+                print(f"warmprof: {msg}", file=sys.stderr, flush=True)
+
+        return say
+
+
+def phase(msg: str) -> str:
+    """A trace progress message -> what the child was doing, for "... while <phase>"."""
+    msg = msg.split(" (")[0]  # "first pass (includes torch.compile: ...)"
+    if msg in ("first pass", "seen-shape re-run", "steady passes"):
+        return f"running the model's {msg}"
+    return msg
+
+
+def caches_in_use(env: Mapping[str, str]) -> dict[str, str]:
+    """Each cache variable -> the folder a process with this environment uses."""
+    home = os.path.expanduser("~")
+    tmp, xdg = tempfile.gettempdir(), env.get("XDG_CACHE_HOME") or os.path.join(home, ".cache")
+    try:
+        user = getpass.getuser()
+    except Exception:  # no name for this uid (a container): torch falls back the same way
+        user = f"uid_{os.getuid()}"
+    out: dict[str, str] = {}
+    for var, (_, default) in CACHES.items():
+        inductor = out.get("TORCHINDUCTOR_CACHE_DIR", "")  # listed first
+        out[var] = env.get(var) or default.format(tmp=tmp, xdg=xdg, user=user, inductor=inductor, home=home)
+    return out
+
+
+# ---- the parent's side ----------------------------------------------------------------------
+
+
+def run_child(argv: list[str], cache: str, quiet: bool) -> int:
+    """Run `python -m warmprof <argv>` in a fresh process; its exit code, or a ModelError saying
+    how it died. SIGTERM here stops it and ends with 143, as Ctrl-C ends with 130."""
+    if cache == "keep" and not quiet:
+        _say_kept()
+    try:
+        with _sigterm_raises():
+            tmp = _make_temp_folder()
+            try:
+                rc, status = _spawn_and_wait(argv, tmp, cache)
+            finally:
+                with _signals_held():  # a signal now must not leave half the folder behind
+                    shutil.rmtree(tmp, ignore_errors=True)
+    except Terminated:
+        print("warmprof: terminated", file=sys.stderr)
+        return 128 + signal.SIGTERM
+    return _outcome(rc, status)
+
+
+def _say_kept() -> None:
+    print("warmprof: --cache keep: the traced process uses your caches as they are:", file=sys.stderr)
+    for var, where in caches_in_use(os.environ).items():
+        default = "" if os.environ.get(var) else " (default)"
+        print(f"  {var:24} {where}{default}  - {CACHES[var][0]}", file=sys.stderr)
+
+
+def _make_temp_folder() -> str:
+    try:
+        return tempfile.mkdtemp(prefix="warmprof-")
+    except OSError as e:
+        raise WarmprofError(f"no usable temporary folder: {e}") from e
+
+
+def fresh_env(tmp: str) -> dict[str, str]:
+    """os.environ with every cache in CACHES pointed at its own empty folder under `tmp`."""
+    env = dict(os.environ)
+    xdg = caches_in_use(env)["XDG_CACHE_HOME"]
+    for var, default in DOWNLOADS.items():
+        env.setdefault(var, default.format(xdg=xdg))
+    for var in CACHES:
+        env[var] = os.path.join(tmp, var.lower())
+        os.mkdir(env[var])  # an absent TMPDIR would send the child back to /tmp
+    return env
+
+
+def _spawn_and_wait(argv: list[str], tmp: str, cache: str) -> tuple[int, str]:
+    env = fresh_env(tmp) if cache == "fresh" else dict(os.environ)
+    status = os.path.join(tmp, STATUS_FILE)
+    proc = None
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "warmprof", *argv, "--status-file", status], env=env)
+        rc = proc.wait()
+    except BaseException:  # Ctrl-C or SIGTERM: the child must not outlive us
+        if proc is not None:
+            _stop(proc)
+        raise
+    try:
+        with open(status) as f:
+            return rc, f.read()
+    except OSError:  # it died before its first phase
+        return rc, ""
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(GRACE_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def _outcome(rc: int, status: str) -> int:
+    if rc >= 0 and status in (DONE, EXPLAINED):  # it finished, or already said why not
+        return rc
+    where = {DONE: "after writing its report", EXPLAINED: "after reporting its error"}.get(
+        status, f"while {status or 'starting'}")
+    if rc < 0:
+        try:
+            name = signal.Signals(-rc).name
+        except ValueError:
+            name = f"signal {-rc}"
+        raise ModelError(f"the traced process died of {name} {where}")
+    raise ModelError(f"the traced process exited (status {rc}) without writing its report, {where}")
+
+
+@contextlib.contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    """SIGTERM raises Terminated while the block runs (once: a second one must not cut the cleanup
+    short); the previous handler comes back afterwards. Signals can only be set in the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """SIGINT and SIGTERM wait until the block is done, then act as usual."""
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)

@@ -1,0 +1,285 @@
+"""`warmprof trace`'s fresh child process: signals stop it and remove its folder, a child that dies
+or exits without its report is a one-line error, the caches it sees are fresh and gone afterwards,
+the JSON survives a broken stdout, and a missing temp folder or torch is one line, not a traceback.
+
+Each test runs the real CLI (`python -m warmprof trace`) on a tiny model file written to tmp_path,
+with TMPDIR pointed at tmp_path/"tmp" so the parent's temp folder can be found (and checked gone).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from warmprof.cli import main
+from warmprof.commands import child
+
+TIMEOUT = 120  # generous: a hang fails the test instead of blocking the suite
+
+MODEL = """
+import json, os, pathlib, signal, tempfile, time
+import torch
+
+class M(torch.nn.Module):
+    def __init__(self, action):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+        self.action = action
+
+    def forward(self, x):
+        if self.action == "segv":
+            os.kill(os.getpid(), signal.SIGSEGV)
+        if self.action == "sigkill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        if self.action == "exit0":
+            os._exit(0)
+        if self.action == "escape":  # not an Exception: the child ends with a traceback, status 1
+            class Escape(BaseException):
+                pass
+            raise Escape("out of forward")
+        if self.action == "block":  # says it is in forward, then waits to be stopped
+            pathlib.Path(os.environ["WPH_PIDFILE"]).write_text(str(os.getpid()))
+            deadline = time.monotonic() + 300
+            while time.monotonic() < deadline:
+                time.sleep(0.05)
+        if self.action == "env" and not os.path.exists(os.environ["WPH_ENVFILE"]):
+            from torch._inductor.runtime.cache_dir_utils import cache_dir
+            seen = {var: os.environ.get(var) for var in %(caches)r}
+            seen["tempfile.gettempdir()"] = tempfile.gettempdir()
+            seen["inductor cache_dir()"] = cache_dir()
+            with open(os.environ["WPH_ENVFILE"], "w") as f:
+                json.dump(seen, f)
+        return self.lin(x)
+
+def make():
+    return M(os.environ.get("WPH_ACTION", ""))
+""" % {"caches": list(child.CACHES)}
+
+
+@pytest.fixture
+def model(tmp_path):
+    path = tmp_path / "wph_model.py"
+    path.write_text(MODEL)
+    (tmp_path / "tmp").mkdir()
+    return path
+
+
+def _env(tmp_path, **extra):
+    env = dict(os.environ, TMPDIR=str(tmp_path / "tmp"), **extra)
+    for var in ("TEMP", "TMP"):  # TMPDIR alone decides where the parent's folder goes
+        env.pop(var, None)
+    return env
+
+
+def _argv(model, *extra):
+    return [sys.executable, "-m", "warmprof", "trace", f"{model}:make", "--shape", "2,4", "--steady", "2",
+            "--quiet", *extra]
+
+
+def _run(model, tmp_path, action, *extra):
+    return subprocess.run(_argv(model, *extra), env=_env(tmp_path, WPH_ACTION=action), capture_output=True,
+                          text=True, timeout=TIMEOUT)
+
+
+def _wait_for(cond, what):
+    deadline = time.monotonic() + TIMEOUT
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def _gone(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"  # a zombie has ended
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.parametrize("sig, to_group, code, message", [
+    (signal.SIGTERM, False, 143, "warmprof: terminated"),
+    (signal.SIGTERM, True, 143, "warmprof: terminated"),
+    (signal.SIGINT, True, 130, "warmprof: interrupted"),  # Ctrl-C in a terminal
+])
+def test_a_signal_stops_the_child_and_removes_the_folder(model, tmp_path, sig, to_group, code, message):
+    pidfile = tmp_path / "child.pid"
+    env = _env(tmp_path, WPH_ACTION="block", WPH_PIDFILE=str(pidfile))
+    with subprocess.Popen(_argv(model), env=env, stderr=subprocess.PIPE, text=True, start_new_session=True) as parent:
+        try:
+            _wait_for(lambda: pidfile.exists() and pidfile.read_text(), "the child's forward")
+            child_pid = int(pidfile.read_text())
+            folders = list((tmp_path / "tmp").iterdir())
+            assert len(folders) == 1 and folders[0].name.startswith("warmprof-")
+            os.killpg(parent.pid, sig) if to_group else os.kill(parent.pid, sig)
+            _, err = parent.communicate(timeout=TIMEOUT)
+        finally:  # whatever is left of the parent's group (the child, if it outlived the parent)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(parent.pid, signal.SIGKILL)
+    assert parent.returncode == code, err
+    assert err.strip().splitlines()[-1] == message
+    _wait_for(lambda: _gone(child_pid), "the child to end")
+    assert list((tmp_path / "tmp").iterdir()) == []
+
+
+def test_the_previous_sigterm_handler_comes_back(monkeypatch):
+    during = []
+    monkeypatch.setattr(child, "_spawn_and_wait",
+                        lambda argv, tmp, cache: during.append(signal.getsignal(signal.SIGTERM)) or (0, child.DONE))
+
+    def mine(signum, frame):
+        pass
+
+    before = signal.signal(signal.SIGTERM, mine)
+    try:
+        assert child.run_child(["trace"], "fresh", quiet=True) == 0
+        assert during[0] is not mine and signal.getsignal(signal.SIGTERM) is mine
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+@pytest.mark.parametrize("action, message", [
+    ("segv", "the traced process died of SIGSEGV while running the model's first pass"),
+    ("sigkill", "the traced process died of SIGKILL while running the model's first pass"),
+    ("exit0", "the traced process exited (status 0) without writing its report, while running the model's "
+              "first pass"),
+    ("escape", "the traced process exited (status 1) without writing its report, while running the model's "
+               "first pass"),
+])
+def test_a_child_without_its_report_is_an_error(model, tmp_path, action, message):
+    out = tmp_path / "r.json"
+    p = _run(model, tmp_path, action, "--json", str(out))
+    assert p.returncode == 4, p.stderr
+    assert p.stderr.strip().splitlines()[-1] == f"warmprof: error: {message}"
+    assert not out.exists() and list((tmp_path / "tmp").iterdir()) == []
+
+
+def test_a_child_error_is_said_once_with_its_own_code(tmp_path):
+    (tmp_path / "tmp").mkdir()
+    p = subprocess.run([sys.executable, "-m", "warmprof", "trace", "--demo", "--shape", "1,0", "--quiet"],
+                       env=_env(tmp_path), capture_output=True, text=True, timeout=TIMEOUT)
+    assert p.returncode == 2
+    assert [line for line in p.stderr.splitlines() if line.startswith("warmprof: error:")] == [
+        p.stderr.strip().splitlines()[-1]]
+    assert "dimension 0" in p.stderr
+
+
+def test_fresh_caches_all_sit_in_the_parents_folder_and_go_with_it(model, tmp_path):
+    seen_file = tmp_path / "seen.json"
+    env = _env(tmp_path, WPH_ACTION="env", WPH_ENVFILE=str(seen_file),
+               TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "users-inductor"), XDG_CACHE_HOME=str(tmp_path / "xdg"))
+    out = tmp_path / "r.json"
+    p = subprocess.run(_argv(model, "--json", str(out)), env=env, capture_output=True, text=True, timeout=TIMEOUT)
+    assert p.returncode == 0, p.stderr
+    seen = json.loads(seen_file.read_text())
+    assert set(seen) == set(child.CACHES) | {"tempfile.gettempdir()", "inductor cache_dir()"}
+    fresh = tmp_path / "tmp"
+    for what, where in seen.items():  # inside the parent's one warmprof-* folder, not beside it
+        assert where and Path(where).is_relative_to(fresh), (what, where)
+        assert len(Path(where).relative_to(fresh).parts) >= 2, (what, where)
+    assert len({Path(w).relative_to(fresh).parts[0] for w in seen.values()}) == 1
+    assert list(fresh.iterdir()) == []  # removed after a normal run
+    protocol = json.loads(out.read_text())["protocol"]
+    assert protocol["cache"] == "fresh" and set(protocol["caches"]) == set(child.CACHES)
+
+
+def test_fresh_env_keeps_download_folders(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.delenv("TORCH_HOME", raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    env = child.fresh_env(str(tmp_path))
+    assert env["XDG_CACHE_HOME"] == str(tmp_path / "xdg_cache_home")
+    assert env["TORCH_HOME"] == str(tmp_path / "xdg" / "torch") and env["HF_HOME"] == str(tmp_path / "hf")
+
+
+def test_cache_keep_lists_the_users_caches(model, tmp_path):
+    out = tmp_path / "r.json"
+    argv = [a for a in _argv(model, "--cache", "keep", "--json", str(out)) if a != "--quiet"]  # the list is not quiet
+    p = subprocess.run(argv, env=_env(tmp_path, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "mine")),
+                       capture_output=True, text=True, timeout=TIMEOUT)
+    assert p.returncode == 0, p.stderr
+    assert "--cache keep: the traced process uses your caches" in p.stderr
+    listed = dict(line.split("  - ")[0].split(None, 1) for line in p.stderr.splitlines() if line.startswith("  "))
+    assert set(listed) == set(child.CACHES)
+    assert listed["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "mine")  # the user's own
+    assert listed["TMPDIR"] == str(tmp_path / "tmp") and listed["TEMP"] == f"{tmp_path / 'tmp'} (default)"
+    caches = json.loads(out.read_text())["protocol"]["caches"]
+    assert caches["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "mine") and caches["TMPDIR"] == str(tmp_path / "tmp")
+    assert list((tmp_path / "tmp").iterdir()) == []  # the status folder went too
+
+
+@pytest.mark.parametrize("stdout", ["broken pipe", "closed"])
+def test_json_is_saved_even_when_stdout_breaks(tmp_path, stdout):
+    (tmp_path / "tmp").mkdir()
+    out = tmp_path / "demo.json"
+    argv = [sys.executable, "-m", "warmprof", "trace", "--demo", "--shape", "1,16", "--steady", "2", "--quiet",
+            "--json", str(out)]
+    if stdout == "closed":
+        p = subprocess.run(argv, env=_env(tmp_path), stderr=subprocess.PIPE, text=True, timeout=TIMEOUT,
+                           preexec_fn=lambda: os.close(1))
+        assert p.returncode == 0, p.stderr
+    else:
+        r, w = os.pipe()
+        os.close(r)  # every write to w fails: EPIPE
+        try:
+            p = subprocess.run(argv, env=_env(tmp_path), stdout=w, stderr=subprocess.PIPE, text=True,
+                               timeout=TIMEOUT)
+        finally:
+            os.close(w)
+        assert p.returncode == 128 + signal.SIGPIPE, p.stderr
+    assert json.loads(out.read_text())["kind"] == "trace"
+    assert "Traceback" not in p.stderr and "report saved to" in p.stderr
+
+
+def test_no_usable_temp_folder_is_one_line(monkeypatch, capsys):
+    monkeypatch.setattr(tempfile, "tempdir", "/nonexistent/x")
+    assert main(["trace", "--demo", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [err[-1]] and err[-1].startswith("warmprof: error: no usable temporary folder: ")
+
+
+def test_no_torch_is_one_line_before_any_child(monkeypatch, capsys):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a))
+    monkeypatch.setattr(child.subprocess, "Popen", None)  # no child may start
+    for argv in (["trace", "--demo"], ["trace", "--demo", "--in-process"]):
+        assert main(argv) == 2
+        assert capsys.readouterr().err.strip() == "warmprof: error: warmprof trace needs torch: pip install torch"
+
+
+def test_a_torch_that_cannot_import_is_one_line_from_the_child(tmp_path):
+    (tmp_path / "fake" / "torch").mkdir(parents=True)
+    (tmp_path / "fake" / "torch" / "__init__.py").write_text('raise ImportError("No module named torch")\n')
+    (tmp_path / "tmp").mkdir()
+    p = subprocess.run([sys.executable, "-m", "warmprof", "trace", "--demo", "--quiet"],
+                       env=_env(tmp_path, PYTHONPATH=str(tmp_path / "fake")), capture_output=True, text=True,
+                       timeout=TIMEOUT)
+    assert p.returncode == 2
+    assert p.stderr.strip().splitlines() == [
+        "warmprof: error: warmprof trace needs torch, and importing it failed (No module named torch): "
+        "pip install torch"]
+    assert list((tmp_path / "tmp").iterdir()) == []
+
+
+def test_probe_json_is_saved_before_a_broken_stdout(tmp_path):
+    out = tmp_path / "probe.json"
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        p = subprocess.run([sys.executable, "-m", "warmprof", "probe", "--ops", "elementwise", "--shapes-per-op", "2",
+                            "--steady-calls", "5", "-K", "2", "-B", "1", "--quiet", "--json", str(out)],
+                           stdout=w, stderr=subprocess.PIPE, text=True, timeout=TIMEOUT)
+    finally:
+        os.close(w)
+    assert p.returncode == 128 + signal.SIGPIPE and "Traceback" not in p.stderr, p.stderr
+    assert json.loads(out.read_text())["kind"] == "probe"
