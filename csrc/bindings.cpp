@@ -184,8 +184,9 @@ PyObject* fast_module_exit(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (recorder::enabled() && recorder::module_pop(uint32_t(name))) {
     recorder::record(kEnd, kStructure, uint32_t(name), 0);
     append_host_counters();
+    Py_RETURN_TRUE;
   }
-  Py_RETURN_NONE;
+  Py_RETURN_FALSE;
 }
 
 PyObject* fast_now_ticks(PyObject*, PyObject* const*, Py_ssize_t nargs) {
@@ -210,7 +211,7 @@ PyMethodDef g_fast_methods[] = {
     {"module_enter", (PyCFunction)(void (*)(void))fast_module_enter, METH_FASTCALL,
      "module_enter(name: int, coarse: bool) -> bool\nA module call opens: host counters and a begin, unless thinned; whether it was recorded."},
     {"module_exit", (PyCFunction)(void (*)(void))fast_module_exit, METH_FASTCALL,
-     "module_exit(name: int) -> None\nA module call closes: an end and host counters, if its enter was recorded."},
+     "module_exit(name: int) -> bool\nA module call closes: an end and host counters, if its enter was recorded; whether it was."},
     {"now_ticks", (PyCFunction)(void (*)(void))fast_now_ticks, METH_FASTCALL,
      "now_ticks() -> int\nThe raw clock, in ticks."},
     {nullptr, nullptr, 0, nullptr}};
@@ -247,7 +248,10 @@ py::dict drain_to_arrays() {
   out["names"] = recorder::names();
   out["dropped"] = d.dropped;
   out["thinned"] = d.thinned;
-  out["own_faults"] = d.own_faults;
+  py::array_t<int64_t> own(d.own_fault_ticks.size());
+  auto own_m = own.mutable_unchecked<1>();
+  for (size_t i = 0; i < d.own_fault_ticks.size(); ++i) own_m(i) = clock::to_ns(d.own_fault_ticks[i]);
+  out["own_fault_ns"] = own;
   out["threads"] = d.threads;
   out["os_tids"] = d.os_tids;
   return out;

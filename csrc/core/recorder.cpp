@@ -1,5 +1,6 @@
 #include "core/recorder.h"
 
+#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -45,22 +46,23 @@ size_t pages_of(size_t records) { return (records * sizeof(Record) + page_bytes(
 
 // An anonymous mapping, not touched: pages are faulted in by prefault() before a recording, or
 // by the hot path (counted as warmprof's own faults at drain).
+// Not inherited by a fork: a child never writes into (or copies on write) the parent's buffers;
+// the atfork handler below turns recording off in the child.
 Record* map_records(size_t n) {
   void* p = mmap(nullptr, n * sizeof(Record), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  return p == MAP_FAILED ? nullptr : static_cast<Record*>(p);
+  if (p == MAP_FAILED) return nullptr;
+  madvise(p, n * sizeof(Record), MADV_DONTFORK);
+  return static_cast<Record*>(p);
 }
 
-void unmap_records(ThreadBuffer* b) {
-  if (b->records) munmap(b->records, b->capacity * sizeof(Record));
-  b->records = nullptr;
-  b->capacity = 0;
-  b->touched = 0;
-}
-
+// A buffer of another size: the old mapping's pages are given back but the mapping itself is
+// never unmapped, so a thread that read g_enabled just before stop() and writes late cannot
+// crash (set_capacity is a between-recordings, test-time setting: the address space is cheap).
 void remap(ThreadBuffer* b, size_t n) {
-  unmap_records(b);
+  if (b->records) madvise(b->records, b->capacity * sizeof(Record), MADV_DONTNEED);
   b->records = map_records(n);
   b->capacity = b->records ? n : 0;
+  b->touched = 0;
 }
 
 void prefault(ThreadBuffer* b) {
@@ -87,8 +89,8 @@ void set_limits(ThreadBuffer* b, size_t base) {  // under g_mu
   const size_t reserve = reserve_of(b->capacity);
   const size_t usable = b->capacity > reserve ? b->capacity - reserve : 0;
   const size_t share = (usable > base ? usable - base : 0) / (g_sections_left ? g_sections_left : 1);
-  b->limit_coarse = base + share;
-  b->limit_fine = base + share - share / 4;
+  b->limit_coarse.store(base + share, std::memory_order_relaxed);
+  b->limit_fine.store(base + share - share / 4, std::memory_order_relaxed);
 }
 
 // A buffer for a thread starting to record in this generation: a pre-faulted free one before its
@@ -106,6 +108,24 @@ ThreadBuffer* pick_buffer(ThreadBuffer* own, uint64_t gen) {  // under g_mu
     if (is_free(*b, gen)) return b.get();
   return new_buffer();
 }
+
+// fork while recording: the child has no buffers (MADV_DONTFORK) and must not record; the lock
+// is taken across the fork so the child never inherits it held by a thread it does not have.
+void atfork_prepare() { g_mu.lock(); }
+void atfork_parent() { g_mu.unlock(); }
+void atfork_child() {
+  g_enabled.store(false, std::memory_order_relaxed);
+  for (auto& b : g_buffers) {
+    b->records = nullptr;
+    b->capacity = 0;
+    b->touched = 0;
+    b->count.store(0, std::memory_order_relaxed);
+    b->generation.store(0, std::memory_order_relaxed);
+    b->owner_alive.store(false, std::memory_order_relaxed);
+  }
+  g_mu.unlock();
+}
+const bool g_atfork = [] { return pthread_atfork(atfork_prepare, atfork_parent, atfork_child) == 0; }();
 
 uint32_t thinned_name() {
   uint32_t id = g_thinned_name.load(std::memory_order_acquire);
@@ -128,6 +148,7 @@ ThreadBuffer* register_thread() {
     tb->owner_alive.store(true, std::memory_order_release);
     t_guard.tb = tb;
   }
+  if (tb->records == nullptr || tb->capacity != g_capacity) remap(tb, g_capacity);  // e.g. after a fork
   if (tb->generation.load(std::memory_order_relaxed) != gen) {
     tb->count.store(0, std::memory_order_relaxed);
     tb->dropped.store(0, std::memory_order_relaxed);
@@ -144,11 +165,14 @@ ThreadBuffer* register_thread() {
 bool module_admit(bool coarse) {
   if (!g_enabled.load(std::memory_order_relaxed)) return false;
   ThreadBuffer* tb = this_thread_buffer();
-  if (tb->depth >= kMaxModuleDepth) return false;
+  if (tb->depth >= kMaxModuleDepth) {  // deeper than any frame can be kept: counted as thinned
+    tb->thinned.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
   for (;;) {
     int level = g_module_level.load(std::memory_order_relaxed);
     if (level < (coarse ? 1 : 2)) break;
-    const size_t limit = level == 2 ? tb->limit_fine : tb->limit_coarse;
+    const size_t limit = (level == 2 ? tb->limit_fine : tb->limit_coarse).load(std::memory_order_relaxed);
     if (tb->count.load(std::memory_order_relaxed) + kModuleRecords <= limit) return true;
     // This thread's budget for the level is spent: every thread steps down, once.
     if (g_module_level.compare_exchange_strong(level, level - 1, std::memory_order_acq_rel))
@@ -220,13 +244,8 @@ void start(size_t spare_buffers) {
     size_t ready = 0;
     for (auto& b : g_buffers)
       if (b.get() != mine && is_free(*b, gen) && b->capacity == g_capacity && b->touched >= b->capacity) ++ready;
-    for (auto& b : g_buffers) {  // threads that recorded before and may record again
-      if (ready >= spare_buffers) break;
-      if (b.get() != mine && b->touched < b->capacity && b->owner_alive.load(std::memory_order_acquire)) {
-        prefault(b.get());
-        ++ready;
-      }
-    }
+    // Only free buffers are spares: a live thread that recorded before and records again swaps
+    // its own un-faulted buffer for one of these (pick_buffer).
     for (auto& b : g_buffers) {
       if (ready >= spare_buffers) break;
       if (is_free(*b, gen) && b->touched < b->capacity) {
@@ -294,11 +313,17 @@ Drained drain() {
     out.records.insert(out.records.end(), b->records, b->records + n);
     out.dropped += b->dropped.load(std::memory_order_relaxed);
     out.thinned += b->thinned.load(std::memory_order_relaxed);
-    const size_t touched = pages_of(std::min(b->touched, n));
-    out.own_faults += pages_of(n) > touched ? pages_of(n) - touched : 0;
+    // Pages past the pre-faulted part were first touched by the hot path: one fault each, at
+    // the time of the first record on the page.
+    for (size_t page = pages_of(std::min(b->touched, n)); page < pages_of(n); ++page) {
+      const size_t first = (page * page_bytes() + sizeof(Record) - 1) / sizeof(Record);
+      if (first >= n) break;
+      out.own_fault_ticks.push_back(b->records[first].ticks);
+    }
     out.os_tids[b->index] = b->os_tid;
     ++out.threads;
   }
+  std::sort(out.own_fault_ticks.begin(), out.own_fault_ticks.end());
   std::stable_sort(out.records.begin(), out.records.end(),
                    [](const Record& a, const Record& b) { return a.ticks < b.ticks; });
   return out;

@@ -40,8 +40,8 @@ struct ThreadBuffer {
   // Module records (thinnable) are taken while count stays below these: all modules below
   // `limit_fine`, coarse modules below `limit_coarse`. Everything above is the reserve, kept for
   // pass boundaries, cause spans, counters and the exits of module calls already recorded.
-  size_t limit_fine = 0;
-  size_t limit_coarse = 0;
+  std::atomic<size_t> limit_fine{0};    // written by begin_section (any thread), read by the owner
+  std::atomic<size_t> limit_coarse{0};
   size_t touched = 0;  // records whose pages were faulted in before the recording (pre-faulted)
   uint16_t index = 0;
   uint64_t os_tid = 0;
@@ -124,7 +124,9 @@ struct Drained {
   std::vector<Record> records;  // sorted by ticks (stable: per-thread order kept)
   uint64_t dropped = 0;
   uint64_t thinned = 0;
-  uint64_t own_faults = 0;  // estimated: pages of warmprof's buffers first touched while recording
+  // Pages of warmprof's buffers first touched while recording (one fault each), at the time of the
+  // first record written to each page, so each pass can take out its own.
+  std::vector<uint64_t> own_fault_ticks;
   size_t threads = 0;
   std::vector<uint64_t> os_tids;  // by thread index
 };

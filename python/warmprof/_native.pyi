@@ -23,7 +23,7 @@ class _Drained(TypedDict):
     names: list[str]
     dropped: int
     thinned: int
-    own_faults: int
+    own_fault_ns: npt.NDArray[np.int64]
     threads: int
     os_tids: list[int]
 
@@ -74,8 +74,8 @@ def sample_host(rss: bool = True, /) -> None:
 def module_enter(name: int, coarse: bool, /) -> bool:
     """A module call opens: host counters and a begin, unless thinned; whether it was recorded."""
 
-def module_exit(name: int, /) -> None:
-    """A module call closes: an end and host counters, if its enter was recorded."""
+def module_exit(name: int, /) -> bool:
+    """A module call closes: an end and host counters, if its enter was recorded; whether it was."""
 
 def now_ticks() -> int:
     """The raw clock, in ticks."""

@@ -82,6 +82,7 @@ class PassAttribution:
     spans: list[SpanRec]
     faults: int = 0  # faults in the pass (minor + major)
     faults_outside_causes: int = 0
+    own_faults: int = 0  # faults of warmprof's own buffers in the pass (not the model's)
     new_threads: int = 0
     off_thread_ms: float = 0.0
     unmatched: int = 0  # begins with no end (closed at the window end)
@@ -264,13 +265,12 @@ def attribute_pass(
     evidence: dict[str, str] | None = None,
     inferred: list[dict] | None = None,
     window: tuple[int, int] | None = None,
-    own_faults: int = 0,
 ) -> PassAttribution:
     """Attribute one recorded pass (the span named `pass:<pass_name>`) to causes.
 
     window: the pass's own clock reads (start_ns, end_ns); they give the pass time even if the
-    recorder lost records. own_faults: faults warmprof's own buffers took while recording
-    (estimated by the recorder), never charged to the model's allocator."""
+    recorder lost records. Faults warmprof's own buffers took in the pass (Timeline.own_fault_ns)
+    are never charged to the model's allocator."""
     calibration = calibration or Calibration()
     evidence = evidence or {}
     all_spans = build_spans(tl)
@@ -324,7 +324,8 @@ def attribute_pass(
             outside_by_module[mod] = outside_by_module.get(mod, 0) + d
     outside = sum(outside_by_module.values())
     result.faults_outside_causes = outside
-    extra = max(0.0, outside - steady_faults - own_faults)
+    result.own_faults = int(np.count_nonzero((tl.own_fault_ns >= t0) & (tl.own_fault_ns <= t1)))
+    extra = max(0.0, outside - steady_faults - result.own_faults)
     if extra > 0 and calibration.fault_cost_ns > 0:
         scale = extra / outside
         p = part("allocator_growth", "host_faults", "estimated")

@@ -23,9 +23,9 @@ import errno
 import fcntl
 import os
 import re
+import secrets
 import stat
 import sys
-import tempfile
 from pathlib import Path
 
 from .errors import ReportError
@@ -105,14 +105,15 @@ def _replace(target: str, data: bytes) -> None:
     try:
         mode = stat.S_IMODE(os.stat(target).st_mode)
     except FileNotFoundError:
-        mode = 0o666 & ~_umask()
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", suffix=".tmp", dir=folder)
+        mode = None  # a new file: created 0o666 less the umask, as open() would
+    fd, tmp = _new_temp(folder, os.path.basename(target))
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())  # the bytes are on disk before the name points at them
-        os.chmod(tmp, mode)  # mkstemp makes it 0o600
+        if mode is not None:
+            os.chmod(tmp, mode)  # the old file's permission bits
         os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -120,11 +121,16 @@ def _replace(target: str, data: bytes) -> None:
         raise
 
 
-def _umask() -> int:
-    # Python can only read the umask by setting it; put it straight back.
-    old = os.umask(0o022)
-    os.umask(old)
-    return old
+def _new_temp(folder: str, name: str) -> tuple[int, str]:
+    """A new, uniquely named file beside the target, created 0o666 less the process's umask (the
+    kernel applies it: reading the umask would mean setting it, which races other threads)."""
+    for _ in range(100):
+        tmp = os.path.join(folder, f".{name}.{secrets.token_hex(6)}.tmp")
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise OSError(errno.EEXIST, f"no unused temporary name beside {name}")
 
 
 def _write_stream(fd: int, data: bytes) -> None:

@@ -54,18 +54,20 @@ def recorder_notes(tl: Timeline, passes: dict[str, PassAttribution]) -> list[str
         t0, t1 = att.spans[0].start_ns, att.spans[0].end_ns
         steps = [f"{_LEVELS.get(v, f'level {v}')} after {(t - t0) / 1e6:.1f} ms" for t, v in marks if t0 <= t <= t1]
         if steps:
+            kept = "Pass times and cause spans are complete" if not tl.dropped else "Pass times are complete"
             notes.append(f"{name.replace('_', ' ')}: the recorder's module budget ran out, so module calls were "
-                         f"thinned to {'; then '.join(steps)}. Pass times, cause spans and counters are complete; "
-                         "placement by module is coarser from there, and profiler_overhead counts recorded calls only")
+                         f"thinned to {'; then '.join(steps)}. {kept}; page-fault and thread samples at module "
+                         "boundaries went with the modules (the pass boundaries keep theirs), so placement by "
+                         "module is coarser from there, and profiler_overhead counts recorded calls only")
+        if att.own_faults:
+            notes.append(f"{name.replace('_', ' ')}: warmprof's own buffers took {att.own_faults} page faults "
+                         "(one per page first written; not charged to allocator_growth)")
     if tl.thinned:
-        notes.append(f"{tl.thinned} times a module's hooks were taken off for the rest of its pass (the budget was "
-                     "spent): its later calls in that pass ran unhooked and unrecorded")
+        notes.append(f"{tl.thinned} module calls were refused by the budget; each refusal takes that module's hooks "
+                     "off for the rest of its pass, so its later calls ran unhooked and unrecorded")
     if tl.dropped:
         notes.append(f"{tl.dropped} records dropped (recorder buffer full even for cause spans and counters): "
                      "attributed figures may be low; pass times come from the passes' own clock reads")
-    if tl.own_faults:
-        notes.append(f"warmprof's own buffers took about {tl.own_faults} page faults while recording "
-                     "(estimated; not charged to allocator_growth)")
     return notes
 
 
@@ -155,7 +157,7 @@ def build_report(*, model: str, shape, dtype: str, device: str, compile, first: 
             "unattributed_within_noise": summary.within_noise,
             "attribution_thread_only": True,
             "recorder": {"records": len(timeline), "dropped": timeline.dropped, "thinned_modules": timeline.thinned,
-                         "own_faults_estimated": timeline.own_faults},
+                         "own_faults": timeline.own_faults},
         },
         instruments=inst,
         spans=spans,

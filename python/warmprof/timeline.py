@@ -119,7 +119,12 @@ class Timeline:
     threads: int = 0
     os_tids: list[int] = field(default_factory=list)
     thinned: int = 0  # module calls not recorded (their budget was spent)
-    own_faults: int = 0  # estimated page faults of warmprof's own buffers taken while recording
+    # When warmprof's own buffers took a page fault while recording (a page first written), in ns.
+    own_fault_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+
+    @property
+    def own_faults(self) -> int:
+        return int(self.own_fault_ns.shape[0])
 
     def __len__(self) -> int:
         return int(self.ts_ns.shape[0])
@@ -191,7 +196,7 @@ class Recording:
             ts_ns=d["ts_ns"], kind=d["kind"], cause=d["cause"], name=d["name"], value=d["value"],
             thread=d["thread"], names=list(d["names"]), dropped=int(d["dropped"]),
             threads=int(d["threads"]), os_tids=list(d["os_tids"]), thinned=int(d["thinned"]),
-            own_faults=int(d["own_faults"]),
+            own_fault_ns=d["own_fault_ns"],
         )
         return self.timeline
 

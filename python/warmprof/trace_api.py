@@ -29,9 +29,10 @@ from .timeline import STRUCTURE, Recording, begin, begin_section, end, name_id
 
 _traced_models: "weakref.WeakSet[Any]" = weakref.WeakSet()
 _calibration: dict[str, float] | None = None
-# One trace or calibration at a time per process: they share the native recorder. Re-entrant so
-# that trace() can calibrate while it holds it; another thread is refused, never made to wait.
-_busy = threading.RLock()
+# One trace or calibration at a time per process: they share the native recorder. Another thread,
+# or a trace started from inside a trace (by the model, by a progress callable), is refused at
+# once, never made to wait; trace() itself calibrates through _calibrate() while it holds it.
+_busy = threading.Lock()
 
 
 def calibrate() -> dict[str, float]:
@@ -411,7 +412,7 @@ def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, devic
     # Calibration runs after the passes: it starts threads, faults fresh pages and calls a torch
     # module, any of which would warm what the first pass is there to measure cold.
     say("calibrating (timer, page-fault cost, thread start, hook cost)")
-    cal = calibrate()
+    cal = _calibrate()
     say("attributing")
     stats = steady_stats(steady_ms)
     calibration = Calibration(fault_cost_ns=cal["fault_cost_ns"], thread_start_ns=cal["thread_start_ns"],
@@ -421,7 +422,7 @@ def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, devic
         attribute_pass(timeline, name, calibration=calibration, steady_faults=steady_fault_median,
                        inferred=[e for i in instruments for e in i.inferred(name)],
                        evidence={src: ev for i in instruments for src, ev in i.span_evidence.items()},
-                       window=windows[name], own_faults=timeline.own_faults)
+                       window=windows[name])
         for name in PASSES
     )
     summary = summarize(first.pass_ms, stats["median"], stats["noise_band"], first.attributed_ms)

@@ -200,6 +200,13 @@ def test_fresh_env_keeps_download_folders(tmp_path, monkeypatch):
     assert env["TORCH_HOME"] == str(tmp_path / "xdg" / "torch") and env["HF_HOME"] == str(tmp_path / "hf")
 
 
+def test_fresh_env_switches_inductors_remote_caches_off(tmp_path, monkeypatch):
+    """A shared remote cache (redis, a plugin) would make a 'cold' run warm."""
+    monkeypatch.setenv("TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE", "1")
+    env = child.fresh_env(str(tmp_path))
+    assert child.REMOTE_OFF and all(env[var] == "0" for var in child.REMOTE_OFF)
+
+
 def test_cache_keep_lists_the_users_caches(model, tmp_path):
     out = tmp_path / "r.json"
     argv = [a for a in _argv(model, "--cache", "keep", "--json", str(out)) if a != "--quiet"]  # the list is not quiet

@@ -69,7 +69,6 @@ def test_recorder_overflow_keeps_pass_times_and_causes_and_says_what_was_thinned
     # Pass times are the passes' own clock reads: never shorter than the model's own timing of itself.
     assert r.first_pass_ms >= own_first
     assert r.seen_rerun_ms >= own_rerun > 0
-    assert r.first_pass_ms < own_first * 1.5 + 5  # and not inflated (5 ms: the pass's own sync and hooks)
     planted = [c for c in r.causes if c.cause == "jit_compile" and c.source == "planted"]
     assert planted, r.causes
     assert 0.9 <= planted[0].ms / model.planted.own_ms <= 1.0 + 1e-6

@@ -144,3 +144,83 @@ def test_threads_starting_inside_a_recording_take_prefaulted_buffers():
     # One buffer's pages is what each thread paid when its buffer was pre-faulted on registration.
     pages_per_buffer = _native.capacity() * _native.RECORD_BYTES // _native.page_size()
     assert faults < pages_per_buffer, faults
+
+
+def test_pages_first_touched_while_recording_are_warmprofs_own_faults():
+    """A thread with no pre-faulted buffer faults its pages in as it writes: each such page is one
+    fault with the time of the first record on it, so a pass can take out exactly its own."""
+    nid = timeline.name_id("test:own_faults")
+    records_per_page = _native.page_size() // _native.RECORD_BYTES
+    with Recording(spare_buffers=0) as rec:
+        t = threading.Thread(target=lambda: [timeline.instant(timeline.STRUCTURE, nid) for _ in range(20 * records_per_page)])
+        t.start()
+        t.join()
+    tl = rec.drain()
+    assert 19 <= tl.own_faults <= 21
+    mine = tl.ts_ns[tl.name == nid]
+    assert mine.min() <= tl.own_fault_ns.min() and tl.own_fault_ns.max() <= mine.max()
+    assert np.all(np.diff(tl.own_fault_ns) >= 0)
+
+
+def test_a_fork_while_recording_leaves_the_child_not_recording():
+    import os
+
+    nid = timeline.name_id("test:fork")
+    with Recording() as rec:
+        timeline.instant(timeline.STRUCTURE, nid)
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: no buffers of the parent's, nothing recorded, no crash
+            try:
+                timeline.instant(timeline.STRUCTURE, nid)
+                os.write(w, b"1" if not _native.enabled() else b"0")
+            finally:
+                os._exit(0)
+        os.close(w)
+        said = os.read(r, 1)
+        os.close(r)
+        _, status = os.waitpid(pid, 0)
+        timeline.instant(timeline.STRUCTURE, nid)
+    assert said == b"1" and os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    assert int(np.count_nonzero(rec.drain().name == nid)) == 2  # the parent's two, none of the child's
+
+
+def test_a_recursive_module_closes_every_recorded_call_when_thinned(small_capacity):
+    """The same module open several times (recursion, or several threads): thinning takes its
+    hooks off only once none of its recorded calls is still open."""
+    import torch
+    from torch import nn
+
+    from warmprof.instruments.modules import ModuleHooks
+
+    class Leaf(nn.Module):
+        def forward(self, x):
+            return x
+
+    class Recursive(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.leaf = Leaf()
+
+        def forward(self, x, depth=3):
+            for _ in range(40):
+                x = self.leaf(x)
+            return self(x, depth - 1) if depth else x
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a = nn.Sequential(nn.Sequential(Recursive()))
+
+        def forward(self, x):
+            return self.a(x)
+
+    model = Net()
+    with Recording() as rec:
+        with ModuleHooks(model) as hooks:
+            _native.begin_section(1)
+            hooks.mark_pass("first")
+            model(torch.zeros(1))
+    tl = rec.drain()
+    assert tl.thinned > 0
+    assert [s.name for s in build_spans(tl) if not s.closed] == []

@@ -158,6 +158,26 @@ def test_a_null_device_stays_a_device(null_dev):
     assert kind_of(null_dev) == stat.S_IFCHR  # not renamed over by a regular file
 
 
+def test_a_terminal_is_written_in_place_without_root(tmp_path):
+    """A pseudo-terminal is a character device any user can make: the report reaches the reader
+    end and the node is never renamed over (the mknod cases above need root)."""
+    reader, writer = os.openpty()
+    try:
+        node = os.ttyname(writer)
+        link = tmp_path / "tty"  # through a symlink, as a user might name it
+        link.symlink_to(node)
+        path = trace_report({"jit_compile": 3.0}).save(link)
+        got = b""
+        while b"schema_version" not in got or not got.rstrip().endswith(b"}"):
+            ready, _, _ = select.select([reader], [], [], 30)
+            assert ready, "the report never reached the terminal"
+            got += os.read(reader, 1 << 16)
+        assert kind_of(node) == stat.S_IFCHR and link.is_symlink() and path == link
+    finally:
+        os.close(reader)
+        os.close(writer)
+
+
 def test_a_full_device_gives_its_enospc_and_stays_a_device(full_dev):
     with pytest.raises(ReportError, match=f"{full_dev}: cannot write .No space left on device") as info:
         trace_report({"jit_compile": 3.0}).save(full_dev)

@@ -35,11 +35,16 @@ CACHES = {
     "TRITON_HOME": ("Triton's home (.triton/cache, dumps, overrides)", "{home}"),
     "CUDA_CACHE_PATH": ("the CUDA driver's PTX JIT cache", "{home}/.nv/ComputeCache"),
     "TORCH_EXTENSIONS_DIR": ("torch's JIT-built C++/CUDA extensions", "{xdg}/torch_extensions"),
+    "PYTORCH_KERNEL_CACHE_PATH": ("torch's NVRTC-compiled CUDA kernels (jiterator)", "{xdg}/torch/kernels"),
     "XDG_CACHE_HOME": ("per-user caches (torch extensions, kernels, ...)", "{home}/.cache"),
     "TMPDIR": ("the temp folder (inductor's default cache, torch's on-disk caches)", "{tmp}"),
     "TEMP": ("the temp folder, for tools that read TEMP", "{tmp}"),
     "TMP": ("the temp folder, for tools that read TMP", "{tmp}"),
 }
+# Shared caches on another machine (inductor's remote caches: redis, a plugin) would turn a cold run
+# warm: a fresh run switches them off ("0" is torch's "off", whatever the config says).
+REMOTE_OFF = ("TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE", "TORCHINDUCTOR_AUTOTUNE_REMOTE_CACHE",
+              "TORCHINDUCTOR_BUNDLED_AUTOTUNE_REMOTE_CACHE", "TORCHINDUCTOR_AUTOGRAD_REMOTE_CACHE")
 # Downloads, not warm-up state: they follow XDG_CACHE_HOME by default, so a fresh run pins them to
 # the user's folders, or a factory that fetches weights would fetch them again on every run.
 DOWNLOADS = {"TORCH_HOME": "{xdg}/torch", "HF_HOME": "{xdg}/huggingface"}
@@ -186,6 +191,8 @@ def fresh_env(tmp: str) -> dict[str, str]:
     for var in CACHES:
         env[var] = os.path.join(tmp, var.lower())
         os.mkdir(env[var])  # an absent TMPDIR would send the child back to /tmp
+    for var in REMOTE_OFF:
+        env[var] = "0"
     return env
 
 

@@ -111,17 +111,20 @@ class ModuleHooks(Instrument):
 class _Hooked:
     """One module's two hooks. One native call each: faults, threads and the span's begin (end);
     RSS only at pass boundaries. A call the recorder does not take (this pass's module budget is
-    spent, recorder.h) takes the module's hooks off for the rest of the pass, so thinned calls cost
-    nothing; mark_pass puts them back for the next pass."""
+    spent, recorder.h) takes the module's pre-hook off for the rest of the pass, and its post-hook
+    once no recorded call of it is still open (a recursive module, or one running on several
+    threads, still closes what it opened), so thinned calls cost nothing; mark_pass puts them back."""
 
-    __slots__ = ("module", "nid", "coarse", "pre", "post")
+    __slots__ = ("module", "nid", "coarse", "pre", "post", "open")
 
     def __init__(self, module: Any, nid: int, coarse: bool) -> None:
         self.module, self.nid, self.coarse = module, nid, coarse
         self.pre = self.post = None
+        self.open = 0  # recorded calls of this module not yet closed
 
     def install(self) -> None:
         self.remove()
+        self.open = 0
         self.pre = self.module.register_forward_pre_hook(self._enter)
         self.post = self.module.register_forward_hook(self._exit)
 
@@ -132,12 +135,15 @@ class _Hooked:
         self.pre = self.post = None
 
     def _enter(self, _m: Any, _args: Any) -> None:
-        if not module_enter(self.nid, self.coarse) and self.pre is not None:
+        if module_enter(self.nid, self.coarse):
+            self.open += 1
+        elif self.pre is not None:
             self.pre.remove()  # torch iterates over a copy of its hook dicts: safe inside a hook
             self.pre = None
 
     def _exit(self, _m: Any, _args: Any, _out: Any) -> None:
-        module_exit(self.nid)
-        if self.pre is None and self.post is not None:
+        if module_exit(self.nid):
+            self.open -= 1
+        if self.pre is None and self.open <= 0 and self.post is not None:
             self.post.remove()
             self.post = None
