@@ -188,3 +188,23 @@ def test_a_model_raising_leaves_the_lock_free():
     with pytest.raises(ModelError):
         warmprof.trace(Raises(), (2, 4))
     warmprof.trace(Counting(), (2, 4), steady=2)
+
+
+def test_a_trace_started_from_inside_a_trace_is_refused_up_front():
+    inner = Counting()
+
+    class TracesItself(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+
+        def forward(self, x):
+            warmprof.trace(inner, (2, 4), steady=2)
+            return self.lin(x)
+
+    model = TracesItself()
+    left = Leftovers(model)
+    with pytest.raises(InputError, match="running in this process"):
+        warmprof.trace(model, (2, 4))
+    assert inner.calls == 0
+    left.check()
