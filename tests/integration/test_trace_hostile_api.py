@@ -18,18 +18,7 @@ import warmprof
 from warmprof import trace_api
 from warmprof.errors import InputError, ModelError
 
-from .helpers import Leftovers
-
-
-class Counting(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.calls = 0
-        self.lin = nn.Linear(4, 4)
-
-    def forward(self, x):
-        self.calls += 1
-        return self.lin(x)
+from .helpers import Counting, Leftovers
 
 
 @pytest.mark.parametrize("kwargs, message", [

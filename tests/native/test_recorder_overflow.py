@@ -12,11 +12,9 @@ SMALL = 64
 
 
 @pytest.fixture
-def small_capacity():
-    previous = _native.capacity()
-    _native.set_capacity(SMALL)
-    yield SMALL
-    _native.set_capacity(previous)
+def small_capacity(recorder_capacity):
+    recorder_capacity(SMALL)
+    return SMALL
 
 
 def test_a_full_buffer_keeps_the_first_records_and_counts_the_rest(small_capacity):

@@ -15,11 +15,9 @@ SMALL = 1024
 
 
 @pytest.fixture
-def small_capacity():
-    previous = _native.capacity()
-    _native.set_capacity(SMALL)
-    yield SMALL
-    _native.set_capacity(previous)
+def small_capacity(recorder_capacity):
+    recorder_capacity(SMALL)
+    return SMALL
 
 
 def _names(tl, kind=None):
