@@ -12,6 +12,7 @@
 #include "backends/metal.h"
 #include "core/causes.h"
 #include "core/clock.h"
+#include "core/fd_tap.h"
 #include "core/host.h"
 #include "core/recorder.h"
 
@@ -459,4 +460,61 @@ PYBIND11_MODULE(_native, m) {
   m.def("cuda_events_release", &backends::cuda_events::release_all,
         "Return every CUDA event slot to the pool (the events are kept for reuse).");
   m.def("cuda_events_pool_size", &backends::cuda_events::pool_size, "CUDA events created so far.");
+
+  // fd tap: the reader of the pipe that stands in for fd 1 (instruments/fd_capture.py). Native
+  // so that a writer holding the GIL can never block on a full pipe; waits release the GIL.
+  m.def("tap_start", [](int read_fd, int out_fd, std::vector<std::string> prefixes, py::bytes marker,
+                        py::bytes keep) {
+    if (read_fd < 0 || out_fd < 0) throw py::value_error("read_fd and out_fd must be open descriptors");
+    std::string mk = marker;
+    if (mk.empty()) throw py::value_error("marker must not be empty");
+    return fd_tap::start(read_fd, out_fd, prefixes, mk, keep);
+  }, py::arg("read_fd"), py::arg("out_fd"), py::arg("prefixes"), py::arg("marker"), py::arg("keep") = py::bytes(),
+     "Read the pipe on a native thread (takes both descriptors): lines from a prefix to their newline "
+     "that contain `keep` are stored, the rest goes to out_fd; '' on success, else the reason.");
+  m.def("tap_wait_mark", [](long long count, double timeout_s) {
+    py::gil_scoped_release nogil;
+    return fd_tap::wait_mark(uint64_t(std::max(count, 0ll)), timeout_s);
+  }, py::arg("count"), py::arg("timeout_s"), "Whether the reader removed `count` markers within the timeout.");
+  m.def("tap_take", [] {
+    fd_tap::Taken t;
+    {
+      py::gil_scoped_release nogil;
+      t = fd_tap::take();
+    }
+    py::list lines;
+    for (const std::string& l : t.lines) lines.append(py::bytes(l));
+    py::dict d;
+    d["lines"] = lines;
+    d["segments"] = t.segments;
+    d["write_error"] = t.write_error;
+    d["dropped"] = t.dropped;
+    d["failure"] = t.failure;
+    return d;
+  }, "Stored lines (taken out) with the markers seen before each, and the reader's state.");
+  m.def("tap_stop", [](double grace_s, double busy_s) {
+    fd_tap::Stopped s;
+    {
+      py::gil_scoped_release nogil;
+      s = fd_tap::stop(grace_s, busy_s);
+    }
+    return py::make_tuple(s.state, s.fd);
+  }, py::arg("grace_s"), py::arg("busy_s"),
+     "After fd 1 is restored: ('ended', -1), ('handoff', read end: writers remain), ('busy', -1) or ('none', -1).");
+  m.def("tap_forward", [](int read_fd, int out_fd) {
+    if (read_fd < 0 || out_fd < 0) throw py::value_error("read_fd and out_fd must be open descriptors");
+    return fd_tap::forward(read_fd, out_fd);
+  }, py::arg("read_fd"), py::arg("out_fd"), "Forward read_fd to out_fd on a detached thread until it ends (takes both).");
+  m.def("_tap_split", [](std::vector<std::string> chunks, std::vector<std::string> prefixes, py::bytes marker) {
+    std::string mk = marker;
+    if (mk.empty()) throw py::value_error("marker must not be empty");
+    std::string out;
+    std::vector<std::string> lines;
+    std::vector<uint64_t> segments;
+    fd_tap::split(chunks, prefixes, mk, &out, &lines, &segments);
+    py::list pylines;
+    for (const std::string& l : lines) pylines.append(py::bytes(l));
+    return py::make_tuple(py::bytes(out), pylines, segments);
+  }, py::arg("chunks"), py::arg("prefixes"), py::arg("marker"),
+     "Test-only: the reader's splitter over chunks (b'' = the pipe is empty here): (passthrough, lines, segments).");
 }

@@ -49,6 +49,13 @@ class _Backend(TypedDict):
     available: bool
     reason: str
 
+class _TapTaken(TypedDict):
+    lines: list[bytes]
+    segments: list[int]  # per line: markers removed before it
+    write_error: str
+    dropped: int
+    failure: str
+
 class _CuptiStats(TypedDict):
     kernel_launches: int
     new_kernels: list[str]
@@ -172,3 +179,22 @@ def cuda_events_release() -> None:
 
 def cuda_events_pool_size() -> int:
     """CUDA events created so far."""
+
+# fd tap (instruments/fd_capture.py): the native reader of the pipe that stands in for fd 1.
+def tap_start(read_fd: int, out_fd: int, prefixes: list[bytes], marker: bytes, keep: bytes = b"") -> str:
+    """Read the pipe on a native thread (takes both descriptors): lines from a prefix to their newline that contain `keep` are stored, the rest goes to out_fd; '' on success, else the reason."""
+
+def tap_wait_mark(count: int, timeout_s: float) -> bool:
+    """Whether the reader removed `count` markers within the timeout."""
+
+def tap_take() -> _TapTaken:
+    """Stored lines (taken out) with the markers seen before each, and the reader's state."""
+
+def tap_stop(grace_s: float, busy_s: float) -> tuple[str, int]:
+    """After fd 1 is restored: ('ended', -1), ('handoff', read end: writers remain), ('busy', -1) or ('none', -1)."""
+
+def tap_forward(read_fd: int, out_fd: int) -> str:
+    """Forward read_fd to out_fd on a detached thread until it ends (takes both)."""
+
+def _tap_split(chunks: list[bytes], prefixes: list[bytes], marker: bytes) -> tuple[bytes, list[bytes], list[int]]:
+    """Test-only: the reader's splitter over chunks (b'' = the pipe is empty here): (passthrough, lines, segments)."""
