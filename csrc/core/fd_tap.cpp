@@ -374,14 +374,22 @@ void Tap::run() noexcept {
   cv.notify_all();
 }
 
-// Module state: one tap at a time. g_tap stays after stop() so take() can read its end.
-std::mutex g_mu;
-std::shared_ptr<Tap> g_tap;
-std::thread g_thread;
+// Module state: one tap at a time; `tap` stays after stop() so take() can read its end.
+struct State {
+  std::mutex mu;
+  std::shared_ptr<Tap> tap;
+  std::thread thread;
+};
+// Never destroyed: a joinable std::thread's destructor calls std::terminate, and exit() may run
+// while a reader is on (a process forked during the tap that exits normally, an exit mid-tap).
+State& state() {
+  static State* s = new State;
+  return *s;
+}
 
 std::shared_ptr<Tap> current() {
-  std::lock_guard<std::mutex> g(g_mu);
-  return g_tap;
+  std::lock_guard<std::mutex> g(state().mu);
+  return state().tap;
 }
 
 // Starts a thread with every signal blocked: signals are the interpreter's main thread's.
@@ -405,8 +413,9 @@ std::thread quiet_thread(F&& f) {
 std::string start(int read_fd, int out_fd, const std::vector<std::string>& prefixes,
                   const std::string& marker, const std::string& keep) {
   Fd r(read_fd), o(out_fd);
-  std::lock_guard<std::mutex> g(g_mu);
-  if (g_thread.joinable()) return "another stdout tap is running";
+  State& st = state();
+  std::lock_guard<std::mutex> g(st.mu);
+  if (st.thread.joinable()) return "another stdout tap is running";
   int w[2];
   if (::pipe(w) != 0) return std::string("cannot make the reader's wake pipe: ") + std::strerror(errno);
   Fd wake_r(w[0]), wake_w(w[1]);
@@ -416,8 +425,8 @@ std::string start(int read_fd, int out_fd, const std::vector<std::string>& prefi
   try {
     auto tap = std::make_shared<Tap>(std::move(r), std::move(o), std::move(wake_r), std::move(wake_w),
                                      prefixes, marker, keep);
-    g_thread = quiet_thread([tap] { tap->run(); });
-    g_tap = std::move(tap);
+    st.thread = quiet_thread([tap] { tap->run(); });
+    st.tap = std::move(tap);
   } catch (const std::exception& e) {
     return std::string("cannot start the stdout reader: ") + e.what();
   }
@@ -456,9 +465,10 @@ Taken take() {
 }
 
 Stopped stop(double grace_s, double busy_s) {
-  std::lock_guard<std::mutex> g(g_mu);
-  if (!g_thread.joinable()) return {"none", -1};
-  std::shared_ptr<Tap> tap = g_tap;
+  State& st = state();
+  std::lock_guard<std::mutex> g(st.mu);
+  if (!st.thread.joinable()) return {"none", -1};
+  std::shared_ptr<Tap> tap = st.tap;
   std::unique_lock<std::mutex> lk(tap->mu);
   if (!tap->cv.wait_for(lk, seconds(grace_s), [&] { return tap->eof || tap->exited; })) {
     tap->on_wake = Tap::OnWake::kHandoff;  // a writer outlives fd 1's hand-back
@@ -469,12 +479,12 @@ Stopped stop(double grace_s, double busy_s) {
     // Stuck writing to a stdout that does not take bytes: it goes on to the pipe's end alone.
     if (!tap->committed) tap->on_wake = Tap::OnWake::kForward;
     lk.unlock();
-    g_thread.detach();
+    st.thread.detach();
     return {"busy", -1};
   }
   bool handoff = tap->committed && !tap->eof;
   lk.unlock();
-  g_thread.join();
+  st.thread.join();
   int fd = handoff ? tap->read_fd.release() : -1;
   tap->read_fd.reset();
   tap->out_fd.reset();

@@ -11,11 +11,13 @@ import stat
 import subprocess
 import sys
 import textwrap
-import threading
+import time
 
 import pytest
 
-from warmprof.instruments.fd_capture import MAX_LINE, LineSplitter
+from warmprof import _native
+from warmprof.instruments import fd_capture
+from warmprof.instruments.fd_capture import MAX_LINE, LineSplitter, StdoutTap
 from warmprof.instruments.onednn import OneDNN
 
 torch = pytest.importorskip("torch")
@@ -34,8 +36,28 @@ def counts(inst: OneDNN, name: str) -> tuple[int, int]:
     return p.get("cache_miss", 0), p.get("cache_hit", 0)
 
 
-def run_child(code: str, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], stderr=subprocess.PIPE, timeout=300, **kw)
+def run_child(code: str, timeout: float = 300, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], stderr=subprocess.PIPE, timeout=timeout, **kw)
+
+
+def tap_threads() -> list[str]:
+    """The native reader threads alive in this process (named by fd_tap.cpp)."""
+    names = []
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                names.append(f.read().strip())
+        except OSError:
+            pass
+    return [n for n in names if n == "warmprof-tap"]
+
+
+def poll_until(check, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while not (result := check()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+    return result
 
 
 def test_binary_output_passes_byte_for_byte_and_onednn_lines_are_taken(capfdbinary):
@@ -84,28 +106,114 @@ def test_a_model_that_raises_mid_write_gets_everything_back(capfdbinary):
     # Its bytes as written, the env var as it was, no reader left (fd 1: the autouse fixture).
     assert capfdbinary.readouterr().out == b"half a character: \xe2\x82"
     assert os.environ.get("ONEDNN_VERBOSE_TIMESTAMP") == before
-    assert not [t for t in threading.enumerate() if t.name == "warmprof-stdout-tap"]
+    assert not tap_threads()
 
 
-@pytest.mark.parametrize("breaks", ["pipe", "thread"])
-def test_no_pipe_or_no_thread_degrades_to_a_reason(monkeypatch, breaks):
-    error = OSError(24, "Too many open files") if breaks == "pipe" else RuntimeError("can't start new thread")
-
-    def fail(*a, **k):
-        raise error
-
+@pytest.mark.parametrize("breaks", ["pipe", "thread", "second tap"])
+def test_no_pipe_or_no_reader_degrades_to_a_reason(monkeypatch, capfdbinary, breaks):
+    outer = StdoutTap((b"x",), lambda *a: None)
     if breaks == "pipe":
+        expected = "Too many open files"
+
+        def fail(*a, **k):
+            raise OSError(24, expected)
+
         monkeypatch.setattr(os, "pipe", fail)
-    else:
-        monkeypatch.setattr(threading.Thread, "start", fail)
-    fds = set(os.listdir("/proc/self/fd"))
+    elif breaks == "thread":  # the native reader's own failure, as std::thread reports it
+        expected = "cannot start the stdout reader: Resource temporarily unavailable"
+
+        def fail(read_fd, out_fd, *a):
+            os.close(read_fd)  # tap_start takes both descriptors whatever its outcome
+            os.close(out_fd)
+            return expected
+
+        monkeypatch.setattr(_native, "tap_start", fail)
+    else:  # a real refusal of the native side: one tap at a time
+        expected = "another stdout tap is running"
+        assert outer.start() == ""
+    try:
+        fds = set(os.listdir("/proc/self/fd"))
+        inst = OneDNN()
+        with inst:
+            inst.mark_pass("first")
+            inst.end_pass("first")
+        assert set(os.listdir("/proc/self/fd")) == fds  # nothing left open
+    finally:
+        outer.stop()
+    assert inst.reason.startswith("oneDNN times unavailable: ") and expected in inst.reason
+    assert inst.summary()["active"] is False
+
+
+def test_a_write_past_the_pipe_that_holds_the_gil_does_not_hang(tmp_path):
+    """libc's write() called with the GIL held (as torch ops and pybind11 extensions print): a
+    reader that needed the GIL would never drain the pipe, and the write would block forever."""
+    out = tmp_path / "stdout.bin"
+    code = f"""
+        import ctypes, json, sys
+        from warmprof.instruments.onednn import OneDNN
+        MISS = {MISS!r}
+        libc = ctypes.PyDLL(None)  # PyDLL: the GIL stays held through each call
+        inst = OneDNN()
+        with inst:
+            inst.mark_pass("first")
+            sys.stderr.write("WRITE " + str(libc.write(1, b"x" * 200_000, 200_000)) + "\\n")
+            libc.write(1, MISS, len(MISS))
+            inst.end_pass("first")
+        sys.stderr.write("ONEDNN " + json.dumps(inst.summary()) + "\\n")
+    """
+    with open(out, "wb") as f:
+        p = run_child(code, timeout=120, stdout=f)
+    assert p.returncode == 0, p.stderr.decode()[-2000:]
+    assert "WRITE 200000" in p.stderr.decode()
+    assert out.read_bytes() == b"x" * 200_000
+    s = onednn_summary(p)
+    assert s["passes"]["first"]["cache_miss"] == 1, s
+
+
+LATE_CHILD = """
+    import json, os, subprocess, sys, time
+    from warmprof.instruments.onednn import OneDNN
     inst = OneDNN()
     with inst:
         inst.mark_pass("first")
+        # A process started during the pass: its fd 1 is warmprof's pipe, and it outlives us.
+        subprocess.Popen(["sh", "-c", "sleep 1; echo late; touch {done}"])
         inst.end_pass("first")
-    assert inst.reason.startswith("oneDNN times unavailable: ") and str(error.args[-1]) in inst.reason
-    assert inst.summary()["active"] is False
-    assert set(os.listdir("/proc/self/fd")) == fds  # nothing left open
+        {no_helper}
+        started = time.monotonic()
+    stop_s = time.monotonic() - started
+    sys.stderr.write("RESULT " + json.dumps({{"stop_s": stop_s, "notes": inst.notes}}) + "\\n")
+    {wait}
+"""
+
+
+def late_child(tmp_path, no_helper: str = "", wait: str = "") -> tuple[dict, bytes]:
+    out, done = tmp_path / "stdout.bin", tmp_path / "DONE"
+    code = LATE_CHILD.format(done=done, no_helper=no_helper, wait=wait)
+    with open(out, "wb") as f:
+        p = run_child(code, timeout=120, stdout=f)
+    assert p.returncode == 0, p.stderr.decode()[-2000:]
+    result = json.loads(p.stderr.decode().split("RESULT ", 1)[1].splitlines()[0])
+    poll_until(done.exists, 60, "the late process to finish")
+    return result, poll_until(lambda: b"late" in out.read_bytes() and out.read_bytes(), 60, "its output")
+
+
+def test_a_process_started_during_the_tap_is_forwarded_by_a_helper_after_we_are_gone(tmp_path):
+    result, out = late_child(tmp_path)
+    # Before: stop() waited 5 s for the pipe's end, then the late process got SIGPIPE.
+    assert result["stop_s"] < 3.0, result
+    notes = [n for n in result["notes"] if "still holds stdout" in n]
+    assert len(notes) == 1 and "forwarded by a helper process (pid " in notes[0], result
+    assert out == b"late\n"
+
+
+def test_without_a_helper_the_process_is_forwarded_while_we_live(tmp_path):
+    no_helper = "os.environ['PATH'] = '/nonexistent'  # no cat: no helper can start"
+    wait = "while not os.path.exists({done!r}): time.sleep(0.05)"
+    result, out = late_child(tmp_path, no_helper, wait.format(done=str(tmp_path / "DONE")))
+    notes = [n for n in result["notes"] if "still holds stdout" in n]
+    assert len(notes) == 1 and "forwarded until this process exits" in notes[0], result
+    assert out == b"late\n"
 
 
 def test_large_output_passes_through_in_bounded_memory(tmp_path):
@@ -215,38 +323,50 @@ def random_writes(rng: random.Random, token: bytes) -> list[tuple[str, bytes]]:
     return writes
 
 
-def split_run(writes, token, rng) -> tuple[bytes, list[tuple[bytes, int]]]:
-    out, lines = [], []
-    sp = LineSplitter(PREFIXES, token, out.append, lambda line, m: lines.append((line, m)), lambda: None)
+def cut(writes, rng) -> list[bytes]:
+    """The stream as reads may cut it, with b"" where the pipe was empty (only between whole writes)."""
     stream = b"".join(d for _, d in writes)
     ends, pos = set(), 0
     for _, d in writes:
         pos += len(d)
         ends.add(pos)
-    at = 0
+    chunks, at = [], 0
     while at < len(stream):
         nxt = min(len(stream), at + rng.randint(1, 40))
-        sp.feed(stream[at:nxt])
+        chunks.append(stream[at:nxt])
         at = nxt
-        if at in ends and rng.random() < 0.5:  # the pipe is empty only between whole writes
-            sp.release()
+        if at in ends and rng.random() < 0.5:
+            chunks.append(b"")
+    return chunks
+
+
+def python_split(chunks, token) -> tuple[bytes, list[tuple[bytes, int]]]:
+    out, lines = [], []
+    sp = LineSplitter(PREFIXES, token, out.append, lambda line, m: lines.append((line, m)), lambda: None)
+    for chunk in chunks:
+        sp.feed(chunk) if chunk else sp.release()
     sp.finish()
     return b"".join(out), lines
 
 
+def native_split(chunks, token) -> tuple[bytes, list[tuple[bytes, int]]]:
+    out, lines, segments = _native._tap_split(chunks, list(PREFIXES), token)
+    return out, list(zip(lines, segments))
+
+
 def test_splitter_result_does_not_depend_on_how_reads_cut_the_stream():
+    """The Python reference and the native reader's splitter, on the same 400 random cut streams."""
     token = b"\0warmprof-mark:0123456789abcdef\0"
     rng = random.Random(7)
     for _ in range(400):
         writes = random_writes(rng, token)
-        assert split_run(writes, token, rng) == reference(writes), writes
+        chunks = cut(writes, rng)
+        assert python_split(chunks, token) == reference(writes), writes
+        assert native_split(chunks, token) == reference(writes), (writes, chunks)
 
 
-def test_a_line_that_starts_like_onednn_but_never_ends_is_let_through():
-    out = []
-    sp = LineSplitter(PREFIXES, b"\0tok\0", out.append, lambda *a: pytest.fail("taken"), lambda: None)
+@pytest.mark.parametrize("split", [python_split, native_split])
+def test_a_line_that_starts_like_onednn_but_never_ends_is_let_through(split):
     long_line = b"onednn_verbose," + b"z" * (MAX_LINE + 10)
-    sp.feed(long_line[:1000])
-    sp.feed(long_line[1000:] + b"\nafter")
-    sp.finish()
-    assert b"".join(out) == long_line + b"\nafter"
+    chunks = [long_line[:1000], long_line[1000:] + b"\nafter"]
+    assert split(chunks, b"\0tok\0") == (long_line + b"\nafter", [])

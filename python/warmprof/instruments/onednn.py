@@ -3,17 +3,17 @@
 VERBOSE_ON_CREATION makes oneDNN print one line per primitive creation with its creation time
 (`create:cache_miss` = generated now, `create:cache_hit` = reused). The lines are printed by C
 code to file descriptor 1, so while the instrument is on, fd 1 runs through a StdoutTap
-(fd_capture.py): oneDNN's lines are parsed as they come, everything else goes on to stdout
-untouched. end_pass marks the stream, so each line is counted in the pass that printed it. With
-ONEDNN_VERBOSE_TIMESTAMP=1 (set before oneDNN first reads its settings) each line carries its
-wall-clock start, which places the span exactly; without it the creations are laid end to end at
-the close of the pass they came from (placement unknown).
+(fd_capture.py): oneDNN's creation lines are taken by a native reader and parsed at each pass
+end, everything else goes on to stdout untouched. end_pass marks the stream, so each line is
+counted in the pass that printed it. With ONEDNN_VERBOSE_TIMESTAMP=1 (set before oneDNN first
+reads its settings) each line carries its wall-clock start, which places the span exactly;
+without it the creations are laid end to end at the close of the pass they came from (placement
+unknown).
 """
 
 from __future__ import annotations
 
 import os
-import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -86,9 +86,8 @@ class OneDNN(Instrument):
         self._verbose = None
         self._env_set = False
         self._ends: list[tuple[str, int]] = []  # (pass, end ns), in end_pass order
-        # Filled by the reader thread, keyed by the number of pass ends it had seen: segment i
-        # is the pass self._ends[i] names (past the last end: "after").
-        self._lock = threading.Lock()
+        # Filled at each pass end from the tap's lines, keyed by the number of pass ends the
+        # reader had seen: segment i is the pass self._ends[i] names (past the last end: "after").
         self._tallies: dict[int, _Tally] = {}
         self._kept: list[tuple[int, CreateLine]] = []
         self._dropped = 0
@@ -105,7 +104,8 @@ class OneDNN(Instrument):
     def __enter__(self) -> "OneDNN":
         if self.reason:
             return self
-        tap = StdoutTap(tuple(p.encode() for p in _PREFIXES), self._on_line)
+        # Only creation lines are kept by the reader: the many `exec` lines are dropped there.
+        tap = StdoutTap(tuple(p.encode() for p in _PREFIXES), self._on_line, keep=b",create:")
         why = tap.start()
         if why:  # the trace goes on without oneDNN's times
             self.reason = f"oneDNN times unavailable: {why}"
@@ -132,23 +132,19 @@ class OneDNN(Instrument):
         if self._tap is None:
             return
         self._ends.append((name, now_ns()))
-        self._tap.mark()  # returns once every line printed in this pass has been read
+        self._tap.mark()  # returns once every line printed in this pass has been read and handed over
 
     def _on_line(self, line: bytes, segment: int) -> None:
-        """Reader thread: one oneDNN line, printed after `segment` pass ends. It runs during the
-        passes, so the many `exec` lines are dropped before any parsing."""
-        if b",create:" not in line:
-            return
+        """One oneDNN creation line, printed after `segment` pass ends (called at a pass end)."""
         rec = parse_line(line.decode("utf-8", "replace"))
         if rec is None:
             return
-        with self._lock:
-            self._tallies.setdefault(segment, _Tally()).add(rec)
-            if rec.outcome == "cache_miss":
-                if len(self._kept) < self.MAX_KEPT:
-                    self._kept.append((segment, rec))
-                else:
-                    self._dropped += 1
+        self._tallies.setdefault(segment, _Tally()).add(rec)
+        if rec.outcome == "cache_miss":
+            if len(self._kept) < self.MAX_KEPT:
+                self._kept.append((segment, rec))
+            else:
+                self._dropped += 1
 
     def _restore(self) -> None:
         """Undo __enter__; never raises for the capture's sake."""
@@ -175,8 +171,7 @@ class OneDNN(Instrument):
         return self._ends[segment][0] if segment < len(self._ends) else "after"
 
     def _ingest(self) -> None:
-        with self._lock:  # the reader may outlive the pipe's hand-back (another process holds it)
-            tallies, kept, dropped = dict(self._tallies), list(self._kept), self._dropped
+        tallies, kept, dropped = self._tallies, self._kept, self._dropped
         for seg, t in sorted(tallies.items()):
             self.by_pass[self._pass_name(seg)] = {
                 "cache_miss": t.miss, "cache_hit": t.hit, "create_miss_ms": t.miss_ms, "timestamps": t.timestamps,
