@@ -179,8 +179,8 @@ def test_nothing_is_calibrated_before_the_first_pass(monkeypatch):
 
     events: list[str] = []
     monkeypatch.setattr(trace_api, "_calibration", None)  # as in a fresh process
-    real = trace_api.calibrate
-    monkeypatch.setattr(trace_api, "calibrate", lambda: (events.append("calibrate"), real())[1])
+    real = trace_api._calibrate  # what trace() calls while it holds the one-trace lock
+    monkeypatch.setattr(trace_api, "_calibrate", lambda: (events.append("calibrate"), real())[1])
     r = warmprof.trace(nn.Sequential(nn.Linear(8, 8)), (1, 8), steady=3, progress=events.append)
     assert events.index("calibrate") > events.index("steady passes") > events.index("first pass")
     assert r.protocol["calibration"]["hook_cost_ns"] > 0
