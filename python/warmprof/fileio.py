@@ -51,11 +51,25 @@ def stream_fd(path: str) -> int | None:
     return 1 if stdout else 2 if stderr else int(dev_fd or proc_fd)
 
 
+def _stream_link(path: str) -> str | None:
+    """The stream path a chain of symlinks reaches (`ln -s /dev/stdout out`), or None: followed one
+    hop at a time, since resolving it whole would land on whatever stdout is redirected to."""
+    for _ in range(40):
+        if stream_fd(path) is not None:
+            return path
+        if not os.path.islink(path):
+            return None
+        path = os.path.join(os.path.dirname(os.path.abspath(path)), os.readlink(path))
+    return None
+
+
 def classify(path: str) -> tuple[str, str]:
     """(what the path names, the path to write to): 'new', 'file', 'stream', 'character device',
-    'FIFO', or one of REFUSED. A symlink is followed; the second item is its target."""
-    if stream_fd(path) is not None:
-        return "stream", path
+    'FIFO', or one of REFUSED. A symlink is followed; the second item is its target (for a stream,
+    the stream path, which stream_fd reads)."""
+    stream = _stream_link(path)
+    if stream is not None:
+        return "stream", stream
     target = path
     if os.path.islink(path):
         target = os.path.realpath(path)
@@ -91,7 +105,7 @@ def write_output(path: str | os.PathLike, data: str | bytes) -> Path:
 def _write(path: str, data: bytes) -> None:
     kind, target = classify(path)
     if kind == "stream":
-        _write_stream(stream_fd(path), data)
+        _write_stream(stream_fd(target), data)
     elif kind in ("new", "file"):
         _replace(target, data)
     elif kind in ("character device", "FIFO"):
@@ -124,8 +138,8 @@ def _replace(target: str, data: bytes) -> None:
 def _new_temp(folder: str, name: str) -> tuple[int, str]:
     """A new, uniquely named file beside the target, created 0o666 less the process's umask (the
     kernel applies it: reading the umask would mean setting it, which races other threads)."""
-    for _ in range(100):
-        tmp = os.path.join(folder, f".{name}.{secrets.token_hex(6)}.tmp")
+    for _ in range(100):  # the name is cut so that a legal 255-byte name still has a legal temp name
+        tmp = os.path.join(folder, f".{name[:200]}.{secrets.token_hex(6)}.tmp")
         try:
             return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666), tmp
         except FileExistsError:

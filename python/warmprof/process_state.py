@@ -29,11 +29,12 @@ class ProcessState:
         """Notes for what differs now from this snapshot (empty when nothing does)."""
         now = ProcessState.take()
         notes = []
-        env = [f"{k}={now.env[k]}" if k in now.env else f"{k} unset"
+        # Names only: values can be secrets (tokens), and reports are made to be shared.
+        env = [f"{k} set" if k not in self.env else f"{k} changed" if k in now.env else f"{k} unset"
                for k in sorted(set(self.env) | set(now.env)) if self.env.get(k) != now.env.get(k)]
         if env:
-            notes.append("environment changed during the trace by torch or the model (warmprof leaves it so): "
-                         + _listed(env))
+            notes.append("environment changed during the trace by torch or the model (warmprof leaves it so; "
+                         "values not recorded): " + _listed(env))
         added = [p for p in now.path if p not in self.path]
         removed = [p for p in self.path if p not in now.path]
         if added:

@@ -63,8 +63,8 @@ def recorder_notes(tl: Timeline, passes: dict[str, PassAttribution]) -> list[str
             notes.append(f"{name.replace('_', ' ')}: warmprof's own buffers took {att.own_faults} page faults "
                          "(one per page first written; not charged to allocator_growth)")
     if tl.thinned:
-        notes.append(f"{tl.thinned} module calls were refused by the budget; each refusal takes that module's hooks "
-                     "off for the rest of its pass, so its later calls ran unhooked and unrecorded")
+        notes.append(f"module hooks were taken off {tl.thinned} times when the budget was spent (once per module "
+                     "and pass): that module's later calls in the pass ran unhooked and are not counted")
     if tl.dropped:
         notes.append(f"{tl.dropped} records dropped (recorder buffer full even for cause spans and counters): "
                      "attributed figures may be low; pass times come from the passes' own clock reads")

@@ -42,7 +42,8 @@ def calibrate() -> dict[str, float]:
     if _calibration is not None:
         return _calibration
     if not _busy.acquire(blocking=False):
-        raise InputError("a warmprof trace is running in this process: calibrate after it (or let the trace do it)")
+        raise InputError("a warmprof trace is already running in this process: calibrate after it (a trace "
+                         "calibrates by itself)")
     try:
         return _calibrate()
     finally:
@@ -341,8 +342,9 @@ def trace(
         raise WarmprofError("warmprof.trace needs torch: pip install 'warmprof[torch]'") from None
     _check_options(steady_budget_s, progress, no_grad, label)
     if not _busy.acquire(blocking=False):
-        raise InputError("another warmprof trace or calibration is running in this process (one at a time: "
-                         "they share the recorder); wait for it to finish")
+        raise InputError("another warmprof trace or calibration is already running in this process (from another "
+                         "thread, or this call comes from inside a trace): they share the recorder, so run them "
+                         "one after another")
     try:
         before = ProcessState.take()
         report = _trace(torch, model, shape, inputs=inputs, dtype=dtype, device=device, steady=steady,

@@ -46,6 +46,11 @@ class M(torch.nn.Module):
             class Escape(BaseException):
                 pass
             raise Escape("out of forward")
+        if self.action == "spawn":  # a subprocess of the model's own, which must be stopped with it
+            import subprocess
+            sub = subprocess.Popen(["sleep", "300"])
+            pathlib.Path(os.environ["WPH_SUBFILE"]).write_text(str(sub.pid))
+            self.action = "block"
         if self.action == "block":  # says it is in forward, then waits to be stopped
             pathlib.Path(os.environ["WPH_PIDFILE"]).write_text(str(os.getpid()))
             deadline = time.monotonic() + 300
@@ -105,35 +110,61 @@ def _gone(pid):
         return True
 
 
+def _kill_quietly(pid, group=False):
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL) if group else os.kill(pid, signal.SIGKILL)
+
+
 @pytest.mark.parametrize("sig, to_group, code, message", [
     (signal.SIGTERM, False, 143, "warmprof: terminated"),
     (signal.SIGTERM, True, 143, "warmprof: terminated"),
+    (signal.SIGHUP, False, 129, "warmprof: terminated"),  # the terminal closed
     (signal.SIGINT, True, 130, "warmprof: interrupted"),  # Ctrl-C in a terminal
 ])
 def test_a_signal_stops_the_child_and_removes_the_folder(model, tmp_path, sig, to_group, code, message):
-    pidfile = tmp_path / "child.pid"
-    env = _env(tmp_path, WPH_ACTION="block", WPH_PIDFILE=str(pidfile))
+    pidfile, subfile = tmp_path / "child.pid", tmp_path / "sub.pid"
+    env = _env(tmp_path, WPH_ACTION="spawn", WPH_PIDFILE=str(pidfile), WPH_SUBFILE=str(subfile))
     with subprocess.Popen(_argv(model), env=env, stderr=subprocess.PIPE, text=True, start_new_session=True) as parent:
         try:
             _wait_for(lambda: pidfile.exists() and pidfile.read_text(), "the child's forward")
-            child_pid = int(pidfile.read_text())
+            child_pid, sub_pid = int(pidfile.read_text()), int(subfile.read_text())
             folders = list((tmp_path / "tmp").iterdir())
             assert len(folders) == 1 and folders[0].name.startswith("warmprof-")
             os.killpg(parent.pid, sig) if to_group else os.kill(parent.pid, sig)
             _, err = parent.communicate(timeout=TIMEOUT)
-        finally:  # whatever is left of the parent's group (the child, if it outlived the parent)
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(parent.pid, signal.SIGKILL)
+        finally:  # whatever is left (the child and its group, if they outlived the parent)
+            _kill_quietly(parent.pid, group=True)
+            if pidfile.exists() and pidfile.read_text():
+                _kill_quietly(int(pidfile.read_text()), group=True)
     assert parent.returncode == code, err
     assert err.strip().splitlines()[-1] == message
     _wait_for(lambda: _gone(child_pid), "the child to end")
+    _wait_for(lambda: _gone(sub_pid), "the model's own subprocess to end")
     assert list((tmp_path / "tmp").iterdir()) == []
+
+
+def test_a_parent_killed_outright_takes_the_child_with_it(model, tmp_path):
+    """SIGKILL cannot be handled: the child's parent-death signal ends it (the temp folder stays:
+    nothing is left running to remove it)."""
+    pidfile = tmp_path / "child.pid"
+    env = _env(tmp_path, WPH_ACTION="block", WPH_PIDFILE=str(pidfile))
+    with subprocess.Popen(_argv(model), env=env, stderr=subprocess.DEVNULL, start_new_session=True) as parent:
+        try:
+            _wait_for(lambda: pidfile.exists() and pidfile.read_text(), "the child's forward")
+            child_pid = int(pidfile.read_text())
+            os.kill(parent.pid, signal.SIGKILL)
+            parent.wait(TIMEOUT)
+            _wait_for(lambda: _gone(child_pid), "the child to end after its parent")
+        finally:
+            _kill_quietly(parent.pid, group=True)
+            if pidfile.exists() and pidfile.read_text():
+                _kill_quietly(int(pidfile.read_text()), group=True)
 
 
 def test_the_previous_sigterm_handler_comes_back(monkeypatch):
     during = []
     monkeypatch.setattr(child, "_spawn_and_wait",
-                        lambda argv, tmp, cache: during.append(signal.getsignal(signal.SIGTERM)) or (0, child.DONE))
+                        lambda argv, tmp, cache, fds: during.append(signal.getsignal(signal.SIGTERM)) or (0, child.DONE))
 
     def mine(signum, frame):
         pass
@@ -290,3 +321,40 @@ def test_probe_json_is_saved_before_a_broken_stdout(tmp_path):
         os.close(w)
     assert p.returncode == 128 + signal.SIGPIPE and "Traceback" not in p.stderr, p.stderr
     assert json.loads(out.read_text())["kind"] == "probe"
+
+
+def test_a_stderr_that_breaks_loses_neither_the_trace_nor_the_json(model, tmp_path):
+    """`2>&1 | head -1`: progress lines hit a closed pipe; the trace goes on and the JSON is written."""
+    out = tmp_path / "r.json"
+    argv = [a for a in _argv(model, "--json", str(out)) if a != "--quiet"]
+    cmd = " ".join(f"'{a}'" for a in argv) + " 2>&1 | head -1"
+    p = subprocess.run(["sh", "-c", cmd], env=_env(tmp_path), capture_output=True, text=True, timeout=TIMEOUT)
+    assert p.stdout.startswith("warmprof: ")  # the first progress line, and nothing after it
+    _wait_for(out.exists, "the JSON report")  # the trace ran on after head left
+    assert json.loads(out.read_text())["kind"] == "trace"
+
+
+def test_a_json_that_cannot_be_written_still_prints_the_text(model, tmp_path):
+    out = tmp_path / "r.json"
+    out.write_text("old")
+    cmd = " ".join(f"'{a}'" for a in _argv(model, "--json", str(out)))
+    p = subprocess.run(["sh", "-c", f"ulimit -f 8; {cmd}"], env=_env(tmp_path), capture_output=True, text=True,
+                       timeout=TIMEOUT)
+    assert p.returncode == 5 and "cannot write" in p.stderr.strip().splitlines()[-1]
+    assert "warmprof trace:" in p.stdout and "first pass" in p.stdout  # the text report is not lost
+    assert out.read_text() == "old"  # and the old file is whole
+
+
+def test_a_descriptor_path_reaches_the_child(model, tmp_path):
+    """--json /dev/fd/3: the child starts with 0, 1 and 2 only, so the parent passes fd 3 on."""
+    out = tmp_path / "r.json"
+    cmd = " ".join(f"'{a}'" for a in _argv(model, "--json", "/dev/fd/3")) + f" 3>'{out}'"
+    p = subprocess.run(["sh", "-c", cmd], env=_env(tmp_path), capture_output=True, text=True, timeout=TIMEOUT)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(out.read_text())["kind"] == "trace"
+
+
+def test_a_descriptor_that_is_not_open_is_refused_before_the_trace(model, tmp_path):
+    p = _run(model, tmp_path, "", "--json", "/dev/fd/9")
+    assert p.returncode == 2
+    assert p.stderr.strip().splitlines()[-1] == "warmprof: error: --json /dev/fd/9: file descriptor 9 is not open in this process"

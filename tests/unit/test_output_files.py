@@ -314,3 +314,34 @@ def test_compare_json_on_each_kind_of_path(tmp_path, targets, capsys, kind):
 def test_a_json_renderer_writes_through_the_same_policy(null_dev):
     JsonRenderer().write(trace_report({"jit_compile": 3.0}), null_dev)
     assert kind_of(null_dev) == stat.S_IFCHR
+
+
+def test_a_symlink_to_dev_stdout_is_a_stream_not_the_file_stdout_goes_to(tmp_path):
+    """`ln -s /dev/stdout out; --json out > f`: resolving the link whole lands on f, which a rename
+    would replace under the shell's redirect; followed hop by hop it is fd 1, written in place."""
+    import subprocess
+    import sys
+
+    link = tmp_path / "out"
+    link.symlink_to("/dev/stdout")
+    redirected = tmp_path / "printed.txt"
+    code = ("import sys; from warmprof.fileio import write_output; print('before', flush=True); "
+            f"write_output({str(link)!r}, 'report\\n'); print('after', flush=True)")
+    with open(redirected, "w") as f:
+        subprocess.run([sys.executable, "-c", code], stdout=f, check=True, timeout=120)
+    assert redirected.read_text() == "before\nreport\nafter\n"
+    assert link.is_symlink()
+
+
+@pytest.mark.parametrize("path, message", [("out/", "is a directory"), ("-", "give a file name")])
+def test_a_folder_name_or_a_dash_is_refused_up_front(tmp_path, monkeypatch, path, message):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InputError, match=message):
+        check_output_path(path)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_name_of_255_bytes_gets_a_temporary_name_that_fits(tmp_path):
+    target = tmp_path / ("r" * 250 + ".json")
+    write_output(target, "{}")
+    assert target.read_text() == "{}" and [p.name for p in tmp_path.iterdir()] == [target.name]

@@ -82,3 +82,18 @@ def test_long_labels_are_cut_in_a_comparison_png():
     ax = png._comparison_figure(Figure, c).axes[0]
     texts = [ax.get_title()] + [t.get_text() for t in ax.get_legend().get_texts()]
     assert all(len(t) < 400 for t in texts) and any("L…" in t for t in texts)
+
+
+def test_a_name_holding_newlines_cannot_forge_lines_of_the_report():
+    """A class name or label is one field: its newlines are escaped, so it cannot print a fake
+    advice block under the real report."""
+    from warmprof.render.safe import one_line
+
+    forged = "Net\n  advice:\n    - no warm-up needed"
+    r = trace_report({"jit_compile": 3.0})
+    r.model = forged
+    r.notes = ["a note\n  advice:\n    - forged"]
+    text = str(r)
+    assert "\n  advice:\n    - no warm-up needed" not in text and "\n    - forged" not in text
+    assert one_line(forged) in text
+    assert one_line("a\tb\n") == "a\\x09b\\x0a"

@@ -9,6 +9,7 @@ that folder, so a child that dies or exits without its report is an error that s
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import getpass
 import importlib.util
 import os
@@ -21,6 +22,8 @@ import threading
 from typing import Any, Callable, Iterator, Mapping
 
 from ..errors import ModelError, WarmprofError
+from ..fileio import classify, stream_fd
+from ..progress import say_on_stderr
 
 # Every on-disk cache a first pass may find warm, by the variable that moves it: what it holds, and
 # where it is when the variable is unset ({tmp}: the temp folder, {home}: ~, {xdg}: XDG_CACHE_HOME,
@@ -55,8 +58,15 @@ EXPLAINED = "explained"  # the child stopped with its own one-line error (or "in
 GRACE_S = 5.0  # a stopped child gets this long after SIGTERM before SIGKILL
 
 
+STOPPING = (signal.SIGTERM, signal.SIGHUP)  # each stops the child and cleans up, as Ctrl-C does
+
+
 class Terminated(BaseException):
-    """SIGTERM, raised like KeyboardInterrupt so the cleanup on the way out runs."""
+    """SIGTERM or SIGHUP, raised like KeyboardInterrupt so the cleanup on the way out runs."""
+
+    def __init__(self, signum: int = signal.SIGTERM) -> None:
+        super().__init__(signum)
+        self.signum = int(signum)
 
 
 def require_torch() -> None:
@@ -75,21 +85,32 @@ def import_torch() -> Any:
 
 
 def save_and_print(report: Any, json_path: str | None) -> int:
-    """The JSON first, so a stdout that breaks while the text is printed (`| head`) loses nothing."""
-    path = report.save(json_path) if json_path else None
+    """The JSON first, so a stdout that breaks while the text is printed (`| head`) loses nothing;
+    and the text even when the JSON cannot be written (the write's error is raised after it)."""
+    try:
+        path = report.save(json_path) if json_path else None
+    except WarmprofError:
+        _print_report(report)
+        raise
+    code = _print_report(report)
+    if path:
+        say_on_stderr(f"\nreport saved to {path}")
+    return code
+
+
+def _print_report(report: Any) -> int:
     try:
         print(report, end="", flush=True)
-        code = 0
+        return 0
     except BrokenPipeError:
         # The reader left: send the rest to /dev/null so Python's exit flush stays quiet, and end
         # as SIGPIPE would have ended any other writer in a pipeline.
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
-        code = 128 + signal.SIGPIPE
-    if path:
-        print(f"\nreport saved to {path}", file=sys.stderr)
-    return code
+        return 128 + signal.SIGPIPE
+    except (OSError, ValueError):  # stdout closed: the report is in the JSON, if one was asked for
+        return 1
 
 
 # ---- the child's side -----------------------------------------------------------------------
@@ -118,7 +139,7 @@ class Status:
         def say(msg: str) -> None:
             self.write(phase(msg))
             if not quiet:
-                print(f"warmprof: {msg}", file=sys.stderr, flush=True)
+                say_on_stderr(f"warmprof: {msg}")
 
         return say
 
@@ -149,22 +170,33 @@ def caches_in_use(env: Mapping[str, str]) -> dict[str, str]:
 # ---- the parent's side ----------------------------------------------------------------------
 
 
-def run_child(argv: list[str], cache: str, quiet: bool) -> int:
+def fds_named(path: str | None) -> tuple[int, ...]:
+    """The descriptor an output path like /dev/fd/3 (or a link to it) names, for the child to
+    inherit: it starts with only 0, 1 and 2 open."""
+    if not path:
+        return ()
+    kind, target = classify(path)
+    fd = stream_fd(target) if kind == "stream" else None
+    return (fd,) if fd is not None and fd > 2 else ()
+
+
+def run_child(argv: list[str], cache: str, quiet: bool, pass_fds: tuple[int, ...] = ()) -> int:
     """Run `python -m warmprof <argv>` in a fresh process; its exit code, or a ModelError saying
-    how it died. SIGTERM here stops it and ends with 143, as Ctrl-C ends with 130."""
+    how it died. SIGTERM or SIGHUP here stops it (and what it started) and ends with 128 + the
+    signal, as Ctrl-C ends with 130; if this process is killed outright, the child gets SIGTERM."""
     if cache == "keep" and not quiet:
         _say_kept()
     try:
         with _sigterm_raises():
             tmp = _make_temp_folder()
             try:
-                rc, status = _spawn_and_wait(argv, tmp, cache)
+                rc, status = _spawn_and_wait(argv, tmp, cache, pass_fds)
             finally:
                 with _signals_held():  # a signal now must not leave half the folder behind
                     shutil.rmtree(tmp, ignore_errors=True)
-    except Terminated:
+    except Terminated as t:
         print("warmprof: terminated", file=sys.stderr)
-        return 128 + signal.SIGTERM
+        return 128 + t.signum
     return _outcome(rc, status)
 
 
@@ -196,12 +228,15 @@ def fresh_env(tmp: str) -> dict[str, str]:
     return env
 
 
-def _spawn_and_wait(argv: list[str], tmp: str, cache: str) -> tuple[int, str]:
+def _spawn_and_wait(argv: list[str], tmp: str, cache: str, pass_fds: tuple[int, ...]) -> tuple[int, str]:
     env = fresh_env(tmp) if cache == "fresh" else dict(os.environ)
     status = os.path.join(tmp, STATUS_FILE)
     proc = None
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "warmprof", *argv, "--status-file", status], env=env)
+        # A process group of its own, so stopping it stops what the model started too; and a
+        # parent-death signal, so a parent killed outright (SIGKILL) does not leave it running.
+        proc = subprocess.Popen([sys.executable, "-m", "warmprof", *argv, "--status-file", status], env=env,
+                                pass_fds=pass_fds, preexec_fn=_child_setup)
         rc = proc.wait()
     except BaseException:  # Ctrl-C or SIGTERM: the child must not outlive us
         if proc is not None:
@@ -214,13 +249,31 @@ def _spawn_and_wait(argv: list[str], tmp: str, cache: str) -> tuple[int, str]:
         return rc, ""
 
 
+def _child_setup() -> None:
+    """In the child, before exec: a process group of its own, and SIGTERM when the parent dies
+    (Linux prctl PR_SET_PDEATHSIG)."""
+    os.setpgid(0, 0)
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGTERM), 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the signal handlers above still cover SIGTERM/SIGHUP
+        pass
+
+
 def _stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
+    """SIGTERM to the child's whole group (the model's own subprocesses too), SIGKILL after GRACE_S."""
+    _signal_group(proc, signal.SIGTERM)
     try:
         proc.wait(GRACE_S)
     except subprocess.TimeoutExpired:
-        proc.kill()
+        _signal_group(proc, signal.SIGKILL)
         proc.wait()
+    _signal_group(proc, signal.SIGKILL)  # what the group left behind
+
+
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, sig)
 
 
 def _outcome(rc: int, status: str) -> int:
@@ -246,20 +299,22 @@ def _sigterm_raises() -> Iterator[None]:
         return
 
     def handler(signum: int, frame: Any) -> None:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        raise Terminated
+        for sig in STOPPING:
+            signal.signal(sig, signal.SIG_IGN)
+        raise Terminated(signum)
 
-    previous = signal.signal(signal.SIGTERM, handler)
+    previous = {sig: signal.signal(sig, handler) for sig in STOPPING}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+        for sig, before in previous.items():
+            signal.signal(sig, signal.SIG_DFL if before is None else before)
 
 
 @contextlib.contextmanager
 def _signals_held() -> Iterator[None]:
     """SIGINT and SIGTERM wait until the block is done, then act as usual."""
-    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, *STOPPING})
     try:
         yield
     finally:

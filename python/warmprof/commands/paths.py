@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 from ..errors import InputError
-from ..fileio import REFUSED, WRITTEN_IN_PLACE, classify, refusal
+from ..fileio import REFUSED, WRITTEN_IN_PLACE, classify, refusal, stream_fd
 
 
 def check_output_path(path: str, option: str = "--json") -> None:
@@ -22,13 +22,28 @@ def check_output_path(path: str, option: str = "--json") -> None:
         kind, target = classify(path)
     except OSError as e:  # e.g. a folder on the way that cannot be searched
         raise InputError(f"{option} {path}: cannot be used ({e.strerror or e})") from None
+    if kind == "stream":
+        _check_stream(path, stream_fd(target), option)
+        return
     if kind in WRITTEN_IN_PLACE:
         return
+    if kind == "directory" or path.endswith(os.sep):  # "out/" names a folder, even one not made yet
+        raise InputError(f"{option} {path}: is a directory; give a file path inside it")
+    if os.path.basename(path) == "-":
+        raise InputError(f"{option} -: give a file name (or /dev/stdout for standard output)")
     if kind == "directory":
         raise InputError(f"{option} {path}: is a directory; give a file path inside it")
     if kind in REFUSED:
         raise InputError(f"{option} {path}: {refusal(kind, target)}")
     _check_file(path, Path(target), option)
+
+
+def _check_stream(path: str, fd: int, option: str) -> None:
+    """/dev/stdout, /dev/fd/N: the descriptor must be open here (a trace's child gets it passed)."""
+    try:
+        os.fstat(fd)
+    except OSError:
+        raise InputError(f"{option} {path}: file descriptor {fd} is not open in this process") from None
 
 
 def _check_file(path: str, p: Path, option: str) -> None:

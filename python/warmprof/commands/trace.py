@@ -103,7 +103,7 @@ def _child_argv(args: argparse.Namespace) -> list[str]:
 
 def _run_child(args: argparse.Namespace) -> int:
     child.require_torch()
-    return child.run_child(_child_argv(args), args.cache, args.quiet)
+    return child.run_child(_child_argv(args), args.cache, args.quiet, pass_fds=child.fds_named(args.json))
 
 
 def _target_taken_by_compile(args: argparse.Namespace) -> None:

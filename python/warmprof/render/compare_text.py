@@ -6,7 +6,7 @@ import string
 from typing import Any
 
 from .base import Renderer
-from .safe import safe_text
+from .safe import one_line, safe_text
 
 _WIDE = 100  # a "differs" line longer than this is stacked, one report per line
 
@@ -44,7 +44,7 @@ def subject(report: Any) -> str:
     shape = f" ({', '.join(str(d) for d in report.shape)})" if report.shape else ""
     dtype = f" {report.dtype}" if report.dtype else ""
     comp = f", compile={report.compile}" if report.compile else ""
-    return f"{report.model}{shape}{dtype}{comp}"
+    return one_line(f"{report.model}{shape}{dtype}{comp}")
 
 
 def _letters(n: int) -> list[str]:
@@ -53,12 +53,13 @@ def _letters(n: int) -> list[str]:
 
 
 def _legend(c: Any, letters: list[str]) -> list[str]:
-    width = max(len(lab) for lab in c.labels)
+    labels = [one_line(lab) for lab in c.labels]  # a label is one line, whatever it holds
+    width = max(len(lab) for lab in labels)
     out = []
-    for letter, label, device, source, report in zip(letters, c.labels, c.devices, c.sources, c.reports or [None] * len(c.labels)):
+    for letter, label, device, source, report in zip(letters, labels, c.devices, c.sources, c.reports or [None] * len(labels)):
         what = subject(report)
-        src = f"  [{source}]" if source and source != label else ""
-        out.append(f"  {letter}  {label:<{width}}  {what + ' ' if what else ''}on {device}{src}")
+        src = f"  [{one_line(source)}]" if source and source != label else ""
+        out.append(f"  {letter}  {label:<{width}}  {what + ' ' if what else ''}on {one_line(device)}{src}")
     return out
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .base import Renderer
+from .safe import one_line
 
 
 def _ms(v: float) -> str:
@@ -42,9 +43,9 @@ class TraceTextRenderer(Renderer):
     def render(self, report: Any) -> str:
         r = report
         lines: list[str] = []
-        what = f"{r.model}" + (f" {tuple(r.shape)}" if r.shape else "") + (f" {r.dtype}" if r.dtype else "")
+        what = one_line(r.model) + (f" {tuple(r.shape)}" if r.shape else "") + (f" {one_line(r.dtype)}" if r.dtype else "")
         mode = f"torch.compile({r.compile})" if r.compile else "eager"
-        lines.append(f"warmprof trace: {what} on {r.device}, {mode}")
+        lines.append(f"warmprof trace: {what} on {one_line(r.device)}, {one_line(mode)}")
         lines.append(f"  platform: {_platform_line(r.platform)}")
         lines.append(
             f"  first pass {_ms(r.first_pass_ms)} | seen-shape re-run {_ms(r.seen_rerun_ms)} | "
@@ -55,7 +56,7 @@ class TraceTextRenderer(Renderer):
         lines.append(f"  excess {_ms(r.excess_ms)} ({ratio:.1f}x steady); noise band {_ms(r.noise_band_ms)}")
         lines.append("")
         residual_source = "excess - attributed"
-        rows = [(c, c.source + (f" x{c.count}" if c.count > 1 else "")) for c in sorted(r.causes, key=lambda c: -c.ms)]
+        rows = [(c, one_line(c.source) + (f" x{c.count}" if c.count > 1 else "")) for c in sorted(r.causes, key=lambda c: -c.ms)]
         width = min(max([len(residual_source), 6] + [len(src) for _, src in rows]), 48)
         lines.append(f"  {'cause':<20} {'ms':>10} {'share':>6}  {'evidence':<9} {'source':<{width}} where")
         lines.append(f"  {'-' * 20} {'-' * 10} {'-' * 6}  {'-' * 9} {'-' * width} {'-' * 20}")
@@ -64,7 +65,7 @@ class TraceTextRenderer(Renderer):
                 src = src[: width - 3] + "..."
             lines.append(
                 f"  {c.cause:<20} {_cause_ms(c.ms):>10} {c.share:>6.1%}  {c.evidence:<9} {src:<{width}} "
-                f"{c.module or '-'}"
+                f"{one_line(c.module) or '-'}"
             )
         within = "within" if abs(r.unattributed_ms) <= r.noise_band_ms else "outside"
         # A share of a negative residual means nothing: the causes overshoot the excess (see notes).
@@ -77,7 +78,7 @@ class TraceTextRenderer(Renderer):
         if where and r.unattributed_ms > r.noise_band_ms:
             lines.append(f"  unattributed sits in (each module's own time outside causes, first pass less seen re-run; "
                          f"largest {len(where)}):")
-            lines.extend(f"    {w['module']:<40} {_ms(w['ms']):>10}" for w in where)
+            lines.extend(f"    {one_line(w['module']):<40} {_ms(w['ms']):>10}" for w in where)
         paid_again = [c for c in r.seen_rerun_causes if c.cause != "profiler_overhead"]  # warmprof's own, every pass
         if paid_again:
             rerun = ", ".join(f"{c.cause}/{c.source} {_ms(c.ms)}" for c in paid_again[:4])
@@ -95,7 +96,7 @@ class TraceTextRenderer(Renderer):
         for m in r.modules:
             causes = {k: v for k, v in m["causes"].items() if k != "profiler_overhead" and v > 0}
             if causes:
-                top.append((m["module"], sum(causes.values()), causes))
+                top.append((one_line(m["module"]), sum(causes.values()), causes))
         top.sort(key=lambda t: -t[1])
         if top:
             lines.append("")
@@ -106,9 +107,9 @@ class TraceTextRenderer(Renderer):
         if r.advice:
             lines.append("")
             lines.append("  advice:")
-            lines.extend(f"    - {a}" for a in r.advice)
+            lines.extend(f"    - {one_line(a)}" for a in r.advice)
         if r.notes:
             lines.append("")
             lines.append("  notes:")
-            lines.extend(f"    - {n}" for n in r.notes)
+            lines.extend(f"    - {one_line(n)}" for n in r.notes)
         return "\n".join(lines) + "\n"
