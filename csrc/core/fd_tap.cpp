@@ -67,10 +67,14 @@ bool write_all(int fd, const char* p, size_t n) {
   return true;
 }
 
-short poll_now(int fd) {
+short poll_now(int fd, int timeout_ms = 0) {
   pollfd pf{fd, POLLIN, 0};
-  return ::poll(&pf, 1, 0) > 0 ? pf.revents : 0;
+  return ::poll(&pf, 1, timeout_ms) > 0 ? pf.revents : 0;
 }
+
+// How long held bytes that may begin a oneDNN line wait for the rest before they are let through:
+// C stdio flushes a full buffer wherever it ends, so a prefix can come in two writes.
+constexpr int kHoldMs = 5;
 
 std::chrono::duration<double> seconds(double s) {
   if (!(s > 0)) s = 0;  // NaN too
@@ -252,6 +256,7 @@ class Tap final : public Splitter::Sink {
   bool exited = false;     // run() is done with every member but mu/cv
   OnWake on_wake = OnWake::kIgnore;
   bool committed = false;  // the reader is letting go of the read end for a handoff
+  bool abandoned = false;  // stop() gave up waiting: a committed reader drains to the end itself
 
   Fd read_fd, out_fd, wake_r, wake_w;
 
@@ -334,7 +339,7 @@ void Tap::read_loop() {
         return;
       }
       splitter_.feed(buf_.data(), size_t(k), *this);
-      if (splitter_.holding() && !(poll_now(fd) & POLLIN)) splitter_.release(*this);
+      if (splitter_.holding() && !(poll_now(fd, kHoldMs) & (POLLIN | POLLHUP))) splitter_.release(*this);
     }
     if (fds[1].revents) {
       if (let_go()) return;
@@ -369,7 +374,15 @@ void Tap::run() noexcept {
     }
     raw_drain();
   }
-  std::lock_guard<std::mutex> lk(mu);
+  // Checked and `exited` set under one lock: either stop() sees the reader done, or the reader
+  // sees that stop() gave up on a handoff and forwards the rest itself (else a late writer
+  // would fill the pipe and block forever on a read end nobody reads).
+  std::unique_lock<std::mutex> lk(mu);
+  if (committed && abandoned && !eof) {
+    lk.unlock();
+    raw_drain();
+    lk.lock();
+  }
   exited = true;
   cv.notify_all();
 }
@@ -478,6 +491,7 @@ Stopped stop(double grace_s, double busy_s) {
   if (!tap->cv.wait_for(lk, seconds(busy_s), [&] { return tap->exited; })) {
     // Stuck writing to a stdout that does not take bytes: it goes on to the pipe's end alone.
     if (!tap->committed) tap->on_wake = Tap::OnWake::kForward;
+    tap->abandoned = true;
     lk.unlock();
     st.thread.detach();
     return {"busy", -1};

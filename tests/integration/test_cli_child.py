@@ -51,6 +51,9 @@ class M(torch.nn.Module):
             sub = subprocess.Popen(["sleep", "300"])
             pathlib.Path(os.environ["WPH_SUBFILE"]).write_text(str(sub.pid))
             self.action = "block"
+        if self.action == "input":  # reads the terminal once, as pdb or input() would
+            self.action = ""
+            print("typed:", input("ready> "), flush=True)
         if self.action == "block":  # says it is in forward, then waits to be stopped
             pathlib.Path(os.environ["WPH_PIDFILE"]).write_text(str(os.getpid()))
             deadline = time.monotonic() + 300
@@ -358,3 +361,41 @@ def test_a_descriptor_that_is_not_open_is_refused_before_the_trace(model, tmp_pa
     p = _run(model, tmp_path, "", "--json", "/dev/fd/9")
     assert p.returncode == 2
     assert p.stderr.strip().splitlines()[-1] == "warmprof: error: --json /dev/fd/9: file descriptor 9 is not open in this process"
+
+
+def test_a_child_in_a_terminal_can_read_it(model, tmp_path):
+    """The child stays in the terminal's foreground group: a model that reads the terminal (input(),
+    pdb) gets its line instead of being stopped by SIGTTIN (in a group of its own, it hung)."""
+    import pty
+    import select
+
+    pid, master = pty.fork()
+    if pid == 0:  # the child: a session with the pty as its terminal, like a user's shell
+        try:
+            os.execve(sys.executable, _argv(model), _env(tmp_path, WPH_ACTION="input"))
+        finally:
+            os._exit(127)
+    seen, answered = b"", False
+    deadline = time.monotonic() + TIMEOUT
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 1)
+            if ready:
+                try:
+                    chunk = os.read(master, 4096)
+                except OSError:  # EIO: the other side closed, the run is over
+                    break
+                if not chunk:
+                    break
+                seen += chunk
+            if b"ready> " in seen and not answered:
+                os.write(master, b"hello\n")
+                answered = True
+        if time.monotonic() >= deadline:  # it hung: end it so the test fails instead of blocking
+            _kill_quietly(pid, group=True)
+        _, status = os.waitpid(pid, 0)
+    finally:
+        _kill_quietly(pid)
+        os.close(master)
+    assert b"typed: hello" in seen, seen[-2000:]
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, seen[-2000:]

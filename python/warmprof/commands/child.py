@@ -233,10 +233,12 @@ def _spawn_and_wait(argv: list[str], tmp: str, cache: str, pass_fds: tuple[int, 
     status = os.path.join(tmp, STATUS_FILE)
     proc = None
     try:
-        # A process group of its own, so stopping it stops what the model started too; and a
-        # parent-death signal, so a parent killed outright (SIGKILL) does not leave it running.
+        # In this process's group (a terminal's Ctrl-C, Ctrl-Z and reads reach it as they would
+        # the parent), with a parent-death signal, so a parent killed outright (SIGKILL) does not
+        # leave it running; stopping it stops what the model started too (_stop).
+        parent = os.getpid()
         proc = subprocess.Popen([sys.executable, "-m", "warmprof", *argv, "--status-file", status], env=env,
-                                pass_fds=pass_fds, preexec_fn=_child_setup)
+                                pass_fds=pass_fds, preexec_fn=lambda: _die_with(parent))
         rc = proc.wait()
     except BaseException:  # Ctrl-C or SIGTERM: the child must not outlive us
         if proc is not None:
@@ -249,31 +251,73 @@ def _spawn_and_wait(argv: list[str], tmp: str, cache: str, pass_fds: tuple[int, 
         return rc, ""
 
 
-def _child_setup() -> None:
-    """In the child, before exec: a process group of its own, and SIGTERM when the parent dies
-    (Linux prctl PR_SET_PDEATHSIG)."""
-    os.setpgid(0, 0)
+def _die_with(parent: int) -> None:
+    """In the child, before exec: SIGTERM when the parent dies (Linux prctl PR_SET_PDEATHSIG); if
+    the parent died before that was set, end now. The parent is single-threaded here (no torch)."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(1, int(signal.SIGTERM), 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
     except (OSError, AttributeError):  # not Linux: the signal handlers above still cover SIGTERM/SIGHUP
-        pass
+        return
+    if os.getppid() != parent:
+        os._exit(128 + signal.SIGTERM)
 
 
 def _stop(proc: subprocess.Popen) -> None:
-    """SIGTERM to the child's whole group (the model's own subprocesses too), SIGKILL after GRACE_S."""
-    _signal_group(proc, signal.SIGTERM)
+    """SIGTERM to the child and every process it started (the model's own subprocesses), SIGKILL
+    to what is left after GRACE_S. Its descendants are found before it ends (then they are orphans)."""
+    family = [_identity(proc.pid), *_descendants(proc.pid)]
+    _signal_all(family, signal.SIGTERM)
     try:
         proc.wait(GRACE_S)
     except subprocess.TimeoutExpired:
-        _signal_group(proc, signal.SIGKILL)
-        proc.wait()
-    _signal_group(proc, signal.SIGKILL)  # what the group left behind
+        pass
+    _signal_all(family + _descendants(proc.pid), signal.SIGKILL)
+    proc.wait()
 
 
-def _signal_group(proc: subprocess.Popen, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, sig)
+def _stat(pid: int) -> tuple[int, int] | None:
+    """(parent pid, start time) of a process, from /proc (None when it is gone or unreadable)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return int(fields[1]), int(fields[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _identity(pid: int) -> tuple[int, int]:
+    st = _stat(pid)
+    return pid, st[1] if st else -1
+
+
+def _descendants(pid: int) -> list[tuple[int, int]]:
+    """(pid, start time) of the processes below `pid` (Linux /proc; none where it cannot tell). The
+    start time makes sure a signal sent later reaches the same process, not a reused pid."""
+    children: dict[int, list[tuple[int, int]]] = {}
+    try:
+        entries = [int(e) for e in os.listdir("/proc") if e.isdigit()]
+    except OSError:
+        return []
+    for entry in entries:
+        st = _stat(entry)
+        if st is not None:
+            children.setdefault(st[0], []).append((entry, st[1]))
+    found, todo = [], [pid]
+    while todo:
+        for kid in children.get(todo.pop(), []):
+            found.append(kid)
+            todo.append(kid[0])
+    return found
+
+
+def _signal_all(processes: list[tuple[int, int]], sig: int) -> None:
+    for pid, started in processes:
+        st = _stat(pid)
+        if st is None or (started >= 0 and st[1] != started):  # gone, or the pid was reused
+            continue
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
 
 
 def _outcome(rc: int, status: str) -> int:

@@ -176,6 +176,7 @@ class StdoutTap:
         self._saved: int | None = None  # the real stdout, while fd 1 is the pipe
         self._pipe: int | None = None  # the pipe's inode: fd 1 is still ours only while it matches
         self._sent = 0  # marks written
+        self._pid = os.getpid()  # a process forked during the tap shares the pipe: it must not mark or stop
 
     def start(self) -> str:
         """Redirect fd 1 through the reader; return "" or why capture is impossible here."""
@@ -206,11 +207,11 @@ class StdoutTap:
         self._saved = saved
         return ""
 
-    def mark(self) -> None:
+    def mark(self) -> bool:
         """Wait until the reader has taken everything printed so far (a pass boundary), and hand
-        the lines tapped so far to on_line."""
-        if self._saved is None:
-            return
+        the lines tapped so far to on_line. False when no boundary could be marked."""
+        if self._saved is None or os.getpid() != self._pid:
+            return False
         flush_stdio()
         try:
             if os.fstat(1).st_ino != self._pipe:  # the model moved fd 1 itself: the token would show
@@ -218,17 +219,18 @@ class StdoutTap:
             os.write(1, self.token)  # short: one atomic write into the pipe
         except OSError as e:
             self.notes.append(f"could not mark a pass boundary in stdout: {e.strerror}")
-            return
+            return False
         self._sent += 1
         if not _native.tap_wait_mark(self._sent, MARK_TIMEOUT_S):  # the GIL is released meanwhile
             self.notes.append(f"stdout reader did not reach a pass boundary within {MARK_TIMEOUT_S:.0f} s: "
                               "oneDNN lines near it may be counted in the next pass")
         self._deliver()
+        return True
 
     def stop(self) -> None:
         """Give fd 1 back; never raises. Lines tapped to the end go to on_line."""
         saved = self._saved
-        if saved is None:
+        if saved is None or os.getpid() != self._pid:
             return
         try:
             self.mark()  # all our output is through: what is printed after goes straight out, in order

@@ -131,8 +131,12 @@ class OneDNN(Instrument):
     def end_pass(self, name: str) -> None:
         if self._tap is None:
             return
+        # mark() returns once every line printed in this pass has been read and handed over (by
+        # segment: the i-th boundary is _ends[i]); a boundary that could not be marked is taken
+        # back, so the lines go to the next one that is, not every later pass shifted by one.
         self._ends.append((name, now_ns()))
-        self._tap.mark()  # returns once every line printed in this pass has been read and handed over
+        if not self._tap.mark():
+            self._ends.pop()
 
     def _on_line(self, line: bytes, segment: int) -> None:
         """One oneDNN creation line, printed after `segment` pass ends (called at a pass end)."""
