@@ -370,3 +370,54 @@ def test_a_line_that_starts_like_onednn_but_never_ends_is_let_through(split):
     long_line = b"onednn_verbose," + b"z" * (MAX_LINE + 10)
     chunks = [long_line[:1000], long_line[1000:] + b"\nafter"]
     assert split(chunks, b"\0tok\0") == (long_line + b"\nafter", [])
+
+
+def test_a_pass_boundary_that_cannot_be_marked_does_not_shift_later_passes(capfdbinary, monkeypatch):
+    """One failed mark (fd 1 moved by the model, a write error) must not name every later segment
+    after the pass before it: its lines go to the next boundary that is marked."""
+    inst = OneDNN()
+    with inst:
+        inst.mark_pass("first")
+        os.write(1, MISS)
+        real_write = os.write
+        monkeypatch.setattr(os, "write", lambda fd, data: (_ for _ in ()).throw(OSError(5, "I/O error"))
+                            if data == inst._tap.token else real_write(fd, data))
+        inst.end_pass("first")  # cannot be marked
+        monkeypatch.setattr(os, "write", real_write)
+        inst.mark_pass("seen_rerun")
+        os.write(1, HIT)
+        inst.end_pass("seen_rerun")
+        inst.mark_pass("steady")
+        os.write(1, MISS)
+        inst.end_pass("steady")
+    assert counts(inst, "seen_rerun") == (1, 1)  # the first pass's line, with its own
+    assert counts(inst, "steady") == (1, 0)  # not shifted into the re-run's name
+    assert any("could not mark a pass boundary" in n for n in inst.notes)
+
+
+def test_a_process_forked_during_the_tap_does_not_mark_or_stop_the_parents():
+    """A forked copy that unwinds through the instrument (sys.exit in a model) shares the pipe: it
+    must not write a boundary into it, nor stop the parent's reader."""
+    p = run_child("""
+        import os, sys
+        from warmprof.instruments.onednn import OneDNN
+        MISS = %r
+        inst = OneDNN()
+        with inst:
+            inst.mark_pass("first")
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    inst.end_pass("first")
+                    inst.__exit__(None, None, None)
+                finally:
+                    os._exit(0)
+            os.waitpid(pid, 0)
+            os.write(1, MISS)
+            inst.end_pass("first")
+        s = inst.summary()["passes"]
+        notes = inst.notes
+        print("RESULT", s["first"]["cache_miss"], any("busy" in n for n in notes), file=sys.stderr)
+    """ % MISS, stdout=subprocess.DEVNULL)
+    assert p.returncode == 0, p.stderr
+    assert p.stderr.decode().strip().splitlines()[-1] == "RESULT 1 False"
