@@ -16,6 +16,8 @@ int64_t thread_count();     // threads of this process: links of /proc/self/task
 int64_t page_size();
 
 struct FaultCost {
+  // Touch time is the thread's CPU time (CLOCK_THREAD_CPUTIME_ID), not wall: waits for a core on
+  // a busy machine are not a cost of the faults.
   double ns_per_fault = 0;  // median over trials of (touch time / faults taken)
   double ns_per_page = 0;   // median over trials of (touch time / pages touched)
   int64_t faults = 0;       // faults seen in the median trial

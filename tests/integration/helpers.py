@@ -4,6 +4,7 @@ check that a trace left nothing behind."""
 from __future__ import annotations
 
 import os
+import time
 
 import torch
 from torch import nn
@@ -19,15 +20,18 @@ class FirstTouch(nn.Module):
         super().__init__()
         self.nbytes = nbytes
         self.buf = None
-        self.alloc_ms = None
+        self.alloc_ms = self.alloc_cpu_ms = None
         self.lin = nn.Linear(8, 8)
 
     def forward(self, x):
         if self.buf is None:
-            t0 = _native.now_ns()
+            t0, c0 = _native.now_ns(), time.thread_time_ns()
             buf = torch.empty(self.nbytes, dtype=torch.uint8)
             buf.numpy()[::4096] = 1  # one byte per page: single-threaded first touch
             self.alloc_ms = (_native.now_ns() - t0) / 1e6
+            # The CPU this thread spent (faults are kernel work on it): unlike the wall time, it
+            # leaves out the time a busy machine kept the thread waiting for a core.
+            self.alloc_cpu_ms = (time.thread_time_ns() - c0) / 1e6
             self.buf = buf
         return self.lin(x)
 

@@ -83,8 +83,9 @@ def test_onednn_creation_is_jit_compile_equal_to_onednn_own_times():
 
 
 def test_first_touch_allocation_is_estimated_close_to_its_measured_cost():
-    # Both sides are timings on a shared 2-core machine: up to three fresh fixtures, and the
-    # estimate must land within 1.5x of the fixture's own measurement in one of them.
+    # The fixture's own measure is the CPU its thread spent touching the pages: under a CPU hog its
+    # wall time also holds the time it waited for a core (the estimate was 0.46x of that), which
+    # is not a cost of the faults. Up to three fresh fixtures; within 1.5x in one of them.
     ratios = []
     for _ in range(3):
         model = FirstTouch(96 << 20)
@@ -92,7 +93,7 @@ def test_first_touch_allocation_is_estimated_close_to_its_measured_cost():
         est = [c for c in r.causes if c.cause == "allocator_growth" and c.source == "host_faults"]
         assert est and est[0].evidence == "estimated"
         assert est[0].module == "FirstTouch"
-        ratios.append(est[0].ms / model.alloc_ms)
+        ratios.append(est[0].ms / model.alloc_cpu_ms)
         if 1 / 1.5 <= ratios[-1] <= 1.5:
             break
     assert 1 / 1.5 <= ratios[-1] <= 1.5, ratios
