@@ -146,7 +146,15 @@ def test_compile_inside_a_module_inside_a_module_counts_once():
 def test_compiled_model_jit_is_top_and_matches_torch_own_figure():
     torch._dynamo.reset()
     model = nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 32))
-    r = warmprof.trace(model, (4, 32), compile=True, steady=10)
+    waits = {}
+
+    def progress(msg: str) -> None:  # the passes run on this thread: its run-queue wait per phase
+        waits[msg.split(" (")[0]] = _runqueue_wait_ms()
+
+    r = warmprof.trace(model, (4, 32), compile=True, steady=10, progress=progress)
+    # Time the pass's thread spent ready but without a core (a busy machine) is not a cost any
+    # instrument names yet (cpu_contention, issue 14): outside the compile spans it is unattributed.
+    waited_ms = waits["seen-shape re-run"] - waits["first pass"]
     top = r.top_cause()
     assert top.cause == "jit_compile" and top.evidence == "measured"
     jit_ms = sum(c.ms for c in r.causes if c.cause == "jit_compile")
@@ -157,7 +165,16 @@ def test_compiled_model_jit_is_top_and_matches_torch_own_figure():
     assert "torch.compile/dynamo" in sources
     dynamo_ms = sum(c.ms for c in r.causes if c.source == "torch.compile/dynamo")
     assert dynamo_ms > 0.5 * sum(c.ms for c in r.causes if c.source == "torch.compile")  # phases nest in the span
-    assert abs(r.unattributed_ms) <= max(0.10 * r.excess_ms, r.noise_band_ms)
+    assert abs(r.unattributed_ms) <= max(0.10 * r.excess_ms, r.noise_band_ms) + waited_ms, waited_ms
+
+
+def _runqueue_wait_ms() -> float:
+    """This thread's time runnable but not running, so far (schedstat's second field)."""
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            return int(f.read().split()[1]) / 1e6
+    except (OSError, IndexError, ValueError):  # no schedstat here: no allowance
+        return 0.0
 
 
 def test_an_instruments_span_evidence_reaches_the_report(monkeypatch):
