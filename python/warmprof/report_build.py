@@ -6,7 +6,7 @@ from typing import Any
 
 from . import __version__
 from .advice import advise
-from .attribution import PassAttribution, SpanRec, Summary, unattributed_where
+from .attribution import PassAttribution, Summary, unattributed_where
 from .platform import cuda_index, fingerprint
 from .report import CauseEntry, CounterSample, Report, Span
 from .timeline import CAUSE_NAMES, COUNTER, INSTANT, THINNED, Timeline, source_of

@@ -6,7 +6,6 @@ import concurrent.futures
 import time
 
 import pytest
-import torch
 from torch import nn
 
 import warmprof

@@ -16,7 +16,6 @@ import time
 import pytest
 
 from warmprof import _native
-from warmprof.instruments import fd_capture
 from warmprof.instruments.fd_capture import MAX_LINE, LineSplitter, StdoutTap
 from warmprof.instruments.onednn import OneDNN
 
