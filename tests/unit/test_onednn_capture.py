@@ -16,8 +16,10 @@ import time
 import pytest
 
 from warmprof import _native
-from warmprof.instruments.fd_capture import MAX_LINE, LineSplitter, StdoutTap
+from warmprof.instruments.fd_capture import StdoutTap
 from warmprof.instruments.onednn import OneDNN
+
+from splitter_reference import MAX_LINE, LineSplitter
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="no oneDNN in this torch")

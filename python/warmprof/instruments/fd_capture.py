@@ -13,24 +13,23 @@ into fd 1 and waits (without the GIL) until the reader has removed it. Tapped li
 the number of tokens removed before each, so each is known to come before or after each mark.
 
 Holding bytes: at a read's end the reader holds at most a prefix's or a token's length, in case
-the next read completes it. Both are written whole by one write() of at most PIPE_BUF bytes, which
-a pipe keeps together (oneDNN printf()s and fflush()es each line; the token is one os.write), so a
-held piece with nothing more in the pipe behind it cannot be the start of either, and goes out.
+the next read completes it. The token is one os.write, so a held piece of it is always completed;
+a prefix may be cut where C stdio flushed a full buffer, so a held piece waits a few milliseconds
+for the rest (kHoldMs in fd_tap.cpp) before it goes out as the user's.
 
 The end: stop() gives fd 1 back and the pipe ends once drained, unless a process started during
 the tap (a DataLoader worker, a subprocess) inherited it as its fd 1. Then, after a short grace,
 the read end goes to a helper process (`cat`, in a session of its own) that forwards that
 process's later output to the real stdout, after warmprof and even this process are gone.
 
-LineSplitter is the reader's stream logic in Python: the reference the native one is tested
-against (tests/unit/test_onednn_capture.py).
+The reader's stream logic in Python, the reference the native one is tested against, is in
+tests/unit/splitter_reference.py.
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
-import re
 import secrets
 import subprocess
 import sys
@@ -38,11 +37,9 @@ from typing import Callable
 
 from .. import _native
 
-MAX_LINE = 64 << 10  # longer than any oneDNN line: a "line" past this is the user's, let through
 MARK_TIMEOUT_S = 60.0  # a safety net only: the reader reaches a mark as soon as stdout takes the bytes
 GRACE_S = 0.5  # after fd 1 is back, the pipe ends at once unless another process still holds it
 BUSY_S = 5.0  # how long stop() waits for a reader stuck on a stdout that does not take bytes
-_LINE_END = re.compile(b"[\n\0]")
 _helpers: list[subprocess.Popen] = []  # forwarders started by stop(): kept, so they are reaped, not warned about
 
 _libc = None
@@ -70,96 +67,6 @@ def _close(*fds: int | None) -> None:
                 os.close(fd)
             except OSError:
                 pass
-
-
-class LineSplitter:
-    """The reader's stream logic, without descriptors: feed(bytes) in order, release() when the
-    pipe is empty, finish() at the end. Calls out(bytes) for passthrough, on_line(bytes, marks)
-    for a tapped line (from its prefix to its newline) and on_mark() for each token.
-
-    A prefix is looked for anywhere, not only after a newline: oneDNN's line may follow a partial
-    line of the user's ("loading..."), and then it is still oneDNN's write, not the user's text.
-    Memory: at most MAX_LINE plus one chunk."""
-
-    def __init__(self, prefixes: tuple[bytes, ...], token: bytes, out: Callable[[bytes], None],
-                 on_line: Callable[[bytes, int], None], on_mark: Callable[[], None]) -> None:
-        self.token = token
-        self.out, self.on_line, self.on_mark = out, on_line, on_mark
-        self.marks = 0
-        self._starts = (token, *prefixes)
-        self._special = re.compile(b"|".join(re.escape(x) for x in self._starts))
-        self._held = b""  # a chunk's end that may be the start of a token or a prefix
-        self._line: bytearray | None = None  # a tapped line being collected
-
-    def holding(self) -> bool:
-        return bool(self._held)
-
-    def feed(self, chunk: bytes) -> None:
-        data, self._held = self._held + chunk, b""
-        out: list[bytes] = []  # passthrough pieces, written together
-        i = 0
-        while i < len(data):
-            if self._line is not None:
-                i = self._collect(data, i, out)
-                continue
-            m = self._special.search(data, i)
-            if m is None:
-                keep = self._partial_start(data, i)
-                out.append(data[i:keep])
-                self._held = data[keep:]
-                break
-            out.append(data[i:m.start()])
-            if m.group() == self.token:
-                self._write(out)  # what came before the mark is out before the mark is seen
-                self.marks += 1
-                self.on_mark()
-                i = m.end()
-            else:
-                self._line = bytearray()  # collected from its prefix on
-                i = m.start()
-        self._write(out)
-
-    def release(self) -> None:
-        """The pipe is empty: a held end is not a token's or a prefix's start (each is written
-        whole by one write), so it is the user's."""
-        held, self._held = self._held, b""
-        if held:
-            self.out(held)
-
-    def finish(self) -> None:
-        self.release()
-        if self._line is not None:  # no newline before the end: not one of the tapped lines
-            self.out(bytes(self._line))
-            self._line = None
-
-    def _write(self, out: list[bytes]) -> None:
-        data = b"".join(out)
-        out.clear()
-        if data:
-            self.out(data)
-
-    def _partial_start(self, data: bytes, i: int) -> int:
-        """Where the longest end of data[i:] that could begin a token or a prefix starts."""
-        for c in range(max(i, len(data) - max(map(len, self._starts)) + 1), len(data)):
-            if any(x.startswith(data[c:]) for x in self._starts):
-                return c
-        return len(data)
-
-    def _collect(self, data: bytes, i: int, out: list[bytes]) -> int:
-        """Add to the tapped line up to its newline. A NUL (a token's first byte: never in
-        oneDNN's text) or a length past MAX_LINE says the "line" was the user's: let it through."""
-        m = _LINE_END.search(data, i)
-        nul = m is not None and m.group() == b"\0"
-        end = len(data) if m is None else m.start() if nul else m.end()  # a NUL is looked at again
-        if nul or len(self._line) + end - i > MAX_LINE:
-            out.extend((bytes(self._line), data[i:end]))
-            self._line = None
-        else:
-            self._line += data[i:end]
-            if m is not None:  # the newline
-                line, self._line = bytes(self._line), None
-                self.on_line(line, self.marks)
-        return end
 
 
 class StdoutTap:
