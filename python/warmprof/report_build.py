@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from . import __version__
 from .advice import advise
 from .attribution import PassAttribution, Summary, unattributed_where
@@ -45,9 +47,8 @@ def recorder_notes(tl: Timeline, passes: dict[str, PassAttribution]) -> list[str
     'warmprof:thinned' instants say when and to what), cause spans and pass times are kept."""
     notes = []
     ids = [i for i, n in enumerate(tl.names) if n == THINNED]
-    marks = [] if not ids or len(tl) == 0 else [
-        (int(t), int(v)) for t, k, n, v in zip(tl.ts_ns.tolist(), tl.kind.tolist(), tl.name.tolist(), tl.value.tolist())
-        if k == INSTANT and n == ids[0]]
+    at = (tl.kind == INSTANT) & (tl.name == ids[0]) if ids and len(tl) else np.zeros(len(tl), dtype=bool)
+    marks = list(zip(tl.ts_ns[at].tolist(), tl.value[at].tolist()))
     for name, att in passes.items():
         if not att.spans:
             continue

@@ -59,10 +59,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _render(fmt: str, report) -> str | bytes:
     """The whole output, rendered before anything is written: a failure leaves no half file."""
-    from ..render.safe import safe_text
-
     r = renderer(fmt)
-    out = safe_text(str(report)) if r is None else r.render(report)  # text reaches a terminal: no raw controls
+    out = str(report) if r is None else r.render(report)  # str(): control characters already made visible
     if isinstance(out, str) and not out.endswith("\n"):
         out += "\n"
     return out
