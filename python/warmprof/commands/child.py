@@ -84,35 +84,6 @@ def import_torch() -> Any:
     return torch
 
 
-def save_and_print(report: Any, json_path: str | None) -> int:
-    """The JSON first, so a stdout that breaks while the text is printed (`| head`) loses nothing;
-    and the text even when the JSON cannot be written (the write's error is raised after it)."""
-    try:
-        path = report.save(json_path) if json_path else None
-    except WarmprofError:
-        _print_report(report)
-        raise
-    code = _print_report(report)
-    if path:
-        say_on_stderr(f"\nreport saved to {path}")
-    return code
-
-
-def _print_report(report: Any) -> int:
-    try:
-        print(report, end="", flush=True)
-        return 0
-    except BrokenPipeError:
-        # The reader left: send the rest to /dev/null so Python's exit flush stays quiet, and end
-        # as SIGPIPE would have ended any other writer in a pipeline.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-        return 128 + signal.SIGPIPE
-    except (OSError, ValueError):  # stdout closed: the report is in the JSON, if one was asked for
-        return 1
-
-
 # ---- the child's side -----------------------------------------------------------------------
 
 

@@ -1,4 +1,5 @@
-"""Output paths every command checks before it does any work (trace, probe, show, compare).
+"""The commands' outputs: the paths every command checks before it does any work (trace, probe,
+show, compare), and a report saved then printed (trace, probe).
 
 The same classification as the writer (warmprof.fileio): a device, a FIFO or /dev/stdout is
 written in place and accepted as it is; a directory, block device, socket or dangling symlink is
@@ -8,10 +9,14 @@ refused; a file or a new name needs a writable folder that exists.
 from __future__ import annotations
 
 import os
+import signal
+import sys
 from pathlib import Path
+from typing import Any
 
-from ..errors import InputError
+from ..errors import InputError, WarmprofError
 from ..fileio import REFUSED, WRITTEN_IN_PLACE, classify, refusal, stream_fd
+from ..progress import say_on_stderr
 
 
 def check_output_path(path: str, option: str = "--json") -> None:
@@ -57,3 +62,32 @@ def _check_file(path: str, p: Path, option: str) -> None:
         raise InputError(f"{option} {path}: the directory {parent} is not writable")
     if p.exists() and not os.access(p, os.W_OK):
         raise InputError(f"{option} {path}: the file exists and is not writable")
+
+
+def save_and_print(report: Any, json_path: str | None) -> int:
+    """The JSON first, so a stdout that breaks while the text is printed (`| head`) loses nothing;
+    and the text even when the JSON cannot be written (the write's error is raised after it)."""
+    try:
+        path = report.save(json_path) if json_path else None
+    except WarmprofError:
+        _print_report(report)
+        raise
+    code = _print_report(report)
+    if path:
+        say_on_stderr(f"\nreport saved to {path}")
+    return code
+
+
+def _print_report(report: Any) -> int:
+    try:
+        print(report, end="", flush=True)
+        return 0
+    except BrokenPipeError:
+        # The reader left: send the rest to /dev/null so Python's exit flush stays quiet, and end
+        # as SIGPIPE would have ended any other writer in a pipeline.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 128 + signal.SIGPIPE
+    except (OSError, ValueError):  # stdout closed: the report is in the JSON, if one was asked for
+        return 1

@@ -28,8 +28,7 @@ def setup(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..probes import probe
-    from .child import save_and_print
-    from .paths import check_output_path
+    from .paths import check_output_path, save_and_print
 
     if args.json is not None:
         check_output_path(args.json)

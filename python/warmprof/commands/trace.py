@@ -17,7 +17,7 @@ from typing import Any
 
 from ..errors import InputError, WarmprofError
 from . import child
-from .paths import check_output_path
+from .paths import check_output_path, save_and_print
 
 NAME = "trace"
 HELP = "Trace a model's first pass and attribute its excess over a steady pass to causes."
@@ -169,4 +169,4 @@ def _trace_here(args: argparse.Namespace, status: child.Status) -> int:
         report.protocol["caches"] = (child.caches_in_use(os.environ) if args.cache == "keep"
                                      else {var: "fresh (removed after)" for var in child.CACHES})
     status.write("saving and printing the report")
-    return child.save_and_print(report, args.json)
+    return save_and_print(report, args.json)
