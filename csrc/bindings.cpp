@@ -302,10 +302,6 @@ PYBIND11_MODULE(_native, m) {
     if (recorder::enabled()) throw py::value_error("cannot release buffers while recording");
     recorder::release();
   }, "Return every recording buffer's pages to the system (after stop() and drain()).");
-  m.def("reserve_of", [](long long capacity) {
-    check_positive(capacity, "capacity");
-    return recorder::reserve_of(size_t(capacity));
-  }, py::arg("capacity"), "Records of a buffer of this capacity kept back from module records.");
   m.def("enabled", &recorder::enabled);
   m.def("intern", &recorder::intern, py::arg("name"), "Interned id of a span/counter name.");
   m.def("names", &recorder::names);

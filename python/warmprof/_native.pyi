@@ -100,9 +100,6 @@ def begin_section(sections_left: int) -> None:
 def release() -> None:
     """Return every recording buffer's pages to the system (after stop() and drain())."""
 
-def reserve_of(capacity: int) -> int:
-    """Records of a buffer of this capacity kept back from module records."""
-
 def enabled() -> bool: ...
 def intern(name: str) -> int:
     """Interned id of a span/counter name."""
