@@ -26,7 +26,7 @@ def backends() -> dict[str, dict]:
 _LAZY = {
     "trace": ("trace_api", "trace"),
     "probe": ("probes", "probe"),
-    "compare": ("compare_api", "compare"),
+    "compare": ("comparison", "compare"),
     "load": ("report", "load"),
 }
 

@@ -4,43 +4,35 @@ from __future__ import annotations
 
 from typing import Any
 
-_ADVICE = {
-    "jit_compile": {
-        "torch.compile": [
-            "Warm every input shape you serve before taking traffic; pad to a few fixed buckets, or mark the varying "
-            "dim dynamic (torch._dynamo.mark_dynamic) so one graph covers all lengths.",
-            "Keep inductor's cache across restarts (TORCHINDUCTOR_CACHE_DIR on a persistent volume, or "
-            "torch.compiler.save_cache_artifacts/load_cache_artifacts) so a fresh pod loads instead of compiling.",
-        ],
-        "onednn": [
-            "oneDNN generates a kernel per new shape: warm each served shape once at start-up (primitive cache "
-            "capacity: ONEDNN_PRIMITIVE_CACHE_CAPACITY).",
-        ],
-        "": ["Run one pass per served shape at start-up so code generation happens before traffic."],
-    },
-    "algorithm_selection": {
-        "": ["Algorithm search runs per new shape: warm the served shapes, or turn off benchmarking "
-             "(torch.backends.cudnn.benchmark=False) when shapes vary."],
-    },
-    "graph_capture": {
-        "": ["CUDA graphs are captured per shape: warm each bucket at start-up (cudagraph trees record on the 2nd call)."],
-    },
-    "allocator_growth": {
-        "": ["Memory pools grow on first use: a warm-up pass at the largest served shape pre-grows them; on CUDA, "
-             "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True reduces fresh cudaMalloc calls."],
-    },
-    "runtime_init": {
-        "": ["One-time runtime start-up (context, libraries, thread pools): do one tiny op on the device at process "
-             "start; on CUDA, CUDA_MODULE_LOADING=EAGER moves lazy kernel loading to start-up."],
-    },
-    "data_transfer": {
-        "": ["Stage weights on the device before serving (model.to(device) at start-up) and pin host buffers."],
-    },
-    "clock_ramp": {
-        "": ["The device clocks were low at the start: a short warm-up burst before traffic raises them."],
-    },
+from . import causes
+
+# Lines for one source of a cause, shown instead of the cause's generic line (causes.py) when that
+# source holds most of it.
+_BY_SOURCE = {
+    ("jit_compile", "torch.compile"): [
+        "Warm every input shape you serve before taking traffic; pad to a few fixed buckets, or mark the varying "
+        "dim dynamic (torch._dynamo.mark_dynamic) so one graph covers all lengths.",
+        "Keep inductor's cache across restarts (TORCHINDUCTOR_CACHE_DIR on a persistent volume, or "
+        "torch.compiler.save_cache_artifacts/load_cache_artifacts) so a fresh pod loads instead of compiling.",
+    ],
+    ("jit_compile", "onednn"): [
+        "oneDNN generates a kernel per new shape: warm each served shape once at start-up (primitive cache "
+        "capacity: ONEDNN_PRIMITIVE_CACHE_CAPACITY).",
+    ],
 }
 
+
+def _lines(cause: str, source: str) -> list[str]:
+    if (cause, source) in _BY_SOURCE:
+        return _BY_SOURCE[(cause, source)]
+    row = causes.get(cause)
+    if row is None:
+        return []
+    if row.advice:
+        return [row.advice]
+    if row.warmup_fixes:
+        return [f"{row.label} is a one-time cost: one pass per served shape at start-up moves it before traffic."]
+    return [f"{row.label} is not removed by a warm-up pass: it is paid on each call like this one."]
 
 def advise(report: Any, share_floor: float = 0.1, max_causes: int = 3) -> list[str]:
     """Advice for the causes holding at least `share_floor` of the excess, largest first.
@@ -56,7 +48,8 @@ def advise(report: Any, share_floor: float = 0.1, max_causes: int = 3) -> list[s
     totals: dict[str, float] = {}
     sources: dict[str, dict[str, float]] = {}
     for c in report.causes:
-        if c.cause in ("unattributed", "profiler_overhead"):
+        row = causes.get(c.cause)
+        if row is None or not row.blamed_on_model:
             continue
         totals[c.cause] = totals.get(c.cause, 0.0) + c.share
         base = c.source.split(":", 1)[0].split("/", 1)[0]
@@ -68,9 +61,8 @@ def advise(report: Any, share_floor: float = 0.1, max_causes: int = 3) -> list[s
     for cause, share in sorted(totals.items(), key=lambda kv: -kv[1])[:max_causes]:
         if share < share_floor:
             continue
-        table = _ADVICE.get(cause, {})
         top_source = max(sources[cause], key=sources[cause].get)
-        for i, line in enumerate(table.get(top_source, table.get("", []))):
+        for i, line in enumerate(_lines(cause, top_source)):
             head = f"{cause} ({share:.0%} of the {whole}, mostly {top_source})" if i == 0 else f"{cause}, also"
             lines.append(f"{head}: {line}")
     unattributed = report.unattributed_ms

@@ -23,7 +23,7 @@ from typing import Iterable
 
 import numpy as np
 
-from .timeline import BEGIN, CAUSE_NAMES, COUNTER, END, STRUCTURE, Timeline, source_of
+from .timeline import BEGIN, COUNTER, END, STRUCTURE, Timeline, cause_name, source_of
 
 FAULT_COUNTERS = ("host:minor_faults", "host:major_faults")
 THREAD_COUNTER = "host:threads"
@@ -300,7 +300,7 @@ def attribute_pass(
             free_by_module[mod] = free_by_module.get(mod, 0.0) + (b - a)
             continue
         src = source_of(cause_span.name)
-        p = part(CAUSE_NAMES.get(cause_span.cause, "unattributed"), src, evidence.get(src, "measured"))
+        p = part(cause_name(cause_span.cause), src, evidence.get(src, "measured"))
         p.ns += b - a
         mod = _module_of(mod_span)
         p.by_module[mod] = p.by_module.get(mod, 0.0) + (b - a)
@@ -376,7 +376,7 @@ def attribute_pass(
     result.parts = sorted(parts.values(), key=lambda p: -p.ns)
     # Estimates (faults, threads) and inferred figures sit in time no cause span covers: what is
     # left of that time after them is unexplained. Spans' own parts were never in free time.
-    span_sources = {(CAUSE_NAMES.get(s.cause, "unattributed"), source_of(s.name)) for s in counted}
+    span_sources = {(cause_name(s.cause), source_of(s.name)) for s in counted}
     unexplained = dict(free_by_module)
     for key, p in parts.items():
         if key in span_sources:

@@ -11,7 +11,7 @@ from .advice import advise
 from .attribution import PassAttribution, Summary, unattributed_where
 from .platform import cuda_index, fingerprint
 from .report import CauseEntry, CounterSample, Report, Span
-from .timeline import CAUSE_NAMES, COUNTER, INSTANT, THINNED, Timeline, source_of
+from .timeline import COUNTER, INSTANT, THINNED, Timeline, cause_name, source_of
 
 MAX_SPANS = 20000
 
@@ -82,7 +82,7 @@ def _spans(att: PassAttribution, pass_name: str) -> list[Span]:
     kept = [s for s in att.spans if s.cause != 0 or s.name.startswith(("module:", "pass:"))]
     for s in kept[:MAX_SPANS]:
         mod = s.name[len("module:"):] if s.name.startswith("module:") else ""
-        out.append(Span(pass_=pass_name, name=s.name, cause=CAUSE_NAMES.get(s.cause, ""), source=source_of(s.name),
+        out.append(Span(pass_=pass_name, name=s.name, cause=cause_name(s.cause), source=source_of(s.name),
                         module=mod, start_ms=(s.start_ns - t0) / 1e6, dur_ms=max(0, s.dur_ns) / 1e6,
                         depth=s.depth, thread=s.thread, value=s.value))
     return out

@@ -13,32 +13,23 @@ from typing import Iterator
 import numpy as np
 
 from . import _native
+from .causes import UNATTRIBUTED, recorded
 from .errors import WarmprofError
 
-# Stable cause ids, mirrored from csrc/core/causes.h (a test keeps them in sync).
-STRUCTURE = 0
-JIT_COMPILE = 1
-ALGORITHM_SELECTION = 2
-GRAPH_CAPTURE = 3
-ALLOCATOR_GROWTH = 4
-RUNTIME_INIT = 5
-DATA_TRANSFER = 6
-CLOCK_RAMP = 7
-PROFILER_OVERHEAD = 8
+# Cause ids come from the one table (causes.py, mirrored from csrc/core/causes.h); re-exported
+# here because instruments record through this module.
+from .causes import (  # noqa: E402,F401
+    ALGORITHM_SELECTION, ALLOCATOR_GROWTH, CLOCK_RAMP, DATA_TRANSFER, GRAPH_CAPTURE, JIT_COMPILE,
+    PROFILER_OVERHEAD, RUNTIME_INIT, STRUCTURE,
+)
 
-CAUSE_NAMES = {
-    JIT_COMPILE: "jit_compile",
-    ALGORITHM_SELECTION: "algorithm_selection",
-    GRAPH_CAPTURE: "graph_capture",
-    ALLOCATOR_GROWTH: "allocator_growth",
-    RUNTIME_INIT: "runtime_init",
-    DATA_TRANSFER: "data_transfer",
-    CLOCK_RAMP: "clock_ramp",
-    PROFILER_OVERHEAD: "profiler_overhead",
-}
-CAUSE_IDS = {v: k for k, v in CAUSE_NAMES.items()}
-# Every id a report may carry; "unattributed" is computed, never recorded.
-REPORT_CAUSES = tuple(CAUSE_NAMES.values()) + ("unattributed",)
+
+def cause_name(cause_id: int) -> str:
+    """The report name of a recorded cause id ("" for structure, "unattributed" if unknown)."""
+    if cause_id == STRUCTURE:
+        return ""
+    return recorded().get(int(cause_id), UNATTRIBUTED)
+
 
 BEGIN, END, INSTANT, COUNTER = 0, 1, 2, 3
 

@@ -7,7 +7,7 @@ from collections import defaultdict
 
 import pytest
 
-from test_compare_api import ORIN, probe_report, trace_report
+from factories import ORIN, probe_report, trace_report
 from warmprof.cli import main
 from warmprof.errors import ReportError
 from warmprof.render.chrome import ChromeTraceRenderer

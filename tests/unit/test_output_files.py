@@ -14,7 +14,7 @@ import threading
 
 import pytest
 
-from test_compare_api import trace_report
+from factories import trace_report
 from warmprof.cli import main
 from warmprof.commands.paths import check_output_path
 from warmprof.errors import InputError, ReportError

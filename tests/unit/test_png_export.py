@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
-from test_compare_api import ORIN, probe_report, trace_report
+from factories import ORIN, probe_report, trace_report
 from warmprof.cli import main
-from warmprof.compare_api import compare
+from warmprof.comparison import compare
 from warmprof.errors import InputError, WarmprofError
 
 matplotlib = pytest.importorskip("matplotlib", reason="PNG export needs the plot extra (matplotlib)")

@@ -11,7 +11,7 @@ import threading
 import pytest
 
 import warmprof
-from test_compare_api import trace_report
+from factories import trace_report
 from warmprof.cli import main
 from warmprof.errors import ReportError
 from warmprof.report.base import parse_json

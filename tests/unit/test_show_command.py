@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from test_compare_api import probe_report, trace_report
+from factories import probe_report, trace_report
 from warmprof.cli import main
 from warmprof.errors import ReportError
 

@@ -7,9 +7,9 @@ import re
 
 import pytest
 
-from test_compare_api import DESKTOP, probe_report, trace_report
+from factories import DESKTOP, probe_report, trace_report
 from warmprof.cli import main
-from warmprof.compare_api import compare
+from warmprof.comparison import compare
 from warmprof.errors import ReportError
 from warmprof.render.safe import safe_text
 

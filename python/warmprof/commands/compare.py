@@ -18,7 +18,7 @@ def setup(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..compare_api import compare
+    from ..comparison import compare
     from .paths import check_output_path
 
     for option, path in (("--png", args.png), ("--json", args.json)):

@@ -14,18 +14,13 @@ import json
 from collections import defaultdict
 from typing import Any
 
+from .. import causes
 from ..errors import ReportError
 from ..platform import describe_device
 from .base import Renderer
 
 PASSES = (("first", 1, "first pass"), ("seen_rerun", 2, "seen-shape re-run"), ("steady", 3, "steady pass"))
 _PASS_MS = {"first": "first_pass_ms", "seen_rerun": "seen_rerun_ms", "steady": "steady_median_ms"}
-# Reserved color names of the trace viewer, one per cause (Perfetto picks its own colors).
-_COLORS = {
-    "jit_compile": "terrible", "algorithm_selection": "bad", "graph_capture": "rail_animation",
-    "allocator_growth": "yellow", "runtime_init": "olive", "data_transfer": "rail_load",
-    "clock_ramp": "rail_idle", "profiler_overhead": "grey",
-}
 
 
 class ChromeTraceRenderer(Renderer):
@@ -91,8 +86,9 @@ def _slices(pid: int, whole_pass: str, spans: list[Any], pass_ms: float) -> list
 def _x(pid: int, tid: int, name: str, cat: str, start_ns: int, dur_ns: int, args: dict[str, Any]) -> dict[str, Any]:
     event = {"ph": "X", "name": name, "cat": cat, "pid": pid, "tid": tid,
              "ts": start_ns / 1000, "dur": max(dur_ns, 0) / 1000, "args": args}
-    if cat in _COLORS:
-        event["cname"] = _COLORS[cat]
+    cause = causes.get(cat)
+    if cause is not None:  # reserved colour names of the trace viewer (Perfetto picks its own)
+        event["cname"] = cause.chrome_colour
     return event
 
 

@@ -14,21 +14,12 @@ import io
 import textwrap
 from typing import Any
 
+from .. import causes
 from ..errors import WarmprofError
 from ..platform import describe_device
 from .base import Renderer
 from .compare_text import fmt_ms, subject
 
-CAUSE_LABELS = {
-    "jit_compile": "JIT compile", "algorithm_selection": "algorithm selection", "graph_capture": "graph capture",
-    "allocator_growth": "allocator growth", "runtime_init": "runtime init", "data_transfer": "data transfer",
-    "clock_ramp": "clock ramp", "profiler_overhead": "profiler overhead", "unattributed": "unattributed",
-}
-CAUSE_COLORS = {
-    "jit_compile": "#d62728", "algorithm_selection": "#ff7f0e", "graph_capture": "#9467bd",
-    "allocator_growth": "#bcbd22", "runtime_init": "#1f77b4", "data_transfer": "#17becf",
-    "clock_ramp": "#e377c2", "profiler_overhead": "#8c564b", "unattributed": "#d9d9d9",
-}
 STEADY_COLOR = "#7f7f7f"
 REPORT_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf")
 DPI = 120
@@ -69,7 +60,12 @@ def _matplotlib() -> tuple[Any, Any]:
 
 
 def _label(cause: str) -> str:
-    return _fit(CAUSE_LABELS.get(cause, cause.replace("_", " ")))
+    return _fit(causes.label(cause))
+
+
+def _colour(cause: str) -> str:
+    c = causes.get(cause)
+    return c.colour if c is not None else "#aaaaaa"
 
 
 def _fit(text: str, limit: int = NAME_CHARS) -> str:
@@ -94,7 +90,7 @@ def _trace_figure(Figure: Any, r: Any) -> Any:
         for key, ms in segments:
             label = None if key in seen else _legend_entry(key, r)
             seen.add(key)
-            ax.barh(y, ms, left=left, color=STEADY_COLOR if key == "steady" else CAUSE_COLORS.get(key, "#aaaaaa"),
+            ax.barh(y, ms, left=left, color=STEADY_COLOR if key == "steady" else _colour(key),
                     edgecolor="white", linewidth=0.6, hatch="//" if key == "unattributed" else None, label=label, height=0.6)
             left += ms
         over = left - total_ms

@@ -2,6 +2,6 @@
 
 from .base import SCHEMA_VERSION, ReportBase, load
 from .probe import ProbeReport
-from .trace import CAUSES, EVIDENCE, CauseEntry, CounterSample, Report, Span
+from .trace import CauseEntry, CounterSample, Report, Span
 
-__all__ = ["CAUSES", "EVIDENCE", "SCHEMA_VERSION", "CauseEntry", "CounterSample", "ProbeReport", "Report", "ReportBase", "Span", "load"]
+__all__ = ["SCHEMA_VERSION", "CauseEntry", "CounterSample", "ProbeReport", "Report", "ReportBase", "Span", "load"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from ..errors import ReportError
 
@@ -121,10 +121,18 @@ class Nullable(Spec):
 class OneOf(Spec):
     """A string from a fixed set; `noun` names it in the message ("unknown verdict 'magic'")."""
 
-    def __init__(self, noun: str, values: Iterable[str]) -> None:
+    def __init__(self, noun: str, values: Iterable[str] | Callable[[], Iterable[str]]) -> None:
         self.noun = noun
-        self.values = tuple(values)
-        self.what = f"one of {', '.join(self.values)}"
+        self._values = values if callable(values) else tuple(values)
+
+    @property
+    def values(self) -> tuple[str, ...]:
+        """The set as it is now (a callable is asked each time: the cause table can grow)."""
+        return tuple(self._values()) if callable(self._values) else self._values
+
+    @property
+    def what(self) -> str:
+        return f"one of {', '.join(self.values)}"
 
     def accepts(self, value: Any) -> bool:
         return isinstance(value, str) and value in self.values

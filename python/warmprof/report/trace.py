@@ -6,22 +6,12 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import causes
+from ..causes import EVIDENCE
 from ..errors import ReportError
 from . import schema as S
 from .base import SCHEMA_VERSION, ReportBase, non_negative, register_kind
 
-CAUSES = (
-    "jit_compile",
-    "algorithm_selection",
-    "graph_capture",
-    "allocator_growth",
-    "runtime_init",
-    "data_transfer",
-    "clock_ramp",
-    "profiler_overhead",
-    "unattributed",
-)
-EVIDENCE = ("measured", "estimated", "inferred", "residual")
 
 
 @dataclass
@@ -89,13 +79,13 @@ class CounterSample:
 
 # The JSON schema: every field a renderer (text, JSON, Chrome trace, PNG, compare) reads, checked at load.
 _CAUSE_ENTRY = S.Obj(
-    {"cause": S.OneOf("cause", CAUSES), "ms": S.NUM, "share": S.NUM, "evidence": S.OneOf("evidence", EVIDENCE),
+    {"cause": S.OneOf("cause", causes.names), "ms": S.NUM, "share": S.NUM, "evidence": S.OneOf("evidence", EVIDENCE),
      "source": S.STR},
     {"module": S.STR, "count": S.NON_NEGATIVE_INT, "detail": S.STR},
     extra=False,
 )
 _SPAN = S.Obj(
-    {"pass": S.STR, "name": S.STR, "cause": S.OneOf("cause", ("",) + CAUSES), "source": S.STR, "module": S.STR,
+    {"pass": S.STR, "name": S.STR, "cause": S.OneOf("cause", lambda: ("",) + causes.names()), "source": S.STR, "module": S.STR,
      "start_ms": S.NUM, "dur_ms": S.NUM, "depth": S.NON_NEGATIVE_INT},
     {"thread": S.INT, "value": S.NUM},
     extra=False,

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .causes import EVIDENCE
 from .errors import InputError, ReportError
 from .platform import describe_device
 from .report import SCHEMA_VERSION, ReportBase, load
@@ -158,7 +159,7 @@ def _cause_rows(reports: list[Any]) -> list[Row]:
             cell.share += c.share
             kinds.setdefault(c.cause, set()).add(c.evidence)
         for cause, cell in cells.items():
-            cell.evidence = "+".join(sorted(kinds[cause], key=_EVIDENCE_ORDER.index))
+            cell.evidence = "+".join(sorted(kinds[cause], key=EVIDENCE.index))
             if cell.ms is not None and cell.ms < 0:
                 cell.share = None  # a residual below zero has no share (the causes overshoot; see warnings)
         if "unattributed" not in cells:  # the residual lives in its own field when not listed
@@ -171,7 +172,6 @@ def _cause_rows(reports: list[Any]) -> list[Row]:
     return _by_largest_change(rows, last=("unattributed",))
 
 
-_EVIDENCE_ORDER = ["measured", "estimated", "inferred", "residual"]
 
 
 # -- probe reports (read through to_dict, the probe report's JSON contract) ---------------------

@@ -1,0 +1,134 @@
+"""The one table of causes: every cause warmprof can name, and everything derived from it.
+
+A row gives the cause's recorder id (mirrored from csrc/core/causes.h; a test parses that header
+and checks it), the name written in report JSON, the label and colours the renderers draw with,
+whether a warm-up pass removes it, and the advice line shown when it dominates. Timeline ids,
+report validation, PNG and Chrome colours and advice all read this table, so a new cause is one
+row here plus its meaning in shared/design/ARCHITECTURE.md (and, when instruments record it, one
+enum value in causes.h).
+
+Every lookup reads the table when called: `register()` (tests, extensions) is seen at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Iterator
+
+from .errors import WarmprofError
+
+
+@dataclass(frozen=True)
+class Cause:
+    """One cause of first-pass excess."""
+
+    id: int | None  # recorder id (csrc/core/causes.h); None: computed, never recorded
+    name: str  # the id in report JSON ("jit_compile")
+    label: str  # for people ("JIT compile")
+    colour: str  # PNG bar colour (#rrggbb)
+    chrome_colour: str  # a reserved colour name of the Chrome/Perfetto trace viewer
+    warmup_fixes: bool  # a warm-up pass at the served shapes moves it before traffic
+    blamed_on_model: bool = True  # False: warmprof's own cost, or the residual; never advised on
+    advice: str = ""  # the generic line when it dominates (traces/advice.py adds per-source lines)
+
+
+# Not a cause: passes, modules, phases (where, not why). Recorded with id 0.
+STRUCTURE = 0
+
+_ROWS: list[Cause] = [
+    Cause(1, "jit_compile", "JIT compile", "#d62728", "terrible", True,
+          advice="Run one pass per served shape at start-up so code generation happens before traffic."),
+    Cause(2, "algorithm_selection", "algorithm selection", "#ff7f0e", "bad", True,
+          advice="Algorithm search runs per new shape: warm the served shapes, or turn off benchmarking "
+                 "(torch.backends.cudnn.benchmark=False) when shapes vary."),
+    Cause(3, "graph_capture", "graph capture", "#9467bd", "rail_animation", True,
+          advice="CUDA graphs are captured per shape: warm each bucket at start-up (cudagraph trees record on "
+                 "the 2nd call)."),
+    Cause(4, "allocator_growth", "allocator growth", "#bcbd22", "yellow", True,
+          advice="Memory pools grow on first use: a warm-up pass at the largest served shape pre-grows them; on "
+                 "CUDA, PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True reduces fresh cudaMalloc calls."),
+    Cause(5, "runtime_init", "runtime init", "#1f77b4", "olive", True,
+          advice="One-time runtime start-up (context, libraries, thread pools): do one tiny op on the device at "
+                 "process start; on CUDA, CUDA_MODULE_LOADING=EAGER moves lazy kernel loading to start-up."),
+    Cause(6, "data_transfer", "data transfer", "#17becf", "rail_load", False,
+          advice="Stage weights on the device before serving (model.to(device) at start-up) and pin host buffers."),
+    Cause(7, "clock_ramp", "clock ramp", "#e377c2", "rail_idle", True,
+          advice="The device clocks were low at the start: a short warm-up burst before traffic raises them."),
+    Cause(8, "profiler_overhead", "profiler overhead", "#8c564b", "grey", False, blamed_on_model=False),
+    Cause(None, "unattributed", "unattributed", "#d9d9d9", "generic_work", False, blamed_on_model=False),
+]
+
+
+
+def _id(name: str) -> int:
+    return next(c.id for c in _ROWS if c.name == name and c.id is not None)
+
+
+# Recorder ids as constants, for instruments (`begin(JIT_COMPILE, ...)`).
+JIT_COMPILE = _id("jit_compile")
+ALGORITHM_SELECTION = _id("algorithm_selection")
+GRAPH_CAPTURE = _id("graph_capture")
+ALLOCATOR_GROWTH = _id("allocator_growth")
+RUNTIME_INIT = _id("runtime_init")
+DATA_TRANSFER = _id("data_transfer")
+CLOCK_RAMP = _id("clock_ramp")
+PROFILER_OVERHEAD = _id("profiler_overhead")
+
+UNATTRIBUTED = "unattributed"
+OWN = "profiler_overhead"
+
+# How a report knows a figure, strongest first.
+EVIDENCE = ("measured", "estimated", "inferred", "residual")
+
+
+def table() -> tuple[Cause, ...]:
+    """Every cause, in report order (the residual last)."""
+    return tuple(_ROWS)
+
+
+def names() -> tuple[str, ...]:
+    """Every cause name a report may carry, "unattributed" included."""
+    return tuple(c.name for c in _ROWS)
+
+
+def get(name: str) -> Cause | None:
+    for c in _ROWS:
+        if c.name == name:
+            return c
+    return None
+
+
+def label(name: str) -> str:
+    c = get(name)
+    return c.label if c is not None else name.replace("_", " ")
+
+
+def recorded() -> dict[int, str]:
+    """Recorder id -> cause name, for the causes instruments record (not the residual)."""
+    return {c.id: c.name for c in _ROWS if c.id is not None}
+
+
+def register(cause: Cause) -> None:
+    """Add a cause (placed before the residual). A name or recorder id already taken is refused."""
+    if get(cause.name) is not None:
+        raise WarmprofError(f"cause {cause.name!r} is already in the table")
+    if cause.id is not None and (cause.id == STRUCTURE or cause.id in recorded()):
+        raise WarmprofError(f"cause id {cause.id} is already taken")
+    _ROWS.insert(len(_ROWS) - 1, cause)
+
+
+def unregister(name: str) -> None:
+    if name == UNATTRIBUTED or get(name) is None:
+        raise WarmprofError(f"cannot remove cause {name!r}")
+    _ROWS[:] = [c for c in _ROWS if c.name != name]
+
+
+@contextlib.contextmanager
+def added(cause: Cause) -> Iterator[Cause]:
+    """The table with `cause` in it for the duration of the block."""
+    register(cause)
+    try:
+        yield cause
+    finally:
+        unregister(cause.name)

@@ -1,0 +1,81 @@
+"""Synthetic reports for tests (compare, chrome, png, show, terminal safety, output files).
+
+Consistent by construction: excess = causes + unattributed, spans nested inside modules. Import
+with `from factories import trace_report` (tests/ is on sys.path through its conftest.py).
+"""
+
+from __future__ import annotations
+
+from warmprof.report import CauseEntry, CounterSample, Report, Span
+from warmprof.report.probe import Prediction, ProbeReport, ShapeRow
+
+ORIN = {"os": "Ubuntu 22.04.4 LTS", "cpu": "ARM Cortex-A78AE", "cpu_count": 12, "jetson": "NVIDIA Jetson AGX Orin Developer Kit",
+        "power_mode": "MAXN", "gpu": "Orin integrated GPU (Ampere)", "python": "3.10.12", "torch": "2.5.0"}
+DESKTOP = {"os": "Ubuntu 22.04.4 LTS", "cpu": "AMD Ryzen 9 5950X 16-Core Processor", "cpu_count": 32,
+           "gpu": "NVIDIA GeForce RTX 4090", "cuda_driver": "550.54.14", "python": "3.10.12", "torch": "2.5.0"}
+
+
+def trace_report(causes: dict[str, float], *, steady: float = 4.0, unattributed: float = 1.5, model: str = "demo_lm",
+                 shape=(1, 64), device: str = "cpu", platform: dict | None = None, compile: str | None = None,
+                 version: str = "0.1.0", rerun_causes: dict[str, float] | None = None, steady_spans: int = 0) -> Report:
+    """A consistent trace report: excess = causes + unattributed, spans nested inside modules."""
+    excess = sum(causes.values()) + unattributed
+    first = steady + excess
+    entries = [CauseEntry(cause=c, ms=ms, share=ms / excess, evidence="measured", source=f"src_{c}", module="blocks.0", count=2)
+               for c, ms in causes.items()]
+    entries.append(CauseEntry(cause="unattributed", ms=unattributed, share=unattributed / excess, evidence="residual", source="residual"))
+    rerun = rerun_causes or {}
+    rerun_ms = steady + sum(rerun.values()) + 0.2
+    spans = [Span("first", "pass:first", "", "pass", "", 0.0, first, 0),
+             Span("first", "module:blocks.0", "", "module", "blocks.0", 0.1, first - 0.2, 1)]
+    t = 0.2
+    for c, ms in causes.items():
+        spans.append(Span("first", f"src_{c}:{c}", c, f"src_{c}", "blocks.0", t, ms * 0.9, 2, value=7))
+        t += ms * 0.9 + 0.01
+    # A child whose end overruns its parent by a rounding error, and a span on a second thread.
+    spans.append(Span("first", "module:blocks.0.mlp", "", "module", "blocks.0.mlp", first - 0.15, 0.05 + 1e-7, 2))
+    spans.append(Span("first", "onednn:create", "jit_compile", "onednn", "", 0.3, 0.2, 0, thread=1))
+    spans += [Span("seen_rerun", "pass:seen_rerun", "", "pass", "", 0.0, rerun_ms, 0),
+              Span("seen_rerun", "module:blocks.0", "", "module", "blocks.0", 0.05, rerun_ms - 0.1, 1)]
+    for i in range(steady_spans):
+        start = 100.0 * i
+        spans += [Span("steady", "pass:steady", "", "pass", "", start, steady + 0.1 * i, 0),
+                  Span("steady", "module:blocks.0", "", "module", "blocks.0", start + 0.05, steady / 2, 1)]
+    samples = [CounterSample("first", "host:minor_faults", t_ms, v) for t_ms, v in ((0.0, 1000), (first / 2, 1600), (first, 2100))]
+    samples += [CounterSample("first", "host:rss_bytes", t_ms, v) for t_ms, v in ((0.0, 2e8), (first, 2.5e8))]
+    samples += [CounterSample("seen_rerun", "host:minor_faults", t_ms, v) for t_ms, v in ((0.0, 2100), (rerun_ms, 2110))]
+    return Report(
+        model=model, shape=list(shape) if shape else None, device=device, first_pass_ms=first, seen_rerun_ms=rerun_ms,
+        steady_median_ms=steady, noise_band_ms=0.3, excess_ms=excess, unattributed_ms=unattributed, causes=entries,
+        platform=dict(platform if platform is not None else DESKTOP), dtype="float32", compile=compile, steady_passes=20,
+        attributed_ms=excess - unattributed,
+        seen_rerun_causes=[CauseEntry(c, ms, 0.0, "measured", f"src_{c}") for c, ms in rerun.items()],
+        spans=spans, counter_samples=samples, warmprof_version=version, created="2025-01-01T00:00:00Z",
+    )
+
+
+def shape_row(shape: list[int], first_ms: float, steady_ms: float, verdict: str, role: str = "new_shape") -> ShapeRow:
+    return ShapeRow(shape=shape, label="x".join(map(str, shape)), role=role, output_bytes=4096, first_ms=first_ms,
+                    steady_ms=steady_ms, steady_p10_ms=steady_ms * 0.9, steady_p90_ms=steady_ms * 1.2,
+                    ratio=first_ms / steady_ms, seen_rerun_ms=steady_ms * 1.1, alloc_hi_ms=0.2, keyed="shape", verdict=verdict)
+
+
+def probe_report(scale: float = 1.0, platform: dict | None = None, holds: bool = True, ops: tuple[str, ...] = ("matmul", "softmax"),
+                 backend: str = "compile") -> ProbeReport:
+    rows = {
+        "matmul": [shape_row([64, 64, 64], 30.0 * scale, 0.05, "compile", "op_first"),
+                   shape_row([96, 64, 32], 25.0, 0.04, "compile")],
+        "softmax": [shape_row([1, 1024], 2.0, 0.02, "allocation", "op_first"), shape_row([3, 1024], 0.03, 0.02, "launch")],
+    }
+    return ProbeReport(
+        device="cuda", backend=backend,
+        bands={"launch": {"lo_ms": 0.001, "hi_ms": 0.01, "how": "trivial op"},
+               "allocation": {"lo_ms": 0.01, "hi_ms": 0.5, "how": "fresh allocation"},
+               "compile": {"lo_ms": 0.5, "hi_ms": None, "how": "above allocation"}},
+        ops={op: rows[op] for op in ops}, shape_vs_size=[],
+        bucketing={"K": 8, "B": 2, "distinct": {"compiles": 8, "wall_ms": 120.0}, "bucketed": {"compiles": 2, "wall_ms": 31.0},
+                   "default_dynamic": None},
+        predictions=[Prediction("P1", "first call >> steady at new shapes", True, "median first/steady: matmul 600x"),
+                     Prediction("P3", "keyed on shape, not size", holds, "both pay > 5x? matmul 64x64 12x / 32x128 1.1x")],
+        platform=dict(platform if platform is not None else DESKTOP), warmprof_version="0.1.0",
+    )
