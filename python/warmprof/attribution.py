@@ -420,13 +420,24 @@ def summarize(first_pass_ms: float, steady_median_ms: float, noise_band_ms: floa
     return Summary(excess, attributed_ms, unattributed, noise_band_ms, abs(unattributed) <= noise_band_ms)
 
 
-def steady_stats(times_ms: list[float]) -> dict[str, float]:
+@dataclass(frozen=True)
+class SteadyStats:
+    """The steady passes' times: median, p10, p90, the noise band and how many passes."""
+
+    median: float
+    p10: float
+    p90: float
+    noise_band: float
+    n: int
+
+
+def steady_stats(times_ms: list[float]) -> SteadyStats:
     """Median, p10, p90 and the noise band (p90 - p10, at least the MAD-based spread)."""
     if not times_ms:
-        return {"median": 0.0, "p10": 0.0, "p90": 0.0, "noise_band": 0.0, "n": 0}
+        return SteadyStats(0.0, 0.0, 0.0, 0.0, 0)
     a = np.asarray(times_ms, dtype=float)
     med = float(np.median(a))
     p10, p90 = (float(x) for x in np.percentile(a, [10, 90]))
     mad = float(np.median(np.abs(a - med)))
     band = max(p90 - p10, 2.0 * 1.4826 * mad)
-    return {"median": med, "p10": p10, "p90": p90, "noise_band": band, "n": int(a.size)}
+    return SteadyStats(med, p10, p90, band, int(a.size))

@@ -108,7 +108,7 @@ def build_report(*, model: str, shape, dtype: str, device: str, compile, first: 
                  steady_faults: list[int], calibration: dict, instruments: list, timeline: Timeline,
                  warm_reasons: list[str], input_desc: str, created: str) -> Report:
     causes = _entries(first, summary.excess_ms)
-    rerun_excess = rerun.pass_ms - stats["median"]
+    rerun_excess = rerun.pass_ms - stats.median
     inst: dict[str, Any] = {i.name: i.summary() for i in instruments}
     notes: list[str] = []
     for i in instruments:
@@ -120,7 +120,7 @@ def build_report(*, model: str, shape, dtype: str, device: str, compile, first: 
     notes.extend(recorder_notes(timeline, {"first_pass": first, "seen_rerun": rerun}))
     if first.unmatched:
         notes.append(f"{first.unmatched} spans never closed in the first pass (closed at its end)")
-    overshoot = overshoot_note(summary.attributed_ms, summary.excess_ms, stats["noise_band"])
+    overshoot = overshoot_note(summary.attributed_ms, summary.excess_ms, stats.noise_band)
     if overshoot:
         notes.append(overshoot)
     if first.off_thread_ms > 0:
@@ -137,8 +137,8 @@ def build_report(*, model: str, shape, dtype: str, device: str, compile, first: 
     report = Report(
         model=model, shape=shape, device=device, dtype=dtype, compile=compile,
         first_pass_ms=first.pass_ms, seen_rerun_ms=rerun.pass_ms,
-        steady_median_ms=stats["median"], steady_p10_ms=stats["p10"], steady_p90_ms=stats["p90"],
-        steady_passes=stats["n"], noise_band_ms=stats["noise_band"],
+        steady_median_ms=stats.median, steady_p10_ms=stats.p10, steady_p90_ms=stats.p90,
+        steady_passes=stats.n, noise_band_ms=stats.noise_band,
         excess_ms=summary.excess_ms, attributed_ms=summary.attributed_ms, unattributed_ms=summary.unattributed_ms,
         causes=causes, seen_rerun_causes=_entries(rerun, rerun_excess),
         modules=modules,

@@ -427,7 +427,7 @@ def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, devic
                        window=windows[name])
         for name in PASSES
     )
-    summary = summarize(first.pass_ms, stats["median"], stats["noise_band"], first.attributed_ms)
+    summary = summarize(first.pass_ms, stats.median, stats.noise_band, first.attributed_ms)
     report = build_report(
         model=label or type(getattr(model, "_orig_mod", model)).__name__,
         shape=_shape_of(args[0]) if args else None,  # also for inputs=: the first input's, when it has a plain one

@@ -127,10 +127,10 @@ def test_negative_residual_within_noise_is_flagged_as_within():
 
 def test_steady_stats_band_and_median():
     st = steady_stats([10.0, 11.0, 9.0, 10.5, 30.0])
-    assert st["median"] == pytest.approx(10.5)
-    assert st["p10"] <= st["median"] <= st["p90"]
-    assert st["noise_band"] >= st["p90"] - st["p10"] - 1e-9
-    assert steady_stats([])["n"] == 0
+    assert st.median == pytest.approx(10.5)
+    assert st.p10 <= st.median <= st.p90
+    assert st.noise_band >= st.p90 - st.p10 - 1e-9
+    assert steady_stats([]).n == 0
 
 
 def test_extra_inferred_figures_are_added_as_given():
