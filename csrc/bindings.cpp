@@ -305,12 +305,6 @@ PYBIND11_MODULE(_native, m) {
   m.def("enabled", &recorder::enabled);
   m.def("intern", &recorder::intern, py::arg("name"), "Interned id of a span/counter name.");
   m.def("names", &recorder::names);
-  m.def("set_capacity", [](long long n) {
-    check_positive(n, "capacity");
-    if (recorder::enabled()) throw py::value_error("cannot change the capacity while recording");
-    recorder::set_capacity(size_t(n));
-  }, py::arg("records_per_thread"));
-  m.def("capacity", &recorder::capacity);
   m.def("drain", &drain_to_arrays,
         "Records of the current generation as numpy arrays (ts_ns, kind, cause, name, value, thread).");
   m.def("record_at", [](int kind, int cause, uint32_t name, long long value, uint64_t ticks) {
@@ -358,17 +352,6 @@ PYBIND11_MODULE(_native, m) {
     d["spread"] = c.spread;
     return d;
   }, py::arg("pairs"), py::arg("duration_ms"), "A fresh calibration (does not replace the cached one).");
-  m.def("_median", [](std::vector<double> values) {
-    for (double v : values)
-      if (std::isnan(v)) throw py::value_error("values must not contain NaN");
-    return clock::median(std::move(values));
-  }, py::arg("values"), "The clock calibration's median (for tests).");
-  m.def("_percentile", [](std::vector<double> values, double q) {
-    if (!(q >= 0.0 && q <= 1.0)) throw py::value_error("q must be within [0, 1]");
-    for (double v : values)
-      if (std::isnan(v)) throw py::value_error("values must not contain NaN");
-    return clock::percentile(std::move(values), q);
-  }, py::arg("values"), py::arg("q"));
 
   // Host counters and calibration probes.
   m.def("faults", [] {
@@ -431,9 +414,6 @@ PYBIND11_MODULE(_native, m) {
   m.def("cupti_classify", &backends::cupti::classify, py::arg("domain"), py::arg("cbid"),
         "Cause id for a CUPTI (domain, callback id), or -1 when ignored.");
   m.def("cupti_callback_name", &backends::cupti::callback_name, py::arg("domain"), py::arg("cbid"));
-  m.def("_cupti_inject", &backends::cupti::inject, py::arg("domain"), py::arg("cbid"),
-        py::arg("enter"), py::arg("ticks"), py::arg("value") = 0, py::arg("failed") = false,
-        "Test-only: deliver a synthetic CUPTI callback through the real handler.");
 
   // CUDA events (driver API): GPU-side pass times. Failures raise RuntimeError with the reason.
   m.def("cuda_event_record", [](uintptr_t stream) {
@@ -501,7 +481,31 @@ PYBIND11_MODULE(_native, m) {
     if (read_fd < 0 || out_fd < 0) throw py::value_error("read_fd and out_fd must be open descriptors");
     return fd_tap::forward(read_fd, out_fd);
   }, py::arg("read_fd"), py::arg("out_fd"), "Forward read_fd to out_fd on a detached thread until it ends (takes both).");
-  m.def("_tap_split", [](std::vector<std::string> chunks, std::vector<std::string> prefixes, py::bytes marker) {
+
+  // Test-only entry points, kept apart so the module's own surface is what the package uses:
+  // recorder capacity, the clock's statistics, synthetic CUPTI callbacks, the tap's splitter.
+  py::module_ t = m.def_submodule("_testing", "Test-only entry points (tests/, bench/), not the package's API.");
+  t.def("set_capacity", [](long long n) {
+    check_positive(n, "capacity");
+    if (recorder::enabled()) throw py::value_error("cannot change the capacity while recording");
+    recorder::set_capacity(size_t(n));
+  }, py::arg("records_per_thread"));
+  t.def("capacity", &recorder::capacity);
+  t.def("median", [](std::vector<double> values) {
+    for (double v : values)
+      if (std::isnan(v)) throw py::value_error("values must not contain NaN");
+    return clock::median(std::move(values));
+  }, py::arg("values"), "The clock calibration's median.");
+  t.def("percentile", [](std::vector<double> values, double q) {
+    if (!(q >= 0.0 && q <= 1.0)) throw py::value_error("q must be within [0, 1]");
+    for (double v : values)
+      if (std::isnan(v)) throw py::value_error("values must not contain NaN");
+    return clock::percentile(std::move(values), q);
+  }, py::arg("values"), py::arg("q"));
+  t.def("cupti_inject", &backends::cupti::inject, py::arg("domain"), py::arg("cbid"),
+        py::arg("enter"), py::arg("ticks"), py::arg("value") = 0, py::arg("failed") = false,
+        "Deliver a synthetic CUPTI callback through the real handler.");
+  t.def("tap_split", [](std::vector<std::string> chunks, std::vector<std::string> prefixes, py::bytes marker) {
     std::string mk = marker;
     if (mk.empty()) throw py::value_error("marker must not be empty");
     std::string out;
@@ -512,5 +516,5 @@ PYBIND11_MODULE(_native, m) {
     for (const std::string& l : lines) pylines.append(py::bytes(l));
     return py::make_tuple(py::bytes(out), pylines, segments);
   }, py::arg("chunks"), py::arg("prefixes"), py::arg("marker"),
-     "Test-only: the reader's splitter over chunks (b'' = the pipe is empty here): (passthrough, lines, segments).");
+     "The reader's splitter over chunks (b'' = the pipe is empty here): (passthrough, lines, segments).");
 }

@@ -105,8 +105,6 @@ def intern(name: str) -> int:
     """Interned id of a span/counter name."""
 
 def names() -> list[str]: ...
-def set_capacity(records_per_thread: int) -> None: ...
-def capacity() -> int: ...
 def drain() -> _Drained:
     """Records of the current generation as numpy arrays (ts_ns, kind, cause, name, value, thread)."""
 
@@ -129,10 +127,6 @@ def ns_to_ticks(ns: int) -> int: ...
 def calibrate_clock(pairs: int, duration_ms: float) -> _Calibration:
     """A fresh calibration (does not replace the cached one)."""
 
-def _median(values: list[float]) -> float:
-    """The clock calibration's median (for tests)."""
-
-def _percentile(values: list[float], q: float) -> float: ...
 
 # Host counters and calibration probes.
 def faults() -> tuple[int, int]:
@@ -159,10 +153,6 @@ def cupti_classify(domain: int, cbid: int) -> int:
     """Cause id for a CUPTI (domain, callback id), or -1 when ignored."""
 
 def cupti_callback_name(domain: int, cbid: int) -> str: ...
-def _cupti_inject(
-    domain: int, cbid: int, enter: bool, ticks: int, value: int = 0, failed: bool = False
-) -> None:
-    """Test-only: deliver a synthetic CUPTI callback through the real handler."""
 
 # CUDA events (driver API): failures raise RuntimeError with the reason.
 def cuda_event_record(stream: int = 0) -> int:
@@ -193,5 +183,25 @@ def tap_stop(grace_s: float, busy_s: float) -> tuple[str, int]:
 def tap_forward(read_fd: int, out_fd: int) -> str:
     """Forward read_fd to out_fd on a detached thread until it ends (takes both)."""
 
-def _tap_split(chunks: list[bytes], prefixes: list[bytes], marker: bytes) -> tuple[bytes, list[bytes], list[int]]:
-    """Test-only: the reader's splitter over chunks (b'' = the pipe is empty here): (passthrough, lines, segments)."""
+# Test-only entry points (tests/, bench/): the submodule `_native._testing`.
+class _TestingModule:
+    @staticmethod
+    def set_capacity(records_per_thread: int) -> None: ...
+    @staticmethod
+    def capacity() -> int: ...
+    @staticmethod
+    def median(values: list[float]) -> float:
+        """The clock calibration's median."""
+
+    @staticmethod
+    def percentile(values: list[float], q: float) -> float: ...
+    @staticmethod
+    def cupti_inject(
+        domain: int, cbid: int, enter: bool, ticks: int, value: int = 0, failed: bool = False
+    ) -> None:
+        """Deliver a synthetic CUPTI callback through the real handler."""
+    @staticmethod
+    def tap_split(chunks: list[bytes], prefixes: list[bytes], marker: bytes) -> tuple[bytes, list[bytes], list[int]]:
+        """The reader's splitter over chunks (b'' = the pipe is empty here): (passthrough, lines, segments)."""
+
+_testing: _TestingModule

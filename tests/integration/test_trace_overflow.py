@@ -18,10 +18,10 @@ SMALL = 4096  # records per thread: a few hundred module calls
 
 @pytest.fixture
 def small_recorder():
-    previous = _native.capacity()
-    _native.set_capacity(SMALL)
+    previous = _native._testing.capacity()
+    _native._testing.set_capacity(SMALL)
     yield
-    _native.set_capacity(previous)
+    _native._testing.set_capacity(previous)
 
 
 class Planted(nn.Module):
@@ -95,7 +95,7 @@ class PoolModel(nn.Module):
 
 def test_a_thread_pool_model_is_not_charged_for_warmprof_buffers():
     r = warmprof.trace(PoolModel(8), (2, 8), steady=3)
-    pages_per_buffer = _native.capacity() * _native.RECORD_BYTES // _native.page_size()
+    pages_per_buffer = _native._testing.capacity() * _native.RECORD_BYTES // _native.page_size()
     faults = r.counters["first_pass_faults_outside_causes"]
     # 8 threads each pre-faulting a buffer inside the pass was 8 x 1,536 faults; the pool's
     # own cost (stacks, thread states) is far below one buffer.

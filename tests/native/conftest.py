@@ -8,6 +8,6 @@ from warmprof import _native
 @pytest.fixture
 def recorder_capacity():
     """set(n): records per thread for this test; the previous capacity comes back after it."""
-    previous = _native.capacity()
-    yield _native.set_capacity
-    _native.set_capacity(previous)
+    previous = _native._testing.capacity()
+    yield _native._testing.set_capacity
+    _native._testing.set_capacity(previous)

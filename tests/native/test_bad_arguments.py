@@ -49,9 +49,9 @@ def test_hot_entry_points_take_no_keywords(fn):
 
 
 COLD_CASES = [
-    (_native.set_capacity, (0,), ValueError, "capacity must be positive, got 0"),
-    (_native.set_capacity, (-5,), ValueError, "capacity must be positive, got -5"),
-    (_native.set_capacity, ("x",), TypeError, "incompatible function arguments"),
+    (_native._testing.set_capacity, (0,), ValueError, "capacity must be positive, got 0"),
+    (_native._testing.set_capacity, (-5,), ValueError, "capacity must be positive, got -5"),
+    (_native._testing.set_capacity, ("x",), TypeError, "incompatible function arguments"),
     (_native.calibrate_fault_cost, (-1,), ValueError, "bytes must be positive, got -1"),
     (_native.calibrate_fault_cost, (4096, 0), ValueError, "trials must be positive, got 0"),
     (_native.fresh_allocation_ns, (0,), ValueError, "bytes must be positive"),
@@ -68,10 +68,10 @@ COLD_CASES = [
     (_native.record_at, (0, 0, UNKNOWN, 0, 1), ValueError, "unknown name id"),
     (_native.intern, (5,), TypeError, "incompatible function arguments"),
     (_native.ticks_to_ns, (-1,), TypeError, "incompatible function arguments"),
-    (_native._median, (["a"],), TypeError, "incompatible function arguments"),
-    (_native._percentile, ([1.0, 2.0, 3.0], -1e12), ValueError, r"q must be within \[0, 1\]"),
-    (_native._percentile, ([1.0, 2.0, 3.0], 5.0), ValueError, r"q must be within \[0, 1\]"),
-    (_native._percentile, ([1.0, 2.0, 3.0], float("nan")), ValueError, r"q must be within \[0, 1\]"),
+    (_native._testing.median, (["a"],), TypeError, "incompatible function arguments"),
+    (_native._testing.percentile, ([1.0, 2.0, 3.0], -1e12), ValueError, r"q must be within \[0, 1\]"),
+    (_native._testing.percentile, ([1.0, 2.0, 3.0], 5.0), ValueError, r"q must be within \[0, 1\]"),
+    (_native._testing.percentile, ([1.0, 2.0, 3.0], float("nan")), ValueError, r"q must be within \[0, 1\]"),
 ]
 
 
@@ -82,10 +82,10 @@ def test_cold_functions_refuse_bad_arguments(fn, args, error, message):
 
 
 def test_a_refused_set_capacity_keeps_the_old_capacity():
-    before = _native.capacity()
+    before = _native._testing.capacity()
     with pytest.raises(ValueError):
-        _native.set_capacity(0)
-    assert _native.capacity() == before
+        _native._testing.set_capacity(0)
+    assert _native._testing.capacity() == before
 
 
 def test_cpp_span_cost_refuses_to_run_inside_a_recording_and_keeps_its_records():
@@ -98,10 +98,10 @@ def test_cpp_span_cost_refuses_to_run_inside_a_recording_and_keeps_its_records()
 
 
 def test_cpp_span_cost_refuses_a_buffer_too_small_for_a_span():
-    previous = _native.capacity()
-    _native.set_capacity(1)
+    previous = _native._testing.capacity()
+    _native._testing.set_capacity(1)
     try:
         with pytest.raises(ValueError, match="capacity of at least 2"):
             _native.cpp_span_cost_ns(NID, 10)
     finally:
-        _native.set_capacity(previous)
+        _native._testing.set_capacity(previous)

@@ -2,7 +2,7 @@
 
 The callback ids are parsed from this machine's toolkit headers (cupti_driver_cbid.h,
 cupti_callbacks.h), so the test checks the decoder against the real ids, not against copies.
-Each family goes through `_native._cupti_inject` -> the same handler the CUPTI callback calls ->
+Each family goes through `_native._testing.cupti_inject` -> the same handler the CUPTI callback calls ->
 the recorder, and is read back from a drained Recording.
 """
 
@@ -104,14 +104,14 @@ class Clock:
 
 def inject_call(clock: Clock, name: str, value: int = 0, body=None, failed: bool = False) -> None:
     cbid = DRIVER[name]
-    _native._cupti_inject(D, cbid, True, clock(), value)
+    _native._testing.cupti_inject(D, cbid, True, clock(), value)
     if body:
         body()
-    _native._cupti_inject(D, cbid, False, clock(), value, failed)
+    _native._testing.cupti_inject(D, cbid, False, clock(), value, failed)
 
 
 def inject_resource(clock: Clock, name: str, value: int = 0) -> None:
-    _native._cupti_inject(R, RESOURCE[name], True, clock(), value)
+    _native._testing.cupti_inject(R, RESOURCE[name], True, clock(), value)
 
 
 def records(tl: timeline.Timeline) -> list[tuple[int, int, str, int]]:
@@ -240,9 +240,9 @@ def test_launch_that_loads_a_module_is_runtime_init_lazy_load():
     kernel = next(_kernel_ids)
 
     def body(c):
-        _native._cupti_inject(D, DRIVER["cuLaunchKernel"], True, c(), kernel)
+        _native._testing.cupti_inject(D, DRIVER["cuLaunchKernel"], True, c(), kernel)
         inject_resource(c, "MODULE_LOADED", value=65536)
-        _native._cupti_inject(D, DRIVER["cuLaunchKernel"], False, c(), kernel)
+        _native._testing.cupti_inject(D, DRIVER["cuLaunchKernel"], False, c(), kernel)
 
     assert records(drained(body)) == [
         (BEGIN, RUNTIME_INIT, "cupti:lazy_load", 1),
@@ -255,9 +255,9 @@ def test_launch_that_loads_a_module_is_runtime_init_lazy_load():
 def test_launch_containing_a_load_call_is_lazy_load(load):
     def body(c):
         kernel = next(_kernel_ids)
-        _native._cupti_inject(D, DRIVER["cuLaunchKernelEx"], True, c(), kernel)
+        _native._testing.cupti_inject(D, DRIVER["cuLaunchKernelEx"], True, c(), kernel)
         inject_call(c, load)
-        _native._cupti_inject(D, DRIVER["cuLaunchKernelEx"], False, c(), kernel)
+        _native._testing.cupti_inject(D, DRIVER["cuLaunchKernelEx"], False, c(), kernel)
 
     assert records(drained(body)) == [
         (BEGIN, RUNTIME_INIT, "cupti:lazy_load", 1),
@@ -275,10 +275,10 @@ def test_module_load_inside_launch_inside_compile_nests_and_attributes():
         c = Clock()
         _native.record_at(BEGIN, STRUCTURE, pass_id, 0, c())
         _native.record_at(BEGIN, JIT_COMPILE, compile_id, 0, c())
-        _native._cupti_inject(D, DRIVER["cuLaunchKernel"], True, c(), kernel)
+        _native._testing.cupti_inject(D, DRIVER["cuLaunchKernel"], True, c(), kernel)
         inject_call(c, "cuModuleLoadData")
         inject_resource(c, "MODULE_LOADED", value=1024)
-        _native._cupti_inject(D, DRIVER["cuLaunchKernel"], False, c(), kernel)
+        _native._testing.cupti_inject(D, DRIVER["cuLaunchKernel"], False, c(), kernel)
         inject_call(c, "cuMemAlloc_v2", value=2 << 20)
         _native.record_at(END, JIT_COMPILE, compile_id, 0, c())
         _native.record_at(END, STRUCTURE, pass_id, 0, c())
@@ -322,8 +322,8 @@ def test_plain_launch_inside_compile_leaves_the_time_to_the_compile():
 
 def test_exit_without_enter_is_ignored():
     def body(c):
-        _native._cupti_inject(D, DRIVER["cuMemAlloc_v2"], False, c(), 8)
-        _native._cupti_inject(D, DRIVER["cuLaunchKernel"], False, c(), next(_kernel_ids))
+        _native._testing.cupti_inject(D, DRIVER["cuMemAlloc_v2"], False, c(), 8)
+        _native._testing.cupti_inject(D, DRIVER["cuLaunchKernel"], False, c(), next(_kernel_ids))
 
     assert records(drained(body)) == []
 
@@ -333,9 +333,9 @@ def test_deep_nesting_past_the_frame_limit_stays_balanced():
 
     def body(c):
         for _ in range(depth):
-            _native._cupti_inject(D, DRIVER["cuMemAlloc_v2"], True, c(), 1)
+            _native._testing.cupti_inject(D, DRIVER["cuMemAlloc_v2"], True, c(), 1)
         for _ in range(depth):
-            _native._cupti_inject(D, DRIVER["cuMemAlloc_v2"], False, c(), 1)
+            _native._testing.cupti_inject(D, DRIVER["cuMemAlloc_v2"], False, c(), 1)
 
     got = records(drained(body))
     begins = sum(1 for r in got if r[0] == BEGIN)
@@ -345,8 +345,8 @@ def test_deep_nesting_past_the_frame_limit_stays_balanced():
 
 def test_open_calls_do_not_leak_into_the_next_recording():
     with Recording():
-        _native._cupti_inject(D, DRIVER["cuStreamBeginCapture_v2"], True, _native.now_ticks(), 0)
-        _native._cupti_inject(D, DRIVER["cuStreamBeginCapture_v2"], False, _native.now_ticks(), 0)
+        _native._testing.cupti_inject(D, DRIVER["cuStreamBeginCapture_v2"], True, _native.now_ticks(), 0)
+        _native._testing.cupti_inject(D, DRIVER["cuStreamBeginCapture_v2"], False, _native.now_ticks(), 0)
     tl = drained(lambda c: inject_call(c, "cuStreamEndCapture"))
     # The capture opened in the previous recording is gone: this EndCapture is timed on its own.
     assert records(tl) == span(GRAPH_CAPTURE, "cupti:cuStreamEndCapture")
@@ -354,5 +354,5 @@ def test_open_calls_do_not_leak_into_the_next_recording():
 
 def test_inject_outside_a_recording_writes_nothing_and_does_not_raise():
     assert not timeline.active()
-    _native._cupti_inject(D, DRIVER["cuMemAlloc_v2"], True, _native.now_ticks(), 1)
-    _native._cupti_inject(D, DRIVER["cuMemAlloc_v2"], False, _native.now_ticks(), 1)
+    _native._testing.cupti_inject(D, DRIVER["cuMemAlloc_v2"], True, _native.now_ticks(), 1)
+    _native._testing.cupti_inject(D, DRIVER["cuMemAlloc_v2"], False, _native.now_ticks(), 1)

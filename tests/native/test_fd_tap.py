@@ -204,12 +204,12 @@ def test_stop_and_wait_without_a_tap():
 
 def test_split_handles_pieces_cut_anywhere():
     chunks = [b"ab onednn", b"_verb", b"ose,x\n\0test", b"-mark\0c", b"dnn", b"", b"l"]
-    assert _native._tap_split(chunks, PREFIXES, MARKER) == (b"ab cdnnl", [b"onednn_verbose,x\n"], [0])
+    assert _native._testing.tap_split(chunks, PREFIXES, MARKER) == (b"ab cdnnl", [b"onednn_verbose,x\n"], [0])
 
 
 def test_an_empty_marker_is_refused():  # it would match everywhere
     with pytest.raises(ValueError):
-        _native._tap_split([b"x"], PREFIXES, b"")
+        _native._testing.tap_split([b"x"], PREFIXES, b"")
     r, w = os.pipe()
     with pytest.raises(ValueError):
         _native.tap_start(r, w, PREFIXES, b"", b"")

@@ -73,18 +73,18 @@ def test_the_next_recording_starts_with_room_and_no_drops(small_capacity):
 
 
 def test_capacity_reports_the_setting_and_cannot_change_while_recording(small_capacity):
-    assert _native.capacity() == small_capacity
+    assert _native._testing.capacity() == small_capacity
     with Recording():
         with pytest.raises(ValueError, match="while recording"):
-            _native.set_capacity(small_capacity * 2)
-    assert _native.capacity() == small_capacity
+            _native._testing.set_capacity(small_capacity * 2)
+    assert _native._testing.capacity() == small_capacity
 
 
 def test_restoring_a_larger_capacity_makes_room_again():
-    previous = _native.capacity()
-    _native.set_capacity(SMALL)
-    _native.set_capacity(previous)
-    assert _native.capacity() == previous
+    previous = _native._testing.capacity()
+    _native._testing.set_capacity(SMALL)
+    _native._testing.set_capacity(previous)
+    assert _native._testing.capacity() == previous
     nid = timeline.name_id("test:overflow_restored")
     with Recording() as rec:
         for _ in range(1000):

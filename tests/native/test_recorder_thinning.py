@@ -140,7 +140,7 @@ def test_threads_starting_inside_a_recording_take_prefaulted_buffers():
     tl = rec.drain()
     assert tl.threads == 5 and tl.own_faults == 0
     # One buffer's pages is what each thread paid when its buffer was pre-faulted on registration.
-    pages_per_buffer = _native.capacity() * _native.RECORD_BYTES // _native.page_size()
+    pages_per_buffer = _native._testing.capacity() * _native.RECORD_BYTES // _native.page_size()
     assert faults < pages_per_buffer, faults
 
 

@@ -1,4 +1,7 @@
-"""python/warmprof/_native.pyi and the built module name the same things with the same parameters."""
+"""python/warmprof/_native.pyi and the built module name the same things with the same parameters.
+
+The test-only submodule `_native._testing` is stubbed as the type-only class `_TestingModule`
+(static methods) and checked the same way."""
 
 import ast
 import inspect
@@ -18,8 +21,19 @@ def _stub_tree() -> ast.Module:
     return ast.parse(STUB.read_text(), filename=str(STUB))
 
 
+TESTING_CLASS = "_TestingModule"
+
+
+def _testing_class() -> ast.ClassDef:
+    return next(n for n in _stub_tree().body if isinstance(n, ast.ClassDef) and n.name == TESTING_CLASS)
+
+
 def _stub_functions() -> dict[str, ast.FunctionDef]:
     return {n.name: n for n in _stub_tree().body if isinstance(n, ast.FunctionDef)}
+
+
+def _stub_testing_functions() -> dict[str, ast.FunctionDef]:
+    return {n.name: n for n in _testing_class().body if isinstance(n, ast.FunctionDef)}
 
 
 def _stub_names() -> set[str]:
@@ -34,8 +48,8 @@ def _stub_names() -> set[str]:
     return names
 
 
-def _module_names() -> set[str]:
-    return set(dir(_native)) - IMPORT_ATTRS
+def _module_names(module=_native) -> set[str]:
+    return set(dir(module)) - IMPORT_ATTRS
 
 
 def _split_top_level(params: str) -> list[str]:
@@ -56,11 +70,11 @@ def _split_top_level(params: str) -> list[str]:
     return parts
 
 
-def _module_signature(name: str) -> list[tuple[str, bool]]:
+def _module_signature(name: str, module=_native) -> list[tuple[str, bool]]:
     """(parameter, has default) from the signature line both pybind11 and the fast methods write first."""
-    doc = getattr(_native, name).__doc__ or ""
+    doc = getattr(module, name).__doc__ or ""
     match = re.match(rf"{re.escape(name)}\((.*)\) ->", doc.lstrip().splitlines()[0] if doc.strip() else "")
-    assert match, f"_native.{name} has no signature line in its docstring: {doc!r}"
+    assert match, f"{module.__name__}.{name} has no signature line in its docstring: {doc!r}"
     params = []
     for part in _split_top_level(match.group(1)):
         head = part.split("=", 1)
@@ -87,6 +101,20 @@ def test_stub_only_classes_are_private_type_helpers():
             assert node.name.startswith("_") and not hasattr(_native, node.name), node.name
 
 
+def test_the_testing_submodule_is_stubbed_name_for_name():
+    stub, module = set(_stub_testing_functions()), _module_names(_native._testing)
+    assert stub == module, f"module only: {sorted(module - stub)}; stub only: {sorted(stub - module)}"
+    assert not any(n.startswith("_") for n in module), "test-only names need no underscore inside _testing"
+
+
+@pytest.mark.parametrize("name", sorted(_module_names(_native._testing)))
+def test_testing_stub_parameters_match_the_module(name):
+    fn = _stub_testing_functions()[name]
+    assert any(isinstance(d, ast.Name) and d.id == "staticmethod" for d in fn.decorator_list), name
+    assert _stub_signature(fn) == _module_signature(name, _native._testing)
+    assert fn.returns is not None, f"_testing.{name} has no return annotation in the stub"
+
+
 @pytest.mark.parametrize("name", sorted(n for n in _module_names() if callable(getattr(_native, n))))
 def test_stub_parameters_match_the_module(name):
     fn = _stub_functions()[name]
@@ -106,4 +134,7 @@ def test_stub_constants_have_the_module_types():
     for node in _stub_tree().body:
         if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
             value = getattr(_native, node.target.id)
+            if node.target.id == "_testing":
+                assert type(value).__name__ == "module" and ast.unparse(node.annotation) == TESTING_CLASS
+                continue
             assert type(value).__name__ == ast.unparse(node.annotation), node.target.id

@@ -1,7 +1,7 @@
 """The CUPTI and CUDA-event instruments' Python logic, with the native subscription faked.
 
 The fake stands in only for what needs a driver (backends, cupti_start/stop, cuda events); the
-callbacks still go through the real native handler via _cupti_inject, so per-pass launch counts
+callbacks still go through the real native handler via _testing.cupti_inject, so per-pass launch counts
 and first-seen kernels are the native ones.
 """
 
@@ -63,8 +63,8 @@ def fake(monkeypatch):
 def launch(n: int, kernel: int | None = None) -> None:
     for _ in range(n):
         k = next(_kernels) if kernel is None else kernel
-        _native._cupti_inject(1, LAUNCH, True, _native.now_ticks(), k)
-        _native._cupti_inject(1, LAUNCH, False, _native.now_ticks(), k)
+        _native._testing.cupti_inject(1, LAUNCH, True, _native.now_ticks(), k)
+        _native._testing.cupti_inject(1, LAUNCH, False, _native.now_ticks(), k)
 
 
 def test_pass_delta_is_pure():

@@ -351,7 +351,7 @@ def python_split(chunks, token) -> tuple[bytes, list[tuple[bytes, int]]]:
 
 
 def native_split(chunks, token) -> tuple[bytes, list[tuple[bytes, int]]]:
-    out, lines, segments = _native._tap_split(chunks, list(PREFIXES), token)
+    out, lines, segments = _native._testing.tap_split(chunks, list(PREFIXES), token)
     return out, list(zip(lines, segments))
 
 
