@@ -1,25 +1,35 @@
 """Attribution: a pure function from a recorded timeline (+ steady statistics) to causes.
 
-Rules (ARCHITECTURE.md, method step 6):
-- Only the thread that ran the pass is attributed (other threads' spans overlap the pass's wall
-  time and would double count it); their spans are counted in `off_thread_ms`.
-- Time inside nested or overlapping cause spans goes to the innermost one (latest start), so
-  nothing is counted twice. Structure spans (passes, modules) say where, not why.
-- Counters (page faults, threads) are sampled at span boundaries; a sample interval's delta goes
-  to the cause span covering most of that interval. Deltas outside any cause span, minus what a
-  steady pass also takes, become estimates: faults x calibrated fault cost -> allocator_growth,
-  new threads x calibrated thread start cost -> runtime_init.
-- Module calls x the calibrated cost of warmprof's own hooks per call -> profiler_overhead
-  (estimated): the instrumented passes pay it, the steady passes do not.
-- excess = first - steady median; unattributed = excess - attributed, judged against the noise
-  band of the steady passes.
+attribute_pass builds one PassContext for the pass (ARCHITECTURE.md, method step 7) and runs
+the estimators in ESTIMATORS over it, each a pure function (context) -> parts:
+
+- cause_spans: time inside nested or overlapping cause spans goes to the innermost one (latest
+  start), so nothing is counted twice (measured). Structure spans (passes, modules) say where,
+  not why.
+- host_faults: page faults outside every cause span, minus what a steady pass also takes and
+  what warmprof's own buffers took, x the calibrated fault cost -> allocator_growth (estimated).
+- thread_starts: threads started outside every cause span x the calibrated thread start cost
+  -> runtime_init (estimated).
+- module_hook_cost: module calls x the calibrated cost of warmprof's own hooks per call ->
+  profiler_overhead (estimated): the instrumented passes pay it, the steady passes do not.
+- inferred_figures: figures no span brackets (a clock ramp), added as the instruments gave them.
+
+Only the thread that ran the pass is attributed (other threads' spans overlap the pass's wall
+time and would double count it); their spans are counted in `off_thread_ms`. Counters are
+sampled at span boundaries, and the context places each change between two samples under the
+cause span covering most of that interval: that is how the counter estimators see what
+cause_spans covers, with no estimator reading another's parts.
+
+excess = first - steady median; unattributed = excess - attributed, judged against the noise
+band of the steady passes (summarize).
 """
 
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass, field
-from typing import Iterable
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+from typing import Callable, Iterable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
@@ -28,6 +38,9 @@ from .timeline import BEGIN, COUNTER, END, STRUCTURE, Timeline, cause_name, sour
 FAULT_COUNTERS = ("host:minor_faults", "host:major_faults")
 THREAD_COUNTER = "host:threads"
 MODULE_PREFIX = "module:"
+
+
+# -- What attribution produces ---------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -74,6 +87,11 @@ class Part:
     def top_module(self) -> str:
         return max(self.by_module, key=self.by_module.get) if self.by_module else ""
 
+    def add(self, module: str, ns: float) -> None:
+        """Add `ns` of this part's time in `module`."""
+        self.ns += ns
+        self.by_module[module] = self.by_module.get(module, 0.0) + ns
+
 
 @dataclass
 class PassAttribution:
@@ -103,38 +121,38 @@ class PassAttribution:
         return out
 
 
+# -- Reading the timeline: spans, segments, counter steps --------------------------------------
+
+
 def build_spans(tl: Timeline, start_ns: int | None = None, end_ns: int | None = None) -> list[SpanRec]:
     """Match begin/end records per thread (by name and cause) into spans, sorted by start.
 
     An end with no open begin is ignored; a begin with no end is closed at `end_ns` (or the last
     record) and marked closed=False.
     """
-    n = len(tl)
-    if n == 0:
+    if len(tl) == 0:
         return []
     last = int(tl.ts_ns[-1]) if end_ns is None else end_ns
     stacks: dict[int, list[tuple[int, int, int, int]]] = {}
     out: list[SpanRec] = []
-    kinds, causes, names, ts, vals, threads = tl.kind, tl.cause, tl.name, tl.ts_ns, tl.value, tl.thread
-    for i in range(n):
-        k = kinds[i]
-        if k != BEGIN and k != END:
-            continue
-        t = int(ts[i])
-        if start_ns is not None and t < start_ns:
-            continue
-        if end_ns is not None and t > end_ns:
-            continue
-        th = int(threads[i])
-        key = (int(names[i]), int(causes[i]))
+    # Select the begin/end records in range with numpy, then walk plain Python ints (indexing
+    # numpy arrays one element at a time costs more than the matching itself).
+    sel = (tl.kind == BEGIN) | (tl.kind == END)
+    if start_ns is not None:
+        sel &= tl.ts_ns >= start_ns
+    if end_ns is not None:
+        sel &= tl.ts_ns <= end_ns
+    columns = (tl.kind[sel], tl.ts_ns[sel], tl.name[sel], tl.cause[sel], tl.value[sel], tl.thread[sel])
+    for k, t, nm_id, cause, v, th in zip(*(c.tolist() for c in columns)):
+        key = (nm_id, cause)
         stack = stacks.setdefault(th, [])
         if k == BEGIN:
-            stack.append((key[0], key[1], t, int(vals[i])))
+            stack.append((nm_id, cause, t, v))
             continue
         for j in range(len(stack) - 1, -1, -1):
             if (stack[j][0], stack[j][1]) == key:
-                nm, c, t0, v = stack.pop(j)
-                out.append(SpanRec(tl.names[nm], c, t0, t, th, j, v))
+                nm, c, t0, v0 = stack.pop(j)
+                out.append(SpanRec(tl.names[nm], c, t0, t, th, j, v0))
                 break
     for th, stack in stacks.items():
         for j, (nm, c, t0, v) in enumerate(stack):
@@ -159,8 +177,14 @@ def _module_of(span: SpanRec | None) -> str:
     return span.name[len(MODULE_PREFIX):]
 
 
-def _segments(spans: list[SpanRec], t0: int, t1: int) -> list[tuple[int, int, SpanRec | None, SpanRec | None]]:
-    """Split [t0, t1] at every span boundary: (start, end, innermost cause span, innermost module span)."""
+# One piece of the pass between two consecutive span boundaries:
+# (start_ns, end_ns, innermost cause span or None, innermost module span or None, module name).
+# A plain tuple, not a NamedTuple: a pass has one per boundary (hundreds of thousands).
+Segment = tuple[int, int, "SpanRec | None", "SpanRec | None", str]
+
+
+def _segments(spans: list[SpanRec], t0: int, t1: int) -> list[Segment]:
+    """Split [t0, t1] at every span boundary into contiguous segments, sorted by start."""
     cuts = {t0, t1}
     for s in spans:
         if s.start_ns < t1 and s.end_ns > t0:
@@ -177,7 +201,8 @@ def _segments(spans: list[SpanRec], t0: int, t1: int) -> list[tuple[int, int, Sp
             nxt += 1
         active = [s for s in active if s.end_ns >= b]
         mods = [s for s in active if s.name.startswith(MODULE_PREFIX)]
-        segs.append((a, b, _innermost(active, True), _innermost(mods, False)))
+        mod_span = _innermost(mods, False)
+        segs.append((a, b, _innermost(active, True), mod_span, _module_of(mod_span)))
     return segs
 
 
@@ -214,7 +239,7 @@ def _counter_deltas(tl: Timeline, names: Iterable[str], t0: int, t1: int) -> lis
     return [(a[0], b[0], b[1] - a[1]) for a, b in zip(series, series[1:]) if b[1] != a[1]]
 
 
-def _cover(segs, starts: list[int], a: int, b: int) -> tuple[SpanRec | None, SpanRec | None]:
+def _cover(segs: Sequence[Segment], starts: Sequence[int], a: int, b: int) -> tuple[SpanRec | None, SpanRec | None]:
     """The cause span covering most of [a, b] (None if mostly no cause), and the module there.
 
     segs are contiguous and sorted; `starts` holds their start times, so only the segments that
@@ -223,7 +248,7 @@ def _cover(segs, starts: list[int], a: int, b: int) -> tuple[SpanRec | None, Spa
     weight: dict[SpanRec | None, int] = {}
     mod_weight: dict[SpanRec | None, int] = {}
     for k in range(first, len(segs)):
-        s0, s1, cause_span, mod_span = segs[k]
+        s0, s1, cause_span, mod_span, _ = segs[k]
         if s0 >= b:
             break
         ov = min(s1, b) - max(s0, a)
@@ -237,6 +262,25 @@ def _cover(segs, starts: list[int], a: int, b: int) -> tuple[SpanRec | None, Spa
             return segs[first][2], segs[first][3]
         return None, None
     return max(weight, key=weight.get), max(mod_weight, key=mod_weight.get)
+
+
+class CounterStep(NamedTuple):
+    """A counter's change between two consecutive samples, and what covered that interval."""
+
+    start_ns: int
+    end_ns: int
+    delta: int
+    cause_span: SpanRec | None  # the cause span covering most of the interval; None: outside causes
+    module: str  # the innermost module there ("" outside modules)
+
+
+def _counter_steps(tl: Timeline, names: Iterable[str], segs: Sequence[Segment], starts: Sequence[int],
+                   t0: int, t1: int) -> tuple[CounterStep, ...]:
+    steps = []
+    for a, b, d in _counter_deltas(tl, names, t0, t1):
+        cause_span, mod_span = _cover(segs, starts, a, b)
+        steps.append(CounterStep(a, b, d, cause_span, _module_of(mod_span)))
+    return tuple(steps)
 
 
 def _pass_span(all_spans: list[SpanRec], tl: Timeline, pass_name: str,
@@ -256,6 +300,211 @@ def _pass_span(all_spans: list[SpanRec], tl: Timeline, pass_name: str,
     return SpanRec(f"pass:{pass_name}", STRUCTURE, int(t0), int(t1), thread, 0)
 
 
+# -- The context every estimator reads -------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)  # compared by identity: it holds the whole pass
+class PassContext:
+    """Everything known about one pass, built once from the timeline; estimators only read it.
+
+    pass_span: the pass (its window and thread). spans: the pass thread's spans inside the window,
+    sorted by start (the pass span itself excluded). segments: the window cut at every span
+    boundary, each with its innermost cause span and module (contiguous, sorted). fault_steps /
+    thread_steps: the changes of the summed fault counters / the thread count, each with the cause
+    span covering most of its interval (None: no cause span). own_faults: page faults warmprof's
+    own buffers took in the window. timeline: the raw records, for estimators that need more."""
+
+    pass_span: SpanRec
+    spans: tuple[SpanRec, ...]
+    segments: tuple[Segment, ...]
+    fault_steps: tuple[CounterStep, ...] = ()
+    thread_steps: tuple[CounterStep, ...] = ()
+    own_faults: int = 0
+    off_thread_ns: int = 0  # cause spans of other threads, clipped to the window
+    calibration: Calibration = field(default_factory=Calibration)
+    steady_faults: float = 0.0  # page faults a steady pass takes (median)
+    evidence: Mapping[str, str] = field(default_factory=dict)  # source -> evidence of its spans
+    inferred: tuple[Mapping, ...] = ()  # figures no span brackets: {"cause", "source", "ms", ...}
+    timeline: Timeline | None = None
+
+    @property
+    def window(self) -> tuple[int, int]:
+        return self.pass_span.start_ns, self.pass_span.end_ns
+
+    @cached_property
+    def segment_starts(self) -> list[int]:
+        return [sg[0] for sg in self.segments]
+
+    def cover(self, a: int, b: int) -> tuple[SpanRec | None, SpanRec | None]:
+        """The cause span covering most of [a, b] (None: mostly no cause) and the module span there."""
+        return _cover(self.segments, self.segment_starts, a, b)
+
+    @cached_property
+    def free_by_module(self) -> dict[str, float]:
+        """ns of the pass outside every cause span, by innermost module ("" outside modules)."""
+        free: dict[str, float] = {}
+        for a, b, cause_span, _, mod in self.segments:
+            if cause_span is None:
+                free[mod] = free.get(mod, 0.0) + (b - a)
+        return free
+
+    @cached_property
+    def span_keys(self) -> frozenset[tuple[str, str]]:
+        """(cause, source) of every cause span that is innermost somewhere in the pass: the parts
+        cause_spans measures. Any other part is an estimate or a given figure, which sits in time
+        no cause span covers."""
+        keys = set()
+        last = None
+        for seg in self.segments:
+            span = seg[2]
+            if span is not None and span is not last:
+                keys.add((span.cause, span.name))
+                last = span
+        return frozenset((cause_name(c), source_of(n)) for c, n in keys)
+
+
+def build_context(
+    tl: Timeline,
+    pass_name: str,
+    *,
+    calibration: Calibration | None = None,
+    steady_faults: float = 0.0,
+    evidence: Mapping[str, str] | None = None,
+    inferred: Iterable[Mapping] | None = None,
+    window: tuple[int, int] | None = None,
+) -> PassContext | None:
+    """The context of the pass `pass:<pass_name>` (None: no such pass). Arguments as attribute_pass."""
+    all_spans = build_spans(tl)
+    ps = _pass_span(all_spans, tl, pass_name, window)
+    if ps is None:
+        return None
+    t0, t1, th = ps.start_ns, ps.end_ns, ps.thread
+    in_window = [s for s in all_spans if s.end_ns > t0 and s.start_ns < t1 and s.name != ps.name]
+    mine = [s for s in in_window if s.thread == th]
+    off_thread_ns = sum(min(s.end_ns, t1) - max(s.start_ns, t0) for s in in_window
+                        if s.thread != th and s.cause != STRUCTURE)
+    segs = _segments(mine, t0, t1)
+    starts = [sg[0] for sg in segs]
+    ctx = PassContext(
+        pass_span=ps,
+        spans=tuple(mine),
+        segments=tuple(segs),
+        fault_steps=_counter_steps(tl, FAULT_COUNTERS, segs, starts, t0, t1),
+        thread_steps=_counter_steps(tl, (THREAD_COUNTER,), segs, starts, t0, t1),
+        own_faults=int(np.count_nonzero((tl.own_fault_ns >= t0) & (tl.own_fault_ns <= t1))),
+        off_thread_ns=off_thread_ns,
+        calibration=calibration or Calibration(),
+        steady_faults=steady_faults,
+        evidence=evidence or {},
+        inferred=tuple(inferred or ()),
+        timeline=tl,
+    )
+    ctx.__dict__["segment_starts"] = starts  # the cached_property's value, already at hand
+    return ctx
+
+
+# -- The estimators: each (context) -> parts, pure, one per rule --------------------------------
+
+Estimator = Callable[[PassContext], list[Part]]
+
+
+def cause_spans(ctx: PassContext) -> list[Part]:
+    """Measured: each segment's time goes to its innermost cause span, per (cause, source); count
+    is the number of spans that own some time. Evidence is the source's (ctx.evidence), else measured."""
+    parts: dict[tuple[str, str], Part] = {}
+    counted: set[int] = set()  # ids of the spans counted (the spans live as long as ctx)
+    for a, b, span, _, mod in ctx.segments:
+        if span is None:
+            continue
+        src = source_of(span.name)
+        key = (cause_name(span.cause), src)
+        p = parts.get(key)
+        if p is None:
+            p = parts[key] = Part(key[0], src, ctx.evidence.get(src, "measured"))
+        p.add(mod, b - a)
+        if id(span) not in counted:
+            counted.add(id(span))
+            p.count += 1
+    return list(parts.values())
+
+
+def host_faults(ctx: PassContext) -> list[Part]:
+    """Estimated allocator_growth: page faults outside every cause span (faults inside one belong
+    to that cause, via ctx.fault_steps' cover), less a steady pass's faults and warmprof's own,
+    x the calibrated fault cost; spread over modules in proportion to their faults."""
+    outside_by_module: dict[str, int] = {}
+    for step in ctx.fault_steps:
+        if step.cause_span is None:
+            outside_by_module[step.module] = outside_by_module.get(step.module, 0) + step.delta
+    outside = sum(outside_by_module.values())
+    extra = max(0.0, outside - ctx.steady_faults - ctx.own_faults)
+    cost = ctx.calibration.fault_cost_ns
+    if extra <= 0 or cost <= 0:
+        return []
+    scale = extra / outside
+    p = Part("allocator_growth", "host_faults", "estimated", count=int(round(extra)))
+    for mod, d in outside_by_module.items():
+        p.add(mod, d * scale * cost)
+    return [p]
+
+
+def thread_starts(ctx: PassContext) -> list[Part]:
+    """Estimated runtime_init: threads started outside every cause span (the runtime's pools
+    starting inside the pass) x the calibrated thread start cost, in the module they started in."""
+    cost = ctx.calibration.thread_start_ns
+    if cost <= 0:
+        return []
+    p = Part("runtime_init", "thread_pool", "estimated")
+    for step in ctx.thread_steps:
+        if step.delta > 0 and step.cause_span is None:
+            p.add(step.module, step.delta * cost)
+            p.count += step.delta
+    return [p] if p.count else []
+
+
+def module_hook_cost(ctx: PassContext) -> list[Part]:
+    """Estimated profiler_overhead: warmprof's own module hooks, which instrumented passes pay and
+    steady passes do not. Each module call (a module span on the pass thread) x the calibrated
+    cost per call, in that module."""
+    cost = ctx.calibration.hook_cost_ns
+    if cost <= 0:
+        return []
+    calls: dict[str, int] = {}
+    for s in ctx.spans:
+        if s.name.startswith(MODULE_PREFIX):
+            mod = _module_of(s)
+            calls[mod] = calls.get(mod, 0) + 1
+    if not calls:
+        return []
+    p = Part("profiler_overhead", "module_hooks", "estimated")
+    for mod, n in calls.items():
+        p.add(mod, n * cost)
+        p.count += n
+    return [p]
+
+
+def inferred_figures(ctx: PassContext) -> list[Part]:
+    """Figures no span brackets (a clock ramp inferred from clock samples), added as given; entries
+    of the same (cause, source) add up."""
+    parts: dict[tuple[str, str], Part] = {}
+    for e in ctx.inferred:
+        key = (e["cause"], e["source"])
+        p = parts.get(key)
+        if p is None:
+            p = parts[key] = Part(e["cause"], e["source"], e.get("evidence", "inferred"))
+        p.add(e.get("module", ""), e["ms"] * 1e6)
+        p.count += int(e.get("count", 1))
+    return list(parts.values())
+
+
+# Run in this order; parts of the same (cause, source) from several estimators add up, and the
+# first one's evidence stands.
+ESTIMATORS: tuple[Estimator, ...] = (cause_spans, host_faults, thread_starts, module_hook_cost, inferred_figures)
+
+
+# -- The loop ----------------------------------------------------------------------------------
+
+
 def attribute_pass(
     tl: Timeline,
     pass_name: str,
@@ -265,126 +514,61 @@ def attribute_pass(
     evidence: dict[str, str] | None = None,
     inferred: list[dict] | None = None,
     window: tuple[int, int] | None = None,
+    estimators: Sequence[Estimator] = ESTIMATORS,
 ) -> PassAttribution:
     """Attribute one recorded pass (the span named `pass:<pass_name>`) to causes.
 
     window: the pass's own clock reads (start_ns, end_ns); they give the pass time even if the
     recorder lost records. Faults warmprof's own buffers took in the pass (Timeline.own_fault_ns)
-    are never charged to the model's allocator."""
-    calibration = calibration or Calibration()
-    evidence = evidence or {}
-    all_spans = build_spans(tl)
-    ps = _pass_span(all_spans, tl, pass_name, window)
-    if ps is None:
+    are never charged to the model's allocator. estimators: run in order on the pass's context."""
+    ctx = build_context(tl, pass_name, calibration=calibration, steady_faults=steady_faults,
+                        evidence=evidence, inferred=inferred, window=window)
+    if ctx is None:
         return PassAttribution(0.0, [], [])
-    t0, t1, th = ps.start_ns, ps.end_ns, ps.thread
-    in_window = [s for s in all_spans if s.end_ns > t0 and s.start_ns < t1 and s.name != ps.name]
-    mine = [s for s in in_window if s.thread == th]
-    off_thread_ns = sum(min(s.end_ns, t1) - max(s.start_ns, t0) for s in in_window if s.thread != th and s.cause != STRUCTURE)
-    segs = _segments(mine, t0, t1)
-    seg_starts = [sg[0] for sg in segs]
+    merged: dict[tuple[str, str], Part] = {}
+    for estimate in estimators:
+        for p in estimate(ctx):
+            _merge_into(merged, p)
+    return _assemble(ctx, merged)
 
-    parts: dict[tuple[str, str], Part] = {}
 
-    def part(cause: str, source: str, ev: str) -> Part:
-        key = (cause, source)
-        if key not in parts:
-            parts[key] = Part(cause, source, ev)
-        return parts[key]
+def _merge_into(merged: dict[tuple[str, str], Part], p: Part) -> None:
+    key = (p.cause, p.source)
+    have = merged.get(key)
+    if have is None:
+        merged[key] = replace(p, by_module=dict(p.by_module))  # never change an estimator's own Part
+        return
+    have.ns += p.ns
+    have.count += p.count
+    for mod, ns in p.by_module.items():
+        have.by_module[mod] = have.by_module.get(mod, 0.0) + ns
 
-    counted: set[SpanRec] = set()
-    free_by_module: dict[str, float] = {}  # time outside every cause span, by innermost module
-    for a, b, cause_span, mod_span in segs:
-        if cause_span is None:
-            mod = _module_of(mod_span)
-            free_by_module[mod] = free_by_module.get(mod, 0.0) + (b - a)
-            continue
-        src = source_of(cause_span.name)
-        p = part(cause_name(cause_span.cause), src, evidence.get(src, "measured"))
-        p.ns += b - a
-        mod = _module_of(mod_span)
-        p.by_module[mod] = p.by_module.get(mod, 0.0) + (b - a)
-        if cause_span not in counted:
-            counted.add(cause_span)
-            p.count += 1
 
-    result = PassAttribution(pass_ms=(t1 - t0) / 1e6, parts=[], spans=[ps] + mine,
-                             off_thread_ms=off_thread_ns / 1e6,
-                             unmatched=sum(1 for s in mine if not s.closed))
-
-    # Page faults: inside a cause span they belong to it; outside, minus the steady pass's own,
-    # they are an allocator estimate.
-    fault_deltas = _counter_deltas(tl, FAULT_COUNTERS, t0, t1)
-    outside_by_module: dict[str, int] = {}
-    for a, b, d in fault_deltas:
-        result.faults += d
-        cause_span, mod_span = _cover(segs, seg_starts, a, b)
-        if cause_span is None:
-            mod = _module_of(mod_span)
-            outside_by_module[mod] = outside_by_module.get(mod, 0) + d
-    outside = sum(outside_by_module.values())
-    result.faults_outside_causes = outside
-    result.own_faults = int(np.count_nonzero((tl.own_fault_ns >= t0) & (tl.own_fault_ns <= t1)))
-    extra = max(0.0, outside - steady_faults - result.own_faults)
-    if extra > 0 and calibration.fault_cost_ns > 0:
-        scale = extra / outside
-        p = part("allocator_growth", "host_faults", "estimated")
-        p.count += int(round(extra))
-        for mod, d in outside_by_module.items():
-            ns = d * scale * calibration.fault_cost_ns
-            p.ns += ns
-            p.by_module[mod] = p.by_module.get(mod, 0.0) + ns
-
-    # Threads started outside cause spans: the runtime's pools starting inside the pass.
-    thread_deltas = _counter_deltas(tl, (THREAD_COUNTER,), t0, t1)
-    for a, b, d in thread_deltas:
-        if d <= 0:
-            continue
-        result.new_threads += d
-        cause_span, mod_span = _cover(segs, seg_starts, a, b)
-        if cause_span is None and calibration.thread_start_ns > 0:
-            p = part("runtime_init", "thread_pool", "estimated")
-            ns = d * calibration.thread_start_ns
-            p.ns += ns
-            p.count += d
-            mod = _module_of(mod_span)
-            p.by_module[mod] = p.by_module.get(mod, 0.0) + ns
-
-    # warmprof's own module hooks: instrumented passes pay them, steady passes do not. Each module
-    # call (a module span on the pass thread) x the calibrated cost per call, where the module is.
-    if calibration.hook_cost_ns > 0:
-        calls: dict[str, int] = {}
-        for s in mine:
-            if s.name.startswith(MODULE_PREFIX):
-                mod = _module_of(s)
-                calls[mod] = calls.get(mod, 0) + 1
-        if calls:
-            p = part("profiler_overhead", "module_hooks", "estimated")
-            for mod, n in calls.items():
-                p.ns += n * calibration.hook_cost_ns
-                p.count += n
-                p.by_module[mod] = p.by_module.get(mod, 0.0) + n * calibration.hook_cost_ns
-
-    # Figures no span brackets (a clock ramp inferred from clock samples), added as given.
-    for e in inferred or []:
-        p = part(e["cause"], e["source"], e.get("evidence", "inferred"))
-        p.ns += e["ms"] * 1e6
-        p.count += int(e.get("count", 1))
-        mod = e.get("module", "")
-        p.by_module[mod] = p.by_module.get(mod, 0.0) + e["ms"] * 1e6
-
-    result.parts = sorted(parts.values(), key=lambda p: -p.ns)
-    # Estimates (faults, threads) and inferred figures sit in time no cause span covers: what is
-    # left of that time after them is unexplained. Spans' own parts were never in free time.
-    span_sources = {(cause_name(s.cause), source_of(s.name)) for s in counted}
-    unexplained = dict(free_by_module)
+def _assemble(ctx: PassContext, parts: dict[tuple[str, str], Part]) -> PassAttribution:
+    """The pass's attribution: its parts (largest first), counter totals, and the unexplained
+    time: free time (no cause span) less every part that is not a cause span's."""
+    unexplained = dict(ctx.free_by_module)
     for key, p in parts.items():
-        if key in span_sources:
+        if key in ctx.span_keys:
             continue
         for mod, ns in p.by_module.items():
             unexplained[mod] = unexplained.get(mod, 0.0) - ns
-    result.unexplained_by_module = unexplained
-    return result
+    t0, t1 = ctx.window
+    return PassAttribution(
+        pass_ms=(t1 - t0) / 1e6,
+        parts=sorted(parts.values(), key=lambda p: -p.ns),
+        spans=[ctx.pass_span, *ctx.spans],
+        faults=sum(s.delta for s in ctx.fault_steps),
+        faults_outside_causes=sum(s.delta for s in ctx.fault_steps if s.cause_span is None),
+        own_faults=ctx.own_faults,
+        new_threads=sum(s.delta for s in ctx.thread_steps if s.delta > 0),
+        off_thread_ms=ctx.off_thread_ns / 1e6,
+        unmatched=sum(1 for s in ctx.spans if not s.closed),
+        unexplained_by_module=unexplained,
+    )
+
+
+# -- Across passes: where the unexplained time sits, the summary, steady statistics -----------
 
 
 def unattributed_where(first: PassAttribution, rerun: PassAttribution, top: int = 8,
