@@ -180,7 +180,7 @@ def _module_of(span: SpanRec | None) -> str:
 # One piece of the pass between two consecutive span boundaries:
 # (start_ns, end_ns, innermost cause span or None, innermost module span or None, module name).
 # A plain tuple, not a NamedTuple: a pass has one per boundary (hundreds of thousands).
-Segment = tuple[int, int, "SpanRec | None", "SpanRec | None", str]
+Segment = tuple[int, int, SpanRec | None, SpanRec | None, str]
 
 
 def _segments(spans: list[SpanRec], t0: int, t1: int) -> list[Segment]:
@@ -385,7 +385,7 @@ def build_context(
                         if s.thread != th and s.cause != STRUCTURE)
     segs = _segments(mine, t0, t1)
     starts = [sg[0] for sg in segs]
-    ctx = PassContext(
+    return PassContext(
         pass_span=ps,
         spans=tuple(mine),
         segments=tuple(segs),
@@ -399,8 +399,6 @@ def build_context(
         inferred=tuple(inferred or ()),
         timeline=tl,
     )
-    ctx.__dict__["segment_starts"] = starts  # the cached_property's value, already at hand
-    return ctx
 
 
 # -- The estimators: each (context) -> parts, pure, one per rule --------------------------------
@@ -546,7 +544,8 @@ def _merge_into(merged: dict[tuple[str, str], Part], p: Part) -> None:
 
 def _assemble(ctx: PassContext, parts: dict[tuple[str, str], Part]) -> PassAttribution:
     """The pass's attribution: its parts (largest first), counter totals, and the unexplained
-    time: free time (no cause span) less every part that is not a cause span's."""
+    time: free time (no cause span) less every part whose (cause, source) is not a cause span's
+    (ctx.span_keys; an estimate merged into a cause span's part stays out of free time)."""
     unexplained = dict(ctx.free_by_module)
     for key, p in parts.items():
         if key in ctx.span_keys:
