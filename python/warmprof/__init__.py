@@ -24,7 +24,8 @@ def backends() -> dict[str, dict]:
 # The entry points are the real functions (help() shows their signatures and docs), imported on
 # first use so `import warmprof` stays light: numpy and the attribution code load only when needed.
 _LAZY = {
-    "trace": ("trace_api", "trace"),
+    "trace": ("traces.api", "trace"),
+    "calibrate": ("traces.calibrate", "calibrate"),
     "probe": ("probes", "probe"),
     "compare": ("comparison", "compare"),
     "load": ("report", "load"),
@@ -47,6 +48,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "calibrate",
     "compare",
     "load",
     "probe",

@@ -226,7 +226,7 @@ def _differs(reports: list[Any], kind: str) -> list[tuple[str, list[str]]]:
     """Settings, then how the trace ran, then platform keys: each whose values are not all equal."""
     settings = _TRACE_SETTINGS if kind == "trace" else _PROBE_SETTINGS
     fields = [{k: getattr(r, k, None) for k in settings} for r in reports]
-    protocols = [r.protocol or {} for r in reports]
+    protocols = [r.protocol.to_dict() if kind == "trace" and r.protocol else {} for r in reports]
     platforms = [r.platform or {} for r in reports]
     sources = [(key, fields) for key in settings]
     if kind == "trace":

@@ -110,7 +110,7 @@ def test_trace_on_cuda_in_a_fresh_process_reports_cuda_one_time_causes(tmp_path)
     assert run.returncode == 0, run.stderr[-2000:]
     report = warmprof.load(out)
     assert report.first_pass_ms > report.steady_median_ms > 0
-    assert not report.protocol["runtime_warm"], report.protocol["warm_reasons"]
+    assert not report.protocol.runtime_warm, report.protocol.warm_reasons
     assert report.instruments["torch_cuda_allocator"]["active"]
     cupti = report.instruments["cupti"]
     if not cupti["active"]:

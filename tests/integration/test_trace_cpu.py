@@ -41,7 +41,7 @@ def test_demo_trace_structure_and_round_trip(tmp_path):
     (hooks,) = [c for c in r.causes if c.cause == "profiler_overhead"]
     module_calls = sum(1 for s in r.spans if s.pass_ == "first" and s.name.startswith("module:") and s.thread == 0)
     assert (hooks.source, hooks.evidence, hooks.count) == ("module_hooks", "estimated", module_calls)
-    cost_ms = r.protocol["calibration"]["hook_cost_ns"] / 1e6
+    cost_ms = r.protocol.calibration["hook_cost_ns"] / 1e6
     assert cost_ms > 0 and hooks.ms == pytest.approx(module_calls * cost_ms)
     names = {f"DemoLM.{n}" if n else "DemoLM" for n, _ in model.named_modules()} | {"(outside modules)"}
     where = [(w["module"], w["ms"]) for w in r.unattributed_where]
@@ -56,12 +56,12 @@ def test_second_trace_of_same_model_says_runtime_is_warm():
     model = small_demo()
     warmprof.trace(model, (1, 8), steady=3)
     again = warmprof.trace(model, (1, 8), steady=3)
-    assert again.protocol["runtime_warm"]
+    assert again.protocol.runtime_warm
     assert any("already traced" in n for n in again.notes)
     other = warmprof.trace(nn.Sequential(nn.Linear(4, 4)), (1, 4), steady=3)  # a new model, same process
-    assert other.protocol["runtime_warm"] and "an earlier trace ran in this process" in other.protocol["warm_reasons"]
+    assert other.protocol.runtime_warm and "an earlier trace ran in this process" in other.protocol.warm_reasons
     # In-process traces always say what they cannot know, and how to get a fresh process.
-    assert other.protocol["fresh_process"] is False
+    assert other.protocol.run.fresh_process is False
     assert any("traced in the caller's process" in n and "warmprof trace" in n for n in other.notes)
 
 
@@ -102,7 +102,7 @@ def test_first_touch_allocation_is_estimated_close_to_its_measured_cost():
 def test_inputs_callable_and_float_default():
     model = nn.Sequential(nn.Linear(16, 16), nn.ReLU())
     r = warmprof.trace(model, inputs=lambda: torch.randn(2, 16), steady=3)
-    assert r.protocol["input"] == "caller's inputs"
+    assert r.protocol.input == "caller's inputs"
     assert r.shape == [2, 16] and r.dtype == "float32"  # read from the caller's first input
     assert str(r).startswith("warmprof trace: Sequential (2, 16) float32 on cpu")
     r2 = warmprof.trace(model, (2, 16), steady=3)
@@ -193,12 +193,12 @@ def test_an_instruments_span_evidence_reaches_the_report(monkeypatch):
 def test_nothing_is_calibrated_before_the_first_pass(monkeypatch):
     """Calibration starts threads, faults pages and calls a torch module: before the first pass it
     would warm what the pass is there to measure cold."""
-    from warmprof import trace_api
+    from warmprof.traces import calibrate as calibration
 
     events: list[str] = []
-    monkeypatch.setattr(trace_api, "_calibration", None)  # as in a fresh process
-    real = trace_api._calibrate  # what trace() calls while it holds the one-trace lock
-    monkeypatch.setattr(trace_api, "_calibrate", lambda: (events.append("calibrate"), real())[1])
+    monkeypatch.setattr(calibration, "_calibration", None)  # as in a fresh process
+    real = calibration.measure  # what trace() calls while it holds the one-trace lock
+    monkeypatch.setattr(calibration, "measure", lambda: (events.append("calibrate"), real())[1])
     r = warmprof.trace(nn.Sequential(nn.Linear(8, 8)), (1, 8), steady=3, progress=events.append)
     assert events.index("calibrate") > events.index("steady passes") > events.index("first pass")
-    assert r.protocol["calibration"]["hook_cost_ns"] > 0
+    assert r.protocol.calibration["hook_cost_ns"] > 0

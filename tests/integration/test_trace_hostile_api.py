@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 import warmprof
-from warmprof import trace_api
+from warmprof.traces import calibrate as calibration
 from warmprof.errors import InputError, ModelError
 
 from .helpers import Counting, Leftovers
@@ -117,7 +117,7 @@ def _trace_in_thread(model, out: dict) -> threading.Thread:
 
 @pytest.mark.parametrize("second", ["trace", "calibrate"])
 def test_a_second_trace_or_calibration_from_another_thread_is_refused_up_front(monkeypatch, second):
-    monkeypatch.setattr(trace_api, "_calibration", None)  # make calibrate() do real work
+    monkeypatch.setattr(calibration, "_calibration", None)  # make calibrate() do real work
     model, out = Blocking(), {}
     t = _trace_in_thread(model, out)
     try:
@@ -127,7 +127,7 @@ def test_a_second_trace_or_calibration_from_another_thread_is_refused_up_front(m
             if second == "trace":
                 warmprof.trace(other, (2, 4), steady=2)
             else:
-                trace_api.calibrate()
+                warmprof.calibrate()
         assert other.calls == 0
     finally:
         model.release.set()

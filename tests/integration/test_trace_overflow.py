@@ -71,8 +71,8 @@ def test_recorder_overflow_keeps_pass_times_and_causes_and_says_what_was_thinned
     planted = [c for c in r.causes if c.cause == "jit_compile" and c.source == "planted"]
     assert planted, r.causes
     assert 0.9 <= planted[0].ms / model.planted.own_ms <= 1.0 + 1e-6
-    assert r.protocol["recorder"]["thinned_modules"] > 0
-    assert r.protocol["recorder"]["dropped"] == 0
+    assert r.protocol.recorder.thinned_modules > 0
+    assert r.protocol.recorder.dropped == 0
     # Each pass had its own budget: the re-run was recorded again (its hooks were back on) and ran out again.
     assert any(n.startswith("first pass: the recorder's module budget ran out") for n in r.notes), r.notes
     assert any(n.startswith("seen rerun: the recorder's module budget ran out") for n in r.notes), r.notes

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from warmprof import causes
-from warmprof.advice import advise
+from warmprof.traces.advice import advise
 from warmprof.errors import ReportError, WarmprofError
 from warmprof.report import load
 

@@ -85,10 +85,10 @@ def test_bad_compile_on_the_command_line(no_compile, capsys):
      "dynamic=False, options(max_autotune=True, triton.cudagraphs=False)"),
 ])
 def test_compile_label_is_faithful_and_sorted(compile, label):
-    from warmprof.trace_api import _check_compile, _compile_label
+    from warmprof.traces.compile_options import check_compile, compile_label
 
-    _check_compile(compile)  # every value here is one torch.compile accepts
-    assert _compile_label(compile) == label
+    check_compile(compile)  # every value here is one torch.compile accepts
+    assert compile_label(compile) == label
 
 
 @pytest.mark.parametrize("first", [
@@ -97,7 +97,7 @@ def test_compile_label_is_faithful_and_sorted(compile, label):
     pytest.param(lambda: type("Named", (), {"shape": ("batch", "seq")})(), id="named-dims"),
 ])
 def test_a_first_input_without_a_plain_shape_records_none(first):
-    from warmprof.trace_api import _shape_of
+    from warmprof.traces.api import _shape_of
 
     assert _shape_of(first()) is None
     assert _shape_of(torch.zeros(2, 3)) == [2, 3] and _shape_of(torch.tensor(1.0)) == []

@@ -1,9 +1,9 @@
-"""report_build's cause entries: shares are fractions of the excess and never sum past 1."""
+"""traces.build's cause entries: shares are fractions of the excess and never sum past 1."""
 
 import pytest
 
 from warmprof.attribution import Part, PassAttribution
-from warmprof.report_build import _entries
+from warmprof.traces.build import _entries
 
 
 def _att(*ms: float) -> PassAttribution:
@@ -33,7 +33,7 @@ def test_parts_under_a_microsecond_are_left_out():
 
 
 def test_causes_overshooting_the_excess_are_noted_with_what_shares_then_mean():
-    from warmprof.report_build import overshoot_note
+    from warmprof.traces.build import overshoot_note
 
     assert overshoot_note(4.0, 5.0, 0.5) == ""
     assert overshoot_note(4.0, 0.0, 0.5) == ""  # no excess: shares are 0, nothing to explain
@@ -44,7 +44,7 @@ def test_causes_overshooting_the_excess_are_noted_with_what_shares_then_mean():
 
 
 def test_advice_and_text_say_attributed_time_when_causes_overshoot():
-    from warmprof.advice import advise
+    from warmprof.traces.advice import advise
     from warmprof.report import CauseEntry, Report
 
     r = Report(model="M", shape=[1, 8], device="cpu", first_pass_ms=13.21, seen_rerun_ms=10.1, steady_median_ms=10.0,
@@ -55,3 +55,51 @@ def test_advice_and_text_say_attributed_time_when_causes_overshoot():
     assert "95% of the attributed time" in line
     row = next(ln for ln in str(r).splitlines() if ln.strip().startswith("unattributed"))
     assert "-1.74" in row and "%" not in row  # no share of a negative residual
+
+
+def _facts(**over):
+    from warmprof.report.trace import RunContext
+    from warmprof.timeline import Timeline
+    from warmprof.traces.build import InstrumentSummary, TraceFacts
+
+    kw = dict(model="M", shape=[1, 8], dtype="float32", device="cpu", compile="default", input_desc="randn [1, 8]",
+              first=_att(30.0, 10.0), rerun=PassAttribution(pass_ms=10.5, parts=[], spans=[]),
+              steady_ms=[10.0, 10.2, 9.8], steady_faults=[3, 1, 2], timeline=Timeline.empty(),
+              instruments=[InstrumentSummary("torch_compile", {"active": True, "compiles": [{}, {}],
+                                                               "torch_reported_compile_ms": 38.5,
+                                                               "inductor_cache": "miss"}),
+                           InstrumentSummary("onednn", {"active": False, "reason": "no oneDNN"}, reason="no oneDNN"),
+                           InstrumentSummary("modules", {"active": True}, notes=["only the top-level module"])],
+              calibration={"fault_cost_ns": 1000.0}, warm_reasons=[], platform={"cpu": "test cpu"},
+              run=RunContext(), created="2025-01-01T00:00:00+00:00")
+    kw.update(over)
+    return TraceFacts(**kw)
+
+
+def test_a_report_is_built_from_summarised_instruments_and_given_facts():
+    """No live instrument and no platform probe: build_report takes data, and says what it was given."""
+    from warmprof.traces.build import IN_PROCESS_NOTE, build_report
+
+    r = build_report(_facts())
+    assert r.steady_median_ms == pytest.approx(10.0) and r.excess_ms == pytest.approx(90.0)
+    assert r.platform == {"cpu": "test cpu"} and r.counters["steady_faults_median"] == 2
+    assert r.instruments["torch_compile"]["torch_reported_compile_ms"] == 38.5
+    assert (r.torch_compile.torch_reported_ms, r.torch_compile.compiles, r.torch_compile.inductor_cache) == (38.5, 2, "miss")
+    assert "onednn: off (no oneDNN)" in r.notes and "modules: only the top-level module" in r.notes
+    assert r.notes[-1] == IN_PROCESS_NOTE  # the caller's process: what ran there before is unknown
+    assert not r.protocol.run.fresh_process and r.protocol.run.cache == "in-process (caller's)"
+    assert "torch reports 38.5 ms of compile time; 2 compile(s); inductor cache: miss" in str(r)
+
+
+def test_a_fresh_process_gets_no_in_process_note_and_records_its_caches():
+    from warmprof.report.trace import RunContext
+    from warmprof.traces.build import IN_PROCESS_NOTE, build_report
+
+    run = RunContext(fresh_process=True, cache="fresh", threads=2, caches={"TMPDIR": "fresh (removed after)"})
+    r = build_report(_facts(run=run, instruments=[]))
+    assert IN_PROCESS_NOTE not in r.notes
+    assert r.torch_compile is None and "torch reports" not in str(r)
+    d = r.to_dict()["protocol"]
+    assert list(d) == ["input", "steady_ms", "calibration", "runtime_warm", "warm_reasons", "unattributed_within_noise",
+                       "attribution_thread_only", "recorder", "fresh_process", "cache", "threads", "caches"]
+    assert d["fresh_process"] is True and d["threads"] == 2 and d["caches"] == {"TMPDIR": "fresh (removed after)"}

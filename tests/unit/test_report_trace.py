@@ -1,6 +1,7 @@
 """The trace Report: JSON round trip, public field names, validation of corrupt/foreign files."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -73,7 +74,7 @@ def test_missing_file_is_a_clear_error(tmp_path):
 
 def test_text_rendering_names_causes_evidence_and_advice():
     r = make_report()
-    from warmprof.advice import advise
+    from warmprof.traces.advice import advise
 
     r.advice = advise(r)
     text = str(r)
@@ -98,7 +99,7 @@ def test_text_table_shows_long_sources_whole_and_tiny_causes_as_below_resolution
 
 
 def test_advice_for_one_cause_names_its_share_once():
-    from warmprof.advice import advise
+    from warmprof.traces.advice import advise
 
     lines = advise(make_report())
     compile_lines = [a for a in lines if a.startswith("jit_compile")]
@@ -107,7 +108,7 @@ def test_advice_for_one_cause_names_its_share_once():
 
 
 def test_a_first_pass_within_noise_gets_no_cause_advice():
-    from warmprof.advice import advise
+    from warmprof.traces.advice import advise
 
     r = make_report(first_pass_ms=10.2, excess_ms=0.2, noise_band_ms=1.0, unattributed_ms=0.1,
                     causes=[CauseEntry("allocator_growth", 0.1, 0.5, "estimated", "host_faults", "M", count=3)])
@@ -117,7 +118,7 @@ def test_a_first_pass_within_noise_gets_no_cause_advice():
 
 def test_an_excess_that_is_warmprofs_own_cost_is_said_so():
     """A model with very many module calls: the hooks' estimated cost is the excess, not a cause."""
-    from warmprof.advice import advise
+    from warmprof.traces.advice import advise
 
     r = make_report(first_pass_ms=70.0, excess_ms=60.0, noise_band_ms=2.0, unattributed_ms=0.6,
                     causes=[CauseEntry("profiler_overhead", 59.4, 0.99, "estimated", "module_hooks", "M", count=14336)])
@@ -244,7 +245,7 @@ def test_text_says_where_unattributed_time_sits_when_it_is_outside_the_noise():
 
 
 def test_advice_names_a_dominant_unattributed_part_and_where_it_sits():
-    from warmprof.advice import advise
+    from warmprof.traces.advice import advise
 
     r = make_report(first_pass_ms=100.0, excess_ms=90.0, unattributed_ms=70.0, noise_band_ms=1.0,
                     causes=[CauseEntry("allocator_growth", 20.0, 20 / 90, "estimated", "host_faults", "M", count=9)],
@@ -253,3 +254,53 @@ def test_advice_names_a_dominant_unattributed_part_and_where_it_sits():
     assert "78% of the excess" in line and "most in M.attn and M" in line
     small = make_report()  # unattributed 10 ms under a 70 ms compile: no such line
     assert not [a for a in advise(small) if a.startswith("unattributed")]
+
+
+V1 = Path(__file__).parent.parent / "fixtures" / "reports_v1"
+
+
+@pytest.mark.parametrize("name", ["trace_cli_fresh_process.json", "trace_compiled_in_process.json",
+                                  "trace_synthetic.json"])
+def test_a_version_1_report_loads_and_saves_in_this_version(tmp_path, name):
+    """Version 1 files (written by warmprof before the torch_compile field) load; saved again, they
+    are the same JSON with this schema_version and the torch_compile figures taken from the instrument."""
+    from warmprof.report import SCHEMA_VERSION
+
+    v1 = json.loads((V1 / name).read_text())
+    assert v1["schema_version"] == 1
+    r = load(V1 / name)
+    assert r.schema_version == SCHEMA_VERSION == 2
+    again = json.loads(r.save(tmp_path / "again.json").read_text())
+    figures = again.pop("torch_compile")
+    assert again == dict(v1, schema_version=SCHEMA_VERSION)
+    assert list(again["protocol"]) == list(v1["protocol"])  # the protocol is the same object, key for key
+    if name == "trace_compiled_in_process.json":
+        assert figures == {"torch_reported_ms": v1["instruments"]["torch_compile"]["torch_reported_compile_ms"],
+                           "compiles": 1, "inductor_cache": "miss"}
+        assert "torch reports 2.32 s of compile time; 1 compile(s); inductor cache: miss" in str(r)
+    else:
+        assert figures is None and "torch reports" not in str(r)
+    assert load(tmp_path / "again.json").to_dict() == r.to_dict()
+
+
+def test_a_version_1_protocol_becomes_typed():
+    fresh = load(V1 / "trace_cli_fresh_process.json").protocol
+    assert fresh.run.fresh_process and fresh.run.cache == "fresh" and "TMPDIR" in fresh.run.caches
+    assert fresh.recorder.dropped == 0 and fresh.calibration["hook_cost_ns"] > 0 and fresh.steady_ms
+    caller = load(V1 / "trace_compiled_in_process.json").protocol
+    assert not caller.run.fresh_process and caller.run.cache == "in-process (caller's)" and caller.run.caches is None
+    assert load(V1 / "trace_synthetic.json").protocol is None  # {}: nothing recorded
+
+
+@pytest.mark.parametrize("protocol, message", [
+    ({"fresh_process": "yes"}, r"protocol.fresh_process: expected"),
+    ({"recorder": {"dropped": -1}}, r"protocol.recorder.dropped"),
+    ({"caches": {"TMPDIR": 5}}, r"protocol.caches"),
+])
+def test_a_protocol_of_the_wrong_types_is_refused(tmp_path, protocol, message):
+    data = make_report().to_dict()
+    data["protocol"] = protocol
+    p = tmp_path / "r.json"
+    p.write_text(json.dumps(data))
+    with pytest.raises(ReportError, match=message):
+        load(p)

@@ -12,6 +12,7 @@ from warmprof.render.chrome import ChromeTraceRenderer
 from warmprof.render.json import JsonRenderer
 from warmprof.report import CauseEntry, CounterSample, Report, Span, load
 from warmprof.report.probe import Prediction, ProbeReport, ShapeRow
+from warmprof.report.trace import Protocol, RunContext, TorchCompileFigures
 
 HAVE_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
 PLATFORM = {"os": "Linux", "machine": "aarch64", "cpu": "ARMv8 Processor rev 1 (v8l)", "cpu_count": 12,
@@ -36,10 +37,12 @@ def trace_report() -> Report:
                  {"module": "(outside modules)", "ms": 0.0, "causes": {}}],
         unattributed_where=[{"module": "M.attn", "ms": 6.0}, {"module": "(outside modules)", "ms": 2.5}],
         counters={"first_pass": {"minor_faults": 1200}, "steady_faults_median": 3},
-        protocol={"input": "randint (1, 8)", "steady_ms": [9.5, 10.0, 10.5], "runtime_warm": False},
+        protocol=Protocol(input="randint (1, 8)", steady_ms=[9.5, 10.0, 10.5], runtime_warm=False,
+                          run=RunContext(fresh_process=True, cache="fresh", threads=2, caches={"TMPDIR": "fresh"})),
         instruments={"torch_compile": {"active": True, "compiles": [{"frame": "forward", "ms": 70.0}],
                                        "torch_reported_compile_ms": 68.0, "inductor_cache": "miss"},
                      "host": {"active": True}},
+        torch_compile=TorchCompileFigures(torch_reported_ms=68.0, compiles=1, inductor_cache="miss"),
         spans=spans,
         counter_samples=[CounterSample("first", "host:minor_faults", 0.5, 100.0),
                          CounterSample("first", "host:minor_faults", 50.0, 1300.0),

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError, WarmprofError
+from ..report.trace import RunContext
 from . import child
 from .paths import check_output_path, save_and_print
 
@@ -156,17 +157,17 @@ def _trace_here(args: argparse.Namespace, status: child.Status) -> int:
     steady = args.steady if args.steady is not None else (5, 50)
     status.write("setting up the trace")
     report = warmprof.trace(model, shape, dtype=args.dtype, device=args.device, compile=args.compile,
-                            steady=steady, progress=status.progress(args.quiet))
-    report.protocol["fresh_process"] = bool(args.fresh_process)
-    report.protocol["cache"] = args.cache if args.fresh_process else "in-process (caller's)"
-    if args.threads is not None:
-        report.protocol["threads"] = args.threads
-    if args.fresh_process:  # the child of a plain `warmprof trace`: a fresh process, nothing ran before
-        from ..trace_api import IN_PROCESS_NOTE
-
-        report.notes = [n for n in report.notes if n != IN_PROCESS_NOTE]
-        # where its caches were: the user's own, or fresh folders removed since
-        report.protocol["caches"] = (child.caches_in_use(os.environ) if args.cache == "keep"
-                                     else {var: "fresh (removed after)" for var in child.CACHES})
+                            steady=steady, progress=status.progress(args.quiet), run=_run_context(args))
     status.write("saving and printing the report")
     return save_and_print(report, args.json)
+
+
+def _run_context(args: argparse.Namespace) -> RunContext:
+    """Where this trace runs. The child of a plain `warmprof trace` is a fresh process (nothing ran
+    before it) and knows its caches: the user's own, or fresh folders removed after; `--in-process`
+    alone is the caller's process, as for warmprof.trace() from Python."""
+    if not args.fresh_process:
+        return RunContext(threads=args.threads)
+    caches = (child.caches_in_use(os.environ) if args.cache == "keep"
+              else {var: "fresh (removed after)" for var in child.CACHES})
+    return RunContext(fresh_process=True, cache=args.cache, threads=args.threads, caches=caches)

@@ -85,11 +85,11 @@ class TraceTextRenderer(Renderer):
             lines.append(f"  seen-shape re-run still paid: {rerun}")
         else:
             lines.append("  seen-shape re-run paid none of these causes (one-time costs)")
-        compile_info = r.instruments.get("torch_compile", {})
-        if compile_info.get("active"):
+        tc = r.torch_compile
+        if tc is not None:
             lines.append(
-                f"  torch reports {_ms(compile_info.get('torch_reported_compile_ms', 0.0))} of compile time; "
-                f"{len(compile_info.get('compiles', []))} compile(s); inductor cache: {compile_info.get('inductor_cache')}"
+                f"  torch reports {_ms(tc.torch_reported_ms)} of compile time; "
+                f"{tc.compiles} compile(s); inductor cache: {one_line(tc.inductor_cache)}"
             )
         # warmprof's own hook cost sits in every module: it says nothing about the model's.
         top = []

@@ -13,7 +13,9 @@ from ..errors import ReportError
 from ..fileio import read_regular, write_output
 from . import schema
 
-SCHEMA_VERSION = 1
+# 2: a trace report's torch_compile figures are a field of their own (1 kept them in
+# instruments.torch_compile only); version 1 files still load, converted by Report._upgrade.
+SCHEMA_VERSION = 2
 _KINDS: dict[str, type["ReportBase"]] = {}
 # kind -> a function rendering a report of that kind as text. warmprof.render registers these when it
 # is imported (warmprof/__init__ imports it), so str(report) works without the report layer importing
@@ -46,6 +48,12 @@ class ReportBase:
     def _fields_from_json(cls, data: dict[str, Any]) -> dict[str, Any]:
         return {}
 
+    @classmethod
+    def _upgrade(cls, data: dict[str, Any], version: int) -> dict[str, Any]:
+        """Data checked against the schema, written in an older schema_version -> this version's
+        layout (each kind converts what changed for it)."""
+        return data
+
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"schema_version": self.schema_version, "kind": self.KIND}
         for f in dataclasses.fields(self):
@@ -56,9 +64,11 @@ class ReportBase:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "ReportBase":
         schema.check(data, cls.SCHEMA)
+        data = cls._upgrade(data, data.get("schema_version", SCHEMA_VERSION))
         known = {f.name for f in dataclasses.fields(cls)}
         kwargs = {k: v for k, v in data.items() if k in known}
         kwargs.update(cls._fields_from_json(data))
+        kwargs["schema_version"] = SCHEMA_VERSION  # converted: saved again, it is this version's layout
         report = cls(**kwargs)
         report.validate()
         return report

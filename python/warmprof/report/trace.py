@@ -12,6 +12,7 @@ from ..errors import ReportError
 from . import schema as S
 from .base import SCHEMA_VERSION, ReportBase, non_negative, register_kind
 
+IN_CALLERS_PROCESS = "in-process (caller's)"  # RunContext.cache of a trace in the caller's process
 
 
 @dataclass
@@ -77,6 +78,83 @@ class CounterSample:
         return cls(pass_=d["pass"], name=d["name"], t_ms=float(d["t_ms"]), value=float(d["value"]))
 
 
+@dataclass
+class RunContext:
+    """Where a trace ran, set as data by whoever knows it: trace() alone knows only that it runs in
+    its caller's process (the default); `warmprof trace`'s child knows that its process is fresh,
+    how its caches were set and how many threads it was given. In the JSON these are the protocol's
+    fresh_process, cache, threads and caches keys (the last two only when set)."""
+
+    fresh_process: bool = False
+    cache: str = IN_CALLERS_PROCESS  # or the command line's --cache: "fresh" | "keep"
+    threads: int | None = None  # torch.set_num_threads(N) first (--threads)
+    caches: dict[str, str] | None = None  # a fresh process's caches: variable -> folder (or "fresh (removed after)")
+
+
+@dataclass
+class RecorderStats:
+    """What the native recorder kept and lost over the instrumented passes."""
+
+    records: int = 0
+    dropped: int = 0  # records lost to a full buffer
+    thinned_modules: int = 0  # module calls not recorded once their budget was spent
+    own_faults: int = 0  # page faults taken by warmprof's own buffers
+
+
+@dataclass
+class Protocol:
+    """How the trace was run: the input, every steady pass, the machine's calibration, why the
+    runtime was already warm, the recorder's figures, and where it ran (RunContext)."""
+
+    input: str = ""  # how the input was made ("token ids [1, 128] in [0, 4096)", "caller's inputs")
+    steady_ms: list[float] = field(default_factory=list)
+    calibration: dict[str, Any] = field(default_factory=dict)  # traces.calibrate.MachineCosts.to_dict()
+    runtime_warm: bool = False
+    warm_reasons: list[str] = field(default_factory=list)
+    unattributed_within_noise: bool = False
+    attribution_thread_only: bool = True  # cause spans on other threads are noted, not counted
+    recorder: RecorderStats = field(default_factory=RecorderStats)
+    run: RunContext = field(default_factory=RunContext)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object: this dataclass's fields with the recorder nested and the run's flat."""
+        d: dict[str, Any] = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                             if f.name not in ("recorder", "run")}
+        d["recorder"] = dataclasses.asdict(self.recorder)
+        d.update((k, v) for k, v in dataclasses.asdict(self.run).items() if v is not None)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Protocol":
+        """From the JSON object (checked by _PROTOCOL first); keys it does not name are left out."""
+        def known(klass: type, data: dict[str, Any]) -> dict[str, Any]:
+            return {f.name: data[f.name] for f in dataclasses.fields(klass) if f.name in data}
+
+        own = {k: v for k, v in known(cls, d).items() if k not in ("recorder", "run")}
+        return cls(**own, recorder=RecorderStats(**known(RecorderStats, d.get("recorder") or {})),
+                   run=RunContext(**known(RunContext, d)))
+
+
+@dataclass
+class TorchCompileFigures:
+    """What torch says of its own compiling during the trace (the torch_compile instrument's figures)."""
+
+    torch_reported_ms: float = 0.0  # torch's own compile timers, summed
+    compiles: int = 0  # compiles dynamo ran
+    inductor_cache: str = "n/a"  # "hit" | "miss" | "n/a"
+
+    @classmethod
+    def from_summary(cls, summary: Any) -> "TorchCompileFigures | None":
+        """From the torch_compile instrument's summary (as report["instruments"]["torch_compile"]
+        holds it); None when the instrument was off."""
+        if not isinstance(summary, dict) or not summary.get("active"):
+            return None
+        cache = summary.get("inductor_cache")
+        return cls(torch_reported_ms=float(summary.get("torch_reported_compile_ms", 0.0)),
+                   compiles=len(summary.get("compiles", [])),
+                   inductor_cache=cache if isinstance(cache, str) else "n/a")
+
+
 # The JSON schema: every field a renderer (text, JSON, Chrome trace, PNG, compare) reads, checked at load.
 _CAUSE_ENTRY = S.Obj(
     {"cause": S.OneOf("cause", causes.names), "ms": S.NUM, "share": S.NUM, "evidence": S.OneOf("evidence", EVIDENCE),
@@ -94,6 +172,15 @@ _COUNTER_SAMPLE = S.Obj({"pass": S.STR, "name": S.STR, "t_ms": S.NUM, "value": S
 _MODULE = S.Obj({"module": S.STR, "ms": S.NUM, "causes": S.MapOf(S.NUM)})
 _WHERE = S.Obj({"module": S.STR, "ms": S.NUM})
 _TORCH_COMPILE = S.Obj(optional={"torch_reported_compile_ms": S.NUM, "compiles": S.ListOf(S.ANY)})
+_TORCH_COMPILE_FIGURES = S.Obj({"torch_reported_ms": S.NUM, "compiles": S.NON_NEGATIVE_INT, "inductor_cache": S.STR},
+                               extra=False)
+_RECORDER = S.Obj(optional={k: S.NON_NEGATIVE_INT for k in ("records", "dropped", "thinned_modules", "own_faults")})
+_PROTOCOL = S.Obj(optional={
+    "input": S.STR, "steady_ms": S.ListOf(S.NUM), "calibration": S.MapOf(S.ANY), "runtime_warm": S.BOOL,
+    "warm_reasons": S.ListOf(S.STR), "unattributed_within_noise": S.BOOL, "attribution_thread_only": S.BOOL,
+    "recorder": _RECORDER, "fresh_process": S.BOOL, "cache": S.STR, "threads": S.Nullable(S.POSITIVE_INT),
+    "caches": S.MapOf(S.STR),
+})
 SCHEMA = S.Obj(
     {
         "model": S.STR, "shape": S.Nullable(S.ListOf(S.NON_NEGATIVE_INT)), "device": S.DEVICE,
@@ -105,7 +192,8 @@ SCHEMA = S.Obj(
         "steady_p10_ms": S.NUM, "steady_p90_ms": S.NUM, "attributed_ms": S.NUM,
         "seen_rerun_causes": S.ListOf(_CAUSE_ENTRY), "modules": S.ListOf(_MODULE), "counters": S.MapOf(S.ANY),
         "unattributed_where": S.ListOf(_WHERE),
-        "protocol": S.MapOf(S.ANY), "instruments": S.Obj(optional={"torch_compile": _TORCH_COMPILE}),
+        "protocol": _PROTOCOL, "instruments": S.Obj(optional={"torch_compile": _TORCH_COMPILE}),
+        "torch_compile": S.Nullable(_TORCH_COMPILE_FIGURES),
         "spans": S.ListOf(_SPAN), "counter_samples": S.ListOf(_COUNTER_SAMPLE), "advice": S.ListOf(S.STR),
         "notes": S.ListOf(S.STR), "warmprof_version": S.STR, "created": S.STR,
     },
@@ -143,8 +231,10 @@ class Report(ReportBase):
     # cause less the same in the seen-shape re-run (attribution.unattributed_where), largest first.
     unattributed_where: list[dict[str, Any]] = field(default_factory=list)
     counters: dict[str, Any] = field(default_factory=dict)
-    protocol: dict[str, Any] = field(default_factory=dict)
-    instruments: dict[str, Any] = field(default_factory=dict)
+    protocol: Protocol | None = None  # None: not recorded ({} in the JSON)
+    instruments: dict[str, Any] = field(default_factory=dict)  # each instrument's own summary, by name
+    # torch's compile figures for the text; None when the torch_compile instrument was off
+    torch_compile: TorchCompileFigures | None = None
     spans: list[Span] = field(default_factory=list)
     counter_samples: list[CounterSample] = field(default_factory=list)
     advice: list[str] = field(default_factory=list)
@@ -169,7 +259,7 @@ class Report(ReportBase):
 
     def shares_of_attributed(self) -> bool:
         """True when the causes add up to more than a positive excess: shares are then fractions of
-        the attributed time, not of the excess (report_build.overshoot_note says so in the notes)."""
+        the attributed time, not of the excess (traces.build.overshoot_note says so in the notes)."""
         return self.excess_ms > 0 and self.causes_ms() > self.excess_ms
 
     def top_cause(self) -> CauseEntry | None:
@@ -182,21 +272,37 @@ class Report(ReportBase):
             return [dataclasses.asdict(c) for c in value]
         if name in ("spans", "counter_samples"):
             return [s.to_dict() for s in value]
+        if name == "protocol":
+            return value.to_dict() if value is not None else {}
+        if name == "torch_compile":
+            return dataclasses.asdict(value) if value is not None else None
         return value
 
     @classmethod
     def _fields_from_json(cls, data: dict[str, Any]) -> dict[str, Any]:
+        compile_figures = data.get("torch_compile")
         return {
             "causes": [CauseEntry(**c) for c in data["causes"]],
             "seen_rerun_causes": [CauseEntry(**c) for c in data.get("seen_rerun_causes", [])],
             "spans": [Span.from_dict(s) for s in data.get("spans", [])],
             "counter_samples": [CounterSample.from_dict(s) for s in data.get("counter_samples", [])],
+            "protocol": Protocol.from_dict(data["protocol"]) if data.get("protocol") else None,
+            "torch_compile": TorchCompileFigures(**compile_figures) if compile_figures else None,
         }
+
+    @classmethod
+    def _upgrade(cls, data: dict[str, Any], version: int) -> dict[str, Any]:
+        if version < 2:  # version 1 kept torch's compile figures in the instrument's summary only
+            figures = TorchCompileFigures.from_summary(data.get("instruments", {}).get("torch_compile"))
+            data = dict(data, torch_compile=dataclasses.asdict(figures) if figures is not None else None)
+        return data
 
     def validate(self) -> None:
         """Invariants a loaded report must hold; a violation means a corrupt or edited file."""
         for name in ("first_pass_ms", "seen_rerun_ms", "steady_median_ms", "noise_band_ms"):
             non_negative(getattr(self, name), name)
+        if self.torch_compile is not None:
+            non_negative(self.torch_compile.torch_reported_ms, "torch_compile.torch_reported_ms")
         for c in self.causes + self.seen_rerun_causes:
             c.validate()
         shares = sum(c.share for c in self.causes if c.cause != "unattributed")

@@ -1,7 +1,7 @@
 """warmprof.trace: the trace protocol (ARCHITECTURE.md, method).
 
-calibrate -> first pass (all instruments) -> seen-shape re-run (instruments on) -> steady passes
-(clean, timed) -> attribution (pure) -> Report.
+first pass (all instruments) -> seen-shape re-run (instruments on) -> steady passes (clean, timed)
+-> calibrate (once per process) -> attribution (pure) -> Report (build.py).
 """
 
 from __future__ import annotations
@@ -10,67 +10,27 @@ import contextlib
 import datetime
 import math
 import sys
-import threading
 import time
 import weakref
 from typing import Any, Callable
 
-from . import _native
-from .attribution import Calibration, attribute_pass, steady_stats, summarize
-from .errors import InputError, ModelError, WarmprofError
-from .progress import progress_printer
-from .inputs import check_model, make_inputs, parse_device
-from .instruments.host import HostCounters
-from .instruments.modules import ModuleHooks
-from .process_state import ProcessState
-from .report import CauseEntry, Report
-from .report_build import build_report
-from .timeline import STRUCTURE, Recording, begin, begin_section, end, name_id
+from .. import _native
+from ..attribution import attribute_pass
+from ..errors import InputError, ModelError, WarmprofError
+from ..inputs import check_model, make_inputs, parse_device
+from ..instruments.host import HostCounters
+from ..instruments.modules import ModuleHooks
+from ..platform import cuda_index, fingerprint
+from ..process_state import ProcessState
+from ..progress import progress_printer
+from ..report import Report
+from ..report.trace import RunContext
+from ..timeline import STRUCTURE, Recording, begin, begin_section, end, name_id
+from . import calibrate as calibration
+from .build import InstrumentSummary, TraceFacts, build_report, steady_fault_median
+from .compile_options import check_compile, compile_label, compile_model
 
 _traced_models: "weakref.WeakSet[Any]" = weakref.WeakSet()
-_calibration: dict[str, float] | None = None
-# One trace or calibration at a time per process: they share the native recorder. Another thread,
-# or a trace started from inside a trace (by the model, by a progress callable), is refused at
-# once, never made to wait; trace() itself calibrates through _calibrate() while it holds it.
-_busy = threading.Lock()
-
-
-def calibrate() -> dict[str, float]:
-    """Once per process, after the first trace's passes: timer overhead, per-fault cost, thread
-    start cost and module hook cost (this machine's)."""
-    global _calibration
-    if _calibration is not None:
-        return _calibration
-    if not _busy.acquire(blocking=False):
-        raise InputError("a warmprof trace is already running in this process: calibrate after it (a trace "
-                         "calibrates by itself)")
-    try:
-        return _calibrate()
-    finally:
-        _busy.release()
-
-
-def _calibrate() -> dict[str, float]:
-    global _calibration
-    if _calibration is None:
-        pairs = []
-        for _ in range(201):
-            a = _native.now_ns()
-            b = _native.now_ns()
-            pairs.append(b - a)
-        pairs.sort()
-        fault = _native.calibrate_fault_cost(16 << 20, 5)
-        _calibration = {
-            "timer_overhead_ns": float(pairs[len(pairs) // 2]),
-            "fault_cost_ns": float(fault["ns_per_fault"]),
-            "fault_cost_per_page_ns": float(fault["ns_per_page"]),
-            "thread_start_ns": float(_native.thread_start_ns(9)),
-            # What warmprof's module hooks add to one module call: the first pass and the seen
-            # re-run run with them, the steady passes without (an estimated profiler_overhead).
-            "hook_cost_ns": float(ModuleHooks.calibrate_cost()),
-            "clock": dict(_native.clock_info()),
-        }
-    return _calibration
 
 
 def _sync(device) -> Callable[[], None]:
@@ -93,7 +53,7 @@ def _warm_reasons(model: Any, compiled: bool) -> list[str]:
             reasons.append("this model was already traced in this process")
     except TypeError:
         pass
-    if _calibration is not None and not reasons:  # set once a trace has run to its end here
+    if calibration.cached() is not None and not reasons:  # set once a trace has run to its end here
         reasons.append("an earlier trace ran in this process")
     if compiled:
         try:
@@ -104,109 +64,6 @@ def _warm_reasons(model: Any, compiled: bool) -> list[str]:
         except Exception:
             pass
     return reasons
-
-
-def _compile_modes() -> list[str]:
-    """The modes torch.compile (inductor) accepts in this torch: default, reduce-overhead, max-autotune..."""
-    from torch._inductor import list_mode_options
-
-    return list(list_mode_options())
-
-
-def _check_mode(mode: Any) -> None:
-    modes = _compile_modes()
-    if mode == "":  # torch.compile takes an empty mode as the default one
-        return
-    if not isinstance(mode, str) or mode not in modes:
-        raise InputError(f"unknown torch.compile mode {mode!r}: use one of {', '.join(modes)} (or compile=True)")
-
-
-def _check_compile(compile: Any) -> None:
-    """Refuse a compile value torch.compile would refuse, before anything is built or compiled."""
-    if compile in (None, False) or compile is True:
-        return
-    if isinstance(compile, str):
-        _check_mode(compile)
-        return
-    if not isinstance(compile, dict):
-        raise InputError(
-            f"compile must be None, True, a mode string or a dict of torch.compile options, got {compile!r}")
-    import inspect
-
-    import torch
-    from torch._inductor import config
-
-    params = inspect.signature(torch.compile).parameters
-    accepted = [p for p in params if p != "model"]
-    any_key = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-    inductor_settings = config.get_config_copy()
-    for key, value in compile.items():
-        if key not in accepted and not any_key:
-            hint = (f"; {key!r} is an inductor setting: pass it as compile={{'options': {{{key!r}: {value!r}}}}}"
-                    if isinstance(key, str) and key.replace("-", "_") in inductor_settings else "")
-            raise InputError(f"unknown torch.compile option {key!r} in compile: the dict's keys are torch.compile's "
-                             f"arguments ({', '.join(accepted)}){hint}")
-    inductor = compile.get("backend") in (None, "inductor")
-    mode, options = compile.get("mode"), compile.get("options")
-    if mode is not None and options is not None:
-        raise InputError("compile gives both 'mode' and 'options': torch.compile takes one or the other, not both")
-    if mode is not None and inductor:
-        _check_mode(mode)
-    if options is not None:
-        if not isinstance(options, dict):
-            raise InputError(f"compile's options must be a dict of inductor settings, got {options!r}")
-        if inductor:
-            for key in options:
-                if not isinstance(key, str) or key.replace("-", "_") not in inductor_settings:
-                    raise InputError(f"unknown inductor option {key!r} in compile's options "
-                                     "(torch._inductor.list_options() lists them)")
-
-
-def _compile_value(v: Any) -> str:
-    if isinstance(v, str):
-        return v
-    if callable(v):
-        return getattr(v, "__name__", type(v).__name__)
-    return repr(v)
-
-
-def _compile_label(compile: Any) -> str | None:
-    """What the report records: None (eager), a mode, or the options dict as sorted 'key=value' pairs."""
-    if compile in (None, False):
-        return None
-    if compile is True:
-        return "default"
-    if isinstance(compile, str):
-        return compile or "default"
-    compile = {k: v for k, v in compile.items() if v is not None}  # None is torch.compile's own default
-    if not compile or set(compile) == {"mode"}:
-        return compile.get("mode") or "default"
-    parts = []
-    for key, value in sorted(compile.items()):
-        if key == "options" and isinstance(value, dict):
-            inner = ", ".join(f"{k}={_compile_value(v)}" for k, v in sorted(value.items()))
-            parts.append(f"options({inner})")
-        else:
-            parts.append(f"{key}={_compile_value(value)}")
-    return ", ".join(parts)
-
-
-def _compile_model(model: Any, compile: Any) -> Any:
-    if compile in (None, False):
-        return model
-    import torch
-
-    try:
-        if compile is True or compile == "default":
-            return torch.compile(model)
-        if isinstance(compile, str):
-            return torch.compile(model, mode=compile)
-        if isinstance(compile, dict):
-            return torch.compile(model, **compile)
-    except (RuntimeError, TypeError, ValueError) as e:
-        # torch.compile() only wraps the model (nothing compiles yet): this is a refused option.
-        raise InputError(f"torch.compile refused compile={compile!r}: {type(e).__name__}: {e}") from e
-    raise InputError(f"compile must be None, True, a mode string or a dict of torch.compile options, got {compile!r}")
 
 
 def _parse_steady(steady: Any) -> tuple[int, int]:
@@ -226,8 +83,8 @@ def _parse_steady(steady: Any) -> tuple[int, int]:
 
 
 def _instruments(model: Any, device, compiled: bool) -> list:
-    from .instruments.onednn import OneDNN
-    from .instruments.torch_compile import TorchCompile
+    from ..instruments.onednn import OneDNN
+    from ..instruments.torch_compile import TorchCompile
 
     inst = [HostCounters(), ModuleHooks(model, top_level_only=compiled)]
     # Also when the model compiles something inside itself (dynamo already imported).
@@ -237,7 +94,7 @@ def _instruments(model: Any, device, compiled: bool) -> list:
         inst.append(OneDNN())
     if device.type == "cuda":
         try:
-            from .instruments.cuda_set import cuda_instruments
+            from ..instruments.cuda_set import cuda_instruments
 
             inst.extend(cuda_instruments({"device": device, "compiled": compiled}))
         except ImportError as e:  # pragma: no cover - CUDA instruments not built in
@@ -325,6 +182,7 @@ def trace(
     progress: Any = False,
     no_grad: bool = True,
     label: str | None = None,
+    run: RunContext | None = None,
 ) -> Report:
     """Trace the first pass of `model` and attribute its excess over a steady pass to causes.
 
@@ -332,7 +190,9 @@ def trace(
     model starts with an embedding or dtype is an integer type, else randn). inputs: the caller's
     tensors, a tuple/dict of them, or a callable that makes them. compile: None, True, a mode
     ("reduce-overhead", "max-autotune") or a dict of torch.compile options. steady: the number of
-    clean passes (an int, or (min, max) adaptive within steady_budget_s seconds).
+    clean passes (an int, or (min, max) adaptive within steady_budget_s seconds). run: where the
+    trace runs, for the report (`warmprof trace`'s fresh child passes its own); None is the
+    caller's process, which the report's notes then say.
 
     One trace runs at a time in a process: a second one (from another thread) is refused up front.
     """
@@ -340,8 +200,8 @@ def trace(
         import torch
     except ImportError:
         raise WarmprofError("warmprof.trace needs torch: pip install 'warmprof[torch]'") from None
-    _check_options(steady_budget_s, progress, no_grad, label)
-    if not _busy.acquire(blocking=False):
+    _check_options(steady_budget_s, progress, no_grad, label, run)
+    if not calibration.busy.acquire(blocking=False):
         raise InputError("another warmprof trace or calibration is already running in this process (from another "
                          "thread, or this call comes from inside a trace): they share the recorder, so run them "
                          "one after another")
@@ -349,14 +209,14 @@ def trace(
         before = ProcessState.take()
         report = _trace(torch, model, shape, inputs=inputs, dtype=dtype, device=device, steady=steady,
                         steady_budget_s=steady_budget_s, compile=compile, progress=progress, no_grad=no_grad,
-                        label=label)
+                        label=label, run=run if run is not None else RunContext())
         report.notes.extend(before.changes_since())
         return report
     finally:
-        _busy.release()
+        calibration.busy.release()
 
 
-def _check_options(steady_budget_s: Any, progress: Any, no_grad: Any, label: Any) -> None:
+def _check_options(steady_budget_s: Any, progress: Any, no_grad: Any, label: Any, run: Any) -> None:
     """Refuse wrongly typed options before anything runs (not later, blamed on the model)."""
     if (isinstance(steady_budget_s, bool) or not isinstance(steady_budget_s, (int, float))
             or not math.isfinite(steady_budget_s) or steady_budget_s < 0):
@@ -367,22 +227,25 @@ def _check_options(steady_budget_s: Any, progress: Any, no_grad: Any, label: Any
         raise InputError(f"no_grad must be True or False, got {no_grad!r}")
     if label is not None and (not isinstance(label, str) or not label.strip()):
         raise InputError(f"label must be a non-empty string (the model's name in the report), got {label!r}")
+    if run is not None and not isinstance(run, RunContext):
+        raise InputError(f"run must be a warmprof.report.trace.RunContext or None, got {run!r}")
 
 
 def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, device: Any, steady: Any,
-           steady_budget_s: float, compile: Any, progress: Any, no_grad: bool, label: str | None) -> Report:
+           steady_budget_s: float, compile: Any, progress: Any, no_grad: bool, label: str | None,
+           run: RunContext) -> Report:
     say = progress_printer(progress)
     check_model(model)
     dev = parse_device(device)
     min_steady, max_steady = _parse_steady(steady)
-    _check_compile(compile)
+    check_compile(compile)
 
     if dev.type != "cpu" and isinstance(model, torch.nn.Module):
         model = model.to(dev)
     args, kwargs, input_desc = make_inputs(model, shape, dtype, inputs, dev)
     compiled = compile not in (None, False)
     warm = _warm_reasons(model, compiled)
-    runner = _compile_model(model, compile)
+    runner = compile_model(model, compile)
     sync = _sync(dev)
 
     instruments = _instruments(runner, dev, compiled)
@@ -414,45 +277,35 @@ def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, devic
     # Calibration runs after the passes: it starts threads, faults fresh pages and calls a torch
     # module, any of which would warm what the first pass is there to measure cold.
     say("calibrating (timer, page-fault cost, thread start, hook cost)")
-    cal = _calibrate()
+    costs = calibration.measure()
     say("attributing")
-    stats = steady_stats(steady_ms)
-    calibration = Calibration(fault_cost_ns=cal["fault_cost_ns"], thread_start_ns=cal["thread_start_ns"],
-                              hook_cost_ns=cal["hook_cost_ns"])
-    steady_fault_median = sorted(steady_faults)[len(steady_faults) // 2] if steady_faults else 0
     first, rerun = (
-        attribute_pass(timeline, name, calibration=calibration, steady_faults=steady_fault_median,
+        attribute_pass(timeline, name, calibration=costs.for_attribution(),
+                       steady_faults=steady_fault_median(steady_faults),
                        inferred=[e for i in instruments for e in i.inferred(name)],
                        evidence={src: ev for i in instruments for src, ev in i.span_evidence.items()},
                        window=windows[name])
         for name in PASSES
     )
-    summary = summarize(first.pass_ms, stats.median, stats.noise_band, first.attributed_ms)
-    report = build_report(
+    return build_report(TraceFacts(
         model=label or type(getattr(model, "_orig_mod", model)).__name__,
         shape=_shape_of(args[0]) if args else None,  # also for inputs=: the first input's, when it has a plain one
         dtype=str(args[0].dtype).removeprefix("torch.") if args and hasattr(args[0], "dtype") else "",
         device=str(dev),
-        compile=_compile_label(compile),
+        compile=compile_label(compile),
+        input_desc=input_desc,
         first=first,
         rerun=rerun,
-        summary=summary,
-        stats=stats,
         steady_ms=steady_ms,
         steady_faults=steady_faults,
-        calibration=cal,
-        instruments=instruments,
         timeline=timeline,
+        instruments=[InstrumentSummary(i.name, i.summary(), list(i.notes), i.reason) for i in instruments],
+        calibration=costs.to_dict(),
         warm_reasons=warm,
-        input_desc=input_desc,
+        platform=fingerprint(gpu_index=cuda_index(str(dev))),
+        run=run,
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-    )
-    # The caller's process: what ran before the trace is unknown to it. `warmprof trace` on the
-    # command line runs a fresh process and takes this note back (commands/trace.py).
-    report.protocol.setdefault("fresh_process", False)
-    report.protocol.setdefault("cache", "in-process (caller's)")
-    report.notes.append(IN_PROCESS_NOTE)
-    return report
+    ))
 
 
 def _guarded_pass(model, args, kwargs, pass_name: str, instruments: list, sync, when: str) -> tuple[int, int]:
@@ -464,8 +317,4 @@ def _guarded_pass(model, args, kwargs, pass_name: str, instruments: list, sync, 
         raise ModelError(f"the model raised {when}: {type(e).__name__}: {e}") from e
 
 
-IN_PROCESS_NOTE = ("traced in the caller's process: work done here before the trace (other models, warm-up calls, "
-                   "earlier traces) may have warmed shared state (thread pools, allocator, kernel caches); "
-                   "`warmprof trace` on the command line runs a fresh process")
-
-__all__ = ["calibrate", "trace", "CauseEntry"]
+__all__ = ["trace"]

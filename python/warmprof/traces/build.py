@@ -1,19 +1,64 @@
-"""From attribution results to the Report (data only; no timing, no instruments' hooks)."""
+"""From a trace's facts to the Report (data only: no timing, no instruments, no subprocesses)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from . import __version__
+from .. import __version__
+from ..attribution import PassAttribution, steady_stats, summarize, unattributed_where
+from ..report import CauseEntry, CounterSample, Report, Span
+from ..report.trace import Protocol, RecorderStats, RunContext, TorchCompileFigures
+from ..timeline import COUNTER, INSTANT, THINNED, Timeline, cause_name, source_of
 from .advice import advise
-from .attribution import PassAttribution, Summary, unattributed_where
-from .platform import cuda_index, fingerprint
-from .report import CauseEntry, CounterSample, Report, Span
-from .timeline import COUNTER, INSTANT, THINNED, Timeline, cause_name, source_of
 
 MAX_SPANS = 20000
+
+IN_PROCESS_NOTE = ("traced in the caller's process: work done here before the trace (other models, warm-up calls, "
+                   "earlier traces) may have warmed shared state (thread pools, allocator, kernel caches); "
+                   "`warmprof trace` on the command line runs a fresh process")
+
+
+@dataclass
+class InstrumentSummary:
+    """One instrument after the passes: its own figures (summary()), its notes, and why it was off."""
+
+    name: str
+    summary: dict[str, Any]
+    notes: list[str] = field(default_factory=list)
+    reason: str = ""  # empty when it was on
+
+
+@dataclass
+class TraceFacts:
+    """Everything a Report is built from, gathered by the protocol (traces/api.py)."""
+
+    # what was traced
+    model: str
+    shape: list[int] | None
+    dtype: str
+    device: str
+    compile: str | None  # compile_options.compile_label()
+    input_desc: str
+    # what the passes gave
+    first: PassAttribution
+    rerun: PassAttribution
+    steady_ms: list[float]
+    steady_faults: list[int]
+    timeline: Timeline
+    instruments: list[InstrumentSummary]
+    # the process and the machine
+    calibration: dict[str, Any]  # calibrate.MachineCosts.to_dict()
+    warm_reasons: list[str]
+    platform: dict[str, Any]  # platform.fingerprint()
+    run: RunContext
+    created: str
+
+
+def steady_fault_median(steady_faults: list[int]) -> int:
+    return sorted(steady_faults)[len(steady_faults) // 2] if steady_faults else 0
 
 
 def _entries(att: PassAttribution, excess_ms: float) -> list[CauseEntry]:
@@ -103,21 +148,22 @@ def _counter_samples(tl: Timeline, att: PassAttribution, pass_name: str) -> list
     return out[:MAX_SPANS]
 
 
-def build_report(*, model: str, shape, dtype: str, device: str, compile, first: PassAttribution,
-                 rerun: PassAttribution, summary: Summary, stats: dict, steady_ms: list[float],
-                 steady_faults: list[int], calibration: dict, instruments: list, timeline: Timeline,
-                 warm_reasons: list[str], input_desc: str, created: str) -> Report:
+def build_report(facts: TraceFacts) -> Report:
+    f = facts
+    first, rerun = f.first, f.rerun
+    stats = steady_stats(f.steady_ms)
+    summary = summarize(first.pass_ms, stats.median, stats.noise_band, first.attributed_ms)
     causes = _entries(first, summary.excess_ms)
     rerun_excess = rerun.pass_ms - stats.median
-    inst: dict[str, Any] = {i.name: i.summary() for i in instruments}
+    inst: dict[str, Any] = {i.name: i.summary for i in f.instruments}
     notes: list[str] = []
-    for i in instruments:
+    for i in f.instruments:
         notes.extend(f"{i.name}: {n}" for n in i.notes)
         if i.reason:
             notes.append(f"{i.name}: off ({i.reason})")
-    if warm_reasons:
-        notes.append("runtime already warm: " + "; ".join(warm_reasons) + " (run in a fresh process for a true first pass)")
-    notes.extend(recorder_notes(timeline, {"first_pass": first, "seen_rerun": rerun}))
+    if f.warm_reasons:
+        notes.append("runtime already warm: " + "; ".join(f.warm_reasons) + " (run in a fresh process for a true first pass)")
+    notes.extend(recorder_notes(f.timeline, {"first_pass": first, "seen_rerun": rerun}))
     if first.unmatched:
         notes.append(f"{first.unmatched} spans never closed in the first pass (closed at its end)")
     overshoot = overshoot_note(summary.attributed_ms, summary.excess_ms, stats.noise_band)
@@ -125,6 +171,8 @@ def build_report(*, model: str, shape, dtype: str, device: str, compile, first: 
         notes.append(overshoot)
     if first.off_thread_ms > 0:
         notes.append(f"{first.off_thread_ms:.1f} ms of cause spans on other threads (overlapping the pass, not counted)")
+    if not f.run.fresh_process:  # what ran in the caller's process before the trace is unknown to it
+        notes.append(IN_PROCESS_NOTE)
     modules = [
         {"module": mod or "(outside modules)", "ms": sum(d.values()), "causes": d}
         for mod, d in first.by_module().items()
@@ -134,8 +182,9 @@ def build_report(*, model: str, shape, dtype: str, device: str, compile, first: 
     # draw the steady median from steady_median_ms and label it as a median).
     spans = _spans(first, "first") + _spans(rerun, "seen_rerun")
     host = inst.get("host", {}).get("passes", {})
+    tl = f.timeline
     report = Report(
-        model=model, shape=shape, device=device, dtype=dtype, compile=compile,
+        model=f.model, shape=f.shape, device=f.device, dtype=f.dtype, compile=f.compile,
         first_pass_ms=first.pass_ms, seen_rerun_ms=rerun.pass_ms,
         steady_median_ms=stats.median, steady_p10_ms=stats.p10, steady_p90_ms=stats.p90,
         steady_passes=stats.n, noise_band_ms=stats.noise_band,
@@ -146,27 +195,28 @@ def build_report(*, model: str, shape, dtype: str, device: str, compile, first: 
         counters={
             "first_pass": host.get("first", {}),
             "seen_rerun": host.get("seen_rerun", {}),
-            "steady_faults_median": sorted(steady_faults)[len(steady_faults) // 2] if steady_faults else 0,
+            "steady_faults_median": steady_fault_median(f.steady_faults),
             "first_pass_faults_outside_causes": first.faults_outside_causes,
         },
-        protocol={
-            "input": input_desc,
-            "steady_ms": steady_ms,
-            "calibration": calibration,
-            "runtime_warm": bool(warm_reasons),
-            "warm_reasons": warm_reasons,
-            "unattributed_within_noise": summary.within_noise,
-            "attribution_thread_only": True,
-            "recorder": {"records": len(timeline), "dropped": timeline.dropped, "thinned_modules": timeline.thinned,
-                         "own_faults": timeline.own_faults},
-        },
+        protocol=Protocol(
+            input=f.input_desc, steady_ms=f.steady_ms, calibration=f.calibration,
+            runtime_warm=bool(f.warm_reasons), warm_reasons=f.warm_reasons,
+            unattributed_within_noise=summary.within_noise, attribution_thread_only=True,
+            recorder=RecorderStats(records=len(tl), dropped=tl.dropped, thinned_modules=tl.thinned,
+                                   own_faults=tl.own_faults),
+            run=f.run,
+        ),
         instruments=inst,
+        torch_compile=TorchCompileFigures.from_summary(inst.get("torch_compile")),
         spans=spans,
-        counter_samples=_counter_samples(timeline, first, "first") + _counter_samples(timeline, rerun, "seen_rerun"),
-        platform=fingerprint(gpu_index=cuda_index(device)),
+        counter_samples=_counter_samples(tl, first, "first") + _counter_samples(tl, rerun, "seen_rerun"),
+        platform=f.platform,
         warmprof_version=__version__,
-        created=created,
+        created=f.created,
         notes=notes,
     )
     report.advice = advise(report)
     return report
+
+
+__all__ = ["IN_PROCESS_NOTE", "InstrumentSummary", "TraceFacts", "build_report", "overshoot_note", "recorder_notes"]

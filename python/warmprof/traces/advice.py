@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import causes
+from .. import causes
 
 # Lines for one source of a cause, shown instead of the cause's generic line (causes.py) when that
 # source holds most of it.
@@ -34,6 +34,7 @@ def _lines(cause: str, source: str) -> list[str]:
         return [f"{row.label} is a one-time cost: one pass per served shape at start-up moves it before traffic."]
     return [f"{row.label} is not removed by a warm-up pass: it is paid on each call like this one."]
 
+
 def advise(report: Any, share_floor: float = 0.1, max_causes: int = 3) -> list[str]:
     """Advice for the causes holding at least `share_floor` of the excess, largest first.
 
@@ -55,7 +56,7 @@ def advise(report: Any, share_floor: float = 0.1, max_causes: int = 3) -> list[s
         base = c.source.split(":", 1)[0].split("/", 1)[0]
         sources.setdefault(c.cause, {})
         sources[c.cause][base] = sources[c.cause].get(base, 0.0) + c.ms
-    # Shares are of the excess, or of the attributed time when the causes add up to more (see report_build).
+    # Shares are of the excess, or of the attributed time when the causes add up to more (see build.overshoot_note).
     whole = "attributed time" if report.shares_of_attributed() else "excess"
     lines: list[str] = []
     for cause, share in sorted(totals.items(), key=lambda kv: -kv[1])[:max_causes]:
