@@ -1,0 +1,93 @@
+"""How the renderers write figures and names: milliseconds, what a report measured and on what
+device, and aligned tables. One place, so a text report, a comparison and a PNG say a thing the
+same way.
+
+The millisecond formatters differ on purpose: a figure in a sentence carries its unit and scales
+to s or µs; a table column has its unit in the header and keeps a fixed number of decimals.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Container
+from typing import Any
+
+from ..platform import describe_device
+from .safe import one_line
+
+
+# -- milliseconds --------------------------------------------------------------------------------
+def ms(v: float) -> str:
+    """A duration in a sentence, with its unit: '1.23 s', '12.3 ms', '0.50 ms', '30.0 µs'."""
+    if abs(v) >= 1000:
+        return f"{v / 1000:.2f} s"
+    if abs(v) >= 10:
+        return f"{v:.1f} ms"
+    if abs(v) >= 0.1 or v == 0:
+        return f"{v:.2f} ms"
+    return f"{v * 1000:.1f} µs"  # a tiny model's steady pass and noise band: 0.03 ms would hide the figure
+
+
+def cause_ms(v: float) -> str:
+    """A cause's ms in a table column: two decimals, and a visible '<0.01' rather than a misleading 0.00."""
+    if 0 < abs(v) < 0.005:
+        return "<0.01" if v > 0 else ">-0.01"
+    return f"{v:.2f}"
+
+
+def ms_cell(v: float | None) -> str:
+    """A comparison's ms cell: two decimals, or three significant digits below 1 ms (probe steady
+    times are microseconds); '-' where the row is absent."""
+    if v is None:
+        return "-"
+    return f"{v:.2f}" if v == 0 or abs(v) >= 1 else f"{v:.3g}"
+
+
+def ms_decimals(v: float | None) -> str:
+    """A probe table's ms column: decimals by magnitude (one from 10 ms, three from 0.1 ms, else
+    four), seconds from 1 s; '-' where there is no figure."""
+    if v is None:
+        return "-"
+    if abs(v) >= 1000:
+        return f"{v / 1000:.2f} s"
+    if abs(v) >= 10:
+        return f"{v:.1f}"
+    if abs(v) >= 0.1:
+        return f"{v:.3f}"
+    return f"{v:.4f}"
+
+
+def duration(v: float) -> str:
+    """A longer wait in a sentence: '1.23 s', or three significant digits of ms."""
+    return f"{v / 1000:.2f} s" if v >= 1000 else f"{v:.3g} ms"
+
+
+# -- what a report measured, and where -----------------------------------------------------------
+def subject(report: Any) -> str:
+    """What a report measured: 'DemoLM (1, 128) int64, compile=default', or 'op probes (eager,
+    float32)'; '' for no report. One line whatever the names hold."""
+    kind = getattr(report, "KIND", None)
+    if kind == "probe":
+        return f"op probes ({report.backend}, {report.dtype})"
+    if kind != "trace":
+        return ""
+    shape = f" ({', '.join(str(d) for d in report.shape)})" if report.shape else ""
+    dtype = f" {report.dtype}" if report.dtype else ""
+    comp = f", compile={report.compile}" if report.compile else ""
+    return one_line(f"{report.model}{shape}{dtype}{comp}")
+
+
+def device(report: Any) -> str:
+    """The device a report ran on, by name: the GPU, the Jetson board and power mode, or the CPU."""
+    return describe_device(report.platform or {}, report.device)
+
+
+# -- tables --------------------------------------------------------------------------------------
+def table(header: list[str], rows: list[list[str]], right: Container[int] = (), rule: bool = False) -> list[str]:
+    """Aligned columns, two spaces apart, each line indented two; the columns in `right` are
+    right-aligned, the others left-aligned. `rule` puts a line of dashes under the header."""
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+
+    def line(cells: list[str]) -> str:
+        return "  " + "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
+    return [line(header)] + ([line(["-" * w for w in widths])] if rule else []) + [line(r) for r in rows]
