@@ -80,9 +80,9 @@ class Comparison:
         return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
 
     def __str__(self) -> str:
-        from .render.compare_text import CompareTextRenderer
+        from .report.base import as_text
 
-        return CompareTextRenderer().render(self)
+        return as_text(self)  # the "text" format, as for str() of a report
 
 
 def compare(*reports: ReportBase | str | os.PathLike, labels: list[str] | None = None) -> Comparison:

@@ -11,7 +11,8 @@ import warmprof
 from warmprof.cli import main
 from warmprof.comparison import Comparison, compare
 from warmprof.errors import InputError, ReportError
-from warmprof.render.compare_text import CompareTextRenderer, fmt_ms
+from warmprof.render.compare_text import CompareTextRenderer
+from warmprof.render.format import ms_cell
 from warmprof.report import CauseEntry, Report
 
 from factories import DESKTOP, ORIN, probe_report, trace_report
@@ -62,9 +63,9 @@ def test_text_table_numbers_equal_the_reports_own():
     for r in (a, b):
         for cause, ms in r.by_cause().items():
             line = next(line for line in text.splitlines() if line.strip().startswith(cause + " "))
-            assert fmt_ms(ms) in line.split()
+            assert ms_cell(ms) in line.split()
         for value in (r.first_pass_ms, r.steady_median_ms, r.excess_ms):
-            assert fmt_ms(value) in text
+            assert ms_cell(value) in text
     assert "orin" in text and "rtx4090" in text and "Jetson AGX Orin (MAXN)" in text and "NVIDIA GeForce RTX 4090" in text
 
 
@@ -166,7 +167,7 @@ def test_two_real_reports_compare_into_their_own_numbers(tmp_path):
             if row.key in own:
                 assert row.cells[i].ms == pytest.approx(own[row.key], abs=1e-12)
             line = next(line for line in text.splitlines() if line.strip().startswith(row.key + " "))
-            assert fmt_ms(row.cells[i].ms) in line.split()
+            assert ms_cell(row.cells[i].ms) in line.split()
         assert [row.cells[i].ms for row in c.summary] == [r.first_pass_ms, r.seen_rerun_ms, r.steady_median_ms, r.excess_ms]
     assert ("torch_threads", ["1", "2"]) in c.differs
 

@@ -1,4 +1,4 @@
-"""warmprof show: a saved report (trace or probe) as text, JSON, a Chrome/Perfetto trace or a PNG."""
+"""warmprof show: a saved report (trace or probe) in any registered output format (render/registry.py)."""
 
 from __future__ import annotations
 
@@ -6,61 +6,62 @@ import argparse
 import sys
 
 from ..errors import InputError
-from ..fileio import write_output
 
 NAME = "show"
-HELP = "Show a saved report as text, or export it (--format json|chrome|png)."
-FORMATS = ("text", "json", "chrome", "png")
+HELP = "Show a saved report as text, or export it (--format, or the extension of -o FILE)."
 
 
 def setup(parser: argparse.ArgumentParser) -> None:
+    from .. import render
+
     parser.add_argument("report", help="a report saved by `warmprof trace --json` or `warmprof probe --json`")
-    parser.add_argument("--format", "-f", choices=FORMATS, default="text",
-                        help="text (default), json, chrome (trace-event JSON for Perfetto or chrome://tracing), png")
-    parser.add_argument("--output", "-o", metavar="FILE", help="write here instead of stdout (required for png)")
+    parser.add_argument("--format", "-f", choices=render.formats(), default=None, help=_format_help())
+    parser.add_argument("--output", "-o", metavar="FILE", help="write here instead of stdout (required for a binary format)")
 
 
-def renderer(fmt: str):
-    if fmt == "json":
-        from ..render.json import JsonRenderer
+def _format_help() -> str:
+    from .. import render
 
-        return JsonRenderer()
-    if fmt == "chrome":
-        from ..render.chrome import ChromeTraceRenderer
+    named = []
+    for name in render.formats():
+        f = render.find(name)
+        notes = [f.about] if f.about else []
+        notes += ["binary: needs -o"] if f.binary else []
+        if not f.inferred:  # e.g. chrome: a .json file is the report's JSON
+            taken = render.from_extension("x" + f.extension)
+            notes += [f"only by --format{f', a {f.extension} file is {taken}' if taken else ''}"]
+        named.append(f"{name} ({'; '.join(notes)})" if notes else name)
+    by_extension = ", ".join(f"{f.extension} {f.name}" for f in map(render.find, render.formats()) if f.inferred)
+    return f"{', '.join(named)}. Default: the one the extension of -o FILE names ({by_extension}), else text"
 
-        return ChromeTraceRenderer()
-    if fmt == "png":
-        from ..render.png import PngRenderer
 
-        return PngRenderer()
-    return None
+def chosen_format(fmt: str | None, output: str | None) -> str:
+    """--format when given; else what the output file's extension names (x.png: png); else text."""
+    from .. import render
+
+    return fmt or (render.from_extension(output) if output else None) or "text"
 
 
 def run(args: argparse.Namespace) -> int:
+    from .. import render
     from ..report import load
 
-    if args.format == "png" and not args.output:
-        raise InputError("--format png writes an image: give a file with -o FILE.png")
+    fmt = render.find(chosen_format(args.format, args.output))
+    if fmt.binary and not args.output:
+        # Bytes are never printed: to a terminal they are noise, and this keeps `show` one rule.
+        raise InputError(f"--format {fmt.name} writes binary data, which is not printed to standard output: "
+                         f"give a file with -o FILE{fmt.extension}")
     if args.output is not None:
         from .paths import check_output_path
 
         check_output_path(args.output, "-o")
     report = load(args.report)
-    out = _render(args.format, report)
+    renderer = render.get(fmt.name, render.kind_of(report))
     if not args.output:
-        sys.stdout.write(out)
+        sys.stdout.write(renderer.output(report))  # text: control characters already made visible
         return 0
     from ..render.safe import safe_text
 
-    path = write_output(args.output, out)
+    path = renderer.write(report, args.output)  # rendered whole first: a failure leaves no half file
     print(f"wrote {safe_text(str(path))}", file=sys.stderr)
     return 0
-
-
-def _render(fmt: str, report) -> str | bytes:
-    """The whole output, rendered before anything is written: a failure leaves no half file."""
-    r = renderer(fmt)
-    out = str(report) if r is None else r.render(report)  # str(): control characters already made visible
-    if isinstance(out, str) and not out.endswith("\n"):
-        out += "\n"
-    return out

@@ -1,4 +1,6 @@
-"""Renderers turn a report into text or a file. Each is a small class with a file extension."""
+"""Renderers turn a report (or a comparison) into text or a file. Each is a small class that
+declares its format name, the kinds it renders, its file extension and whether it is binary;
+registry.py finds them by format and kind."""
 
 from __future__ import annotations
 
@@ -7,36 +9,32 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ..fileio import write_output
-from ..report.base import register_text_renderer
 from .safe import safe_text
 
 
 class Renderer:
+    format: ClassVar[str] = ""  # the name `show --format` takes
+    kinds: ClassVar[tuple[str, ...]] = ()  # what it renders: "trace", "probe", "comparison"
     extension: ClassVar[str] = ".txt"
-    binary: ClassVar[bool] = False
+    binary: ClassVar[bool] = False  # bytes (an image), never printed to standard output
+    inferred: ClassVar[bool] = True  # `show -o NAME<extension>` picks this format when --format is not given
+    about: ClassVar[str] = ""  # a few words for --help, where the name alone does not say it
 
     def render(self, report: Any) -> str | bytes:  # pragma: no cover - each renderer defines it
         raise NotImplementedError
 
+    def output(self, report: Any) -> str | bytes:
+        """The whole output as printed or written. Text ends with a newline and has its control
+        characters made visible (names come from users, and text reaches terminals: render/safe.py);
+        JSON escapes its own, so this changes none of it."""
+        out = self.render(report)
+        if self.binary != isinstance(out, bytes):
+            raise TypeError(f"{type(self).__name__}.render returned {type(out).__name__} (binary={self.binary})")
+        if self.binary:
+            return out
+        out = safe_text(out)
+        return out if out.endswith("\n") else out + "\n"
+
     def write(self, report: Any, path: str | os.PathLike) -> Path:
         # Rendered in full before the target is touched: a renderer that fails leaves the old file whole.
-        return write_output(path, self.render(report))
-
-
-# str(report): the text renderer of each report kind, registered into the report layer (which
-# must not import this layer above it). Imported on first use, so `import warmprof` stays light.
-# The text goes to terminals: control characters in user-supplied names are made visible.
-def _trace_text(report: Any) -> str:
-    from .text import TraceTextRenderer
-
-    return safe_text(TraceTextRenderer().render(report))
-
-
-def _probe_text(report: Any) -> str:
-    from .probe_text import ProbeTextRenderer
-
-    return safe_text(ProbeTextRenderer().render(report))
-
-
-register_text_renderer("trace", _trace_text)
-register_text_renderer("probe", _probe_text)
+        return write_output(path, self.output(report))

@@ -18,13 +18,19 @@ from .. import causes
 from ..errors import ReportError
 from ..platform import describe_device
 from .base import Renderer
+from .registry import register
 
 PASSES = (("first", 1, "first pass"), ("seen_rerun", 2, "seen-shape re-run"), ("steady", 3, "steady pass"))
 _PASS_MS = {"first": "first_pass_ms", "seen_rerun": "seen_rerun_ms", "steady": "steady_median_ms"}
 
 
+@register
 class ChromeTraceRenderer(Renderer):
+    format = "chrome"
+    kinds = ("trace",)
     extension = ".json"
+    inferred = False  # a .json file is the report's own JSON unless --format chrome says otherwise
+    about = "trace-event JSON for Perfetto or chrome://tracing"
 
     def render(self, report: Any) -> str:
         return json.dumps(self.events(report), indent=None, separators=(",", ":"), allow_nan=False)

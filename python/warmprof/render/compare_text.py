@@ -6,12 +6,17 @@ import string
 from typing import Any
 
 from .base import Renderer
-from .safe import one_line, safe_text
+from .format import ms_cell, subject, table
+from .registry import register
+from .safe import one_line
 
 _WIDE = 100  # a "differs" line longer than this is stacked, one report per line
 
 
+@register
 class CompareTextRenderer(Renderer):
+    format = "text"
+    kinds = ("comparison",)
     extension = ".txt"
 
     def render(self, comparison: Any) -> str:
@@ -32,19 +37,7 @@ class CompareTextRenderer(Renderer):
             lines += [""] + _op_table(c.rows, letters)
             if c.predictions:
                 lines += [""] + _prediction_table(c.predictions, letters)
-        return safe_text("\n".join(lines) + "\n")  # labels and names come from users
-
-
-def subject(report: Any) -> str:
-    """What a report measured: 'DemoLM (1, 128) int64, compile=default', or 'op probes (eager, float32)'."""
-    if getattr(report, "KIND", "") == "probe":
-        return f"op probes ({report.backend}, {report.dtype})"
-    if not hasattr(report, "model"):
-        return ""
-    shape = f" ({', '.join(str(d) for d in report.shape)})" if report.shape else ""
-    dtype = f" {report.dtype}" if report.dtype else ""
-    comp = f", compile={report.compile}" if report.compile else ""
-    return one_line(f"{report.model}{shape}{dtype}{comp}")
+        return "\n".join(lines) + "\n"  # Renderer.output escapes control characters: labels come from users
 
 
 def _letters(n: int) -> list[str]:
@@ -78,13 +71,6 @@ def _differs(differs: list[tuple[str, list[str]]], letters: list[str]) -> list[s
     return out
 
 
-def fmt_ms(ms: float | None) -> str:
-    """Two decimals, or three significant digits below 1 ms (probe steady times are microseconds)."""
-    if ms is None:
-        return "-"
-    return f"{ms:.2f}" if ms == 0 or abs(ms) >= 1 else f"{ms:.3g}"
-
-
 def fmt_share(share: float | None, ms: float | None) -> str:
     if share is None or (not ms and not share):
         return "-"
@@ -99,14 +85,9 @@ def fmt_ratio(ratio: float | None, ms: float | None, base: float | None) -> str:
     return "-"  # no ratio to a negative baseline (a residual below zero), or nothing on either side
 
 
-def _table(header: list[str], rows: list[list[str]], left: int = 1) -> list[str]:
-    """Columns right-aligned except the first `left`; two spaces between columns."""
-    widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
-
-    def line(cells: list[str]) -> str:
-        return "  " + "  ".join(c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
-
-    return [line(header)] + [line(r) for r in rows]
+def _figures_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    """The row's name left-aligned, its figures right-aligned."""
+    return table(header, rows, right=range(1, len(header)))
 
 
 def _ratio_cols(row: Any, i: int) -> list[str]:
@@ -122,9 +103,9 @@ def _summary_table(rows: list[Any], letters: list[str]) -> list[str]:
     for row in rows:
         cells = [row.key]
         for i, cell in enumerate(row.cells):
-            cells += [fmt_ms(cell.ms)] + _ratio_cols(row, i)
+            cells += [ms_cell(cell.ms)] + _ratio_cols(row, i)
         body.append(cells)
-    return _table(header, body)
+    return _figures_table(header, body)
 
 
 def _cause_table(rows: list[Any], letters: list[str]) -> list[str]:
@@ -136,9 +117,9 @@ def _cause_table(rows: list[Any], letters: list[str]) -> list[str]:
         cells = [row.key]
         for i, cell in enumerate(row.cells):
             evidence = (cell.evidence or "-") if cell.ms else "-"
-            cells += [fmt_ms(cell.ms), fmt_share(cell.share, cell.ms), evidence] + _ratio_cols(row, i)
+            cells += [ms_cell(cell.ms), fmt_share(cell.share, cell.ms), evidence] + _ratio_cols(row, i)
         body.append(cells)
-    return _table(header, body)
+    return _figures_table(header, body)
 
 
 def _op_table(rows: list[Any], letters: list[str]) -> list[str]:
@@ -149,17 +130,17 @@ def _op_table(rows: list[Any], letters: list[str]) -> list[str]:
     for row in rows:
         cells = [row.key]
         for i, cell in enumerate(row.cells):
-            cells += [fmt_ms(cell.ms), fmt_ms(cell.steady_ms), cell.verdict or "-"] + _ratio_cols(row, i)
+            cells += [ms_cell(cell.ms), ms_cell(cell.steady_ms), cell.verdict or "-"] + _ratio_cols(row, i)
         body.append(cells)
     if not body:
         return ["  (no op rows in these reports)"]
-    return _table(header, body)
+    return _figures_table(header, body)
 
 
 def _prediction_table(predictions: list[Any], letters: list[str]) -> list[str]:
     header = ["prediction"] + letters + ["claim"]
     body = [[p.id] + ["-" if h is None else "holds" if h else "fails" for h in p.holds] + [p.claim] for p in predictions]
-    out = _table(header, body, left=len(header))
+    out = table(header, body)
     for p in predictions:  # the figures behind each verdict, one report per line
         out += [f"  {p.id} {letter}: {figure}" for letter, figure in zip(letters, p.figures) if figure not in (None, "")]
     return out

@@ -5,10 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 from .base import Renderer
+from .registry import register
 
 
+@register
 class JsonRenderer(Renderer):
+    format = "json"
+    kinds = ("trace", "probe", "comparison")
     extension = ".json"
+    about = "the saved format itself"
 
     def render(self, obj: Any) -> str:
         return obj.to_json() + "\n"

@@ -16,38 +16,14 @@ from typing import Any
 
 from .. import causes
 from ..errors import WarmprofError
-from ..platform import describe_device
 from .base import Renderer
-from .compare_text import fmt_ms, subject
+from .format import device, ms_cell, subject
+from .registry import kind_of, register
 
 STEADY_COLOR = "#7f7f7f"
 REPORT_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf")
 DPI = 120
 NAME_CHARS = 80  # a user-supplied name (model, label, op, device) longer than this is cut with "…"
-
-
-class PngRenderer(Renderer):
-    extension = ".png"
-    binary = True
-
-    def render(self, obj: Any) -> bytes:
-        figure_cls, canvas_cls = _matplotlib()
-        import matplotlib
-
-        # Names come from users (a model called "net$2$" is not mathtext): draw every string as given.
-        with matplotlib.rc_context({"text.parse_math": False}):
-            if getattr(obj, "KIND", None) == "trace":
-                fig = _trace_figure(figure_cls, obj)
-            elif getattr(obj, "KIND", None) == "probe":
-                fig = _probe_figure(figure_cls, obj)
-            elif hasattr(obj, "rows") and hasattr(obj, "labels"):
-                fig = _comparison_figure(figure_cls, obj)
-            else:
-                raise WarmprofError(f"cannot draw a {type(obj).__name__} as a PNG")
-            canvas_cls(fig)
-            buf = io.BytesIO()
-            fig.savefig(buf, format="png", dpi=DPI)
-        return buf.getvalue()
 
 
 def _matplotlib() -> tuple[Any, Any]:
@@ -76,7 +52,7 @@ def _fit(text: str, limit: int = NAME_CHARS) -> str:
 
 # -- one trace report: stacked bars ------------------------------------------------------------
 def _trace_figure(Figure: Any, r: Any) -> Any:
-    device = _fit(describe_device(r.platform, r.device))
+    where = _fit(device(r))
     first = _segments(r.steady_median_ms, r.causes, r.first_pass_ms)
     rerun = _segments(min(r.steady_median_ms, r.seen_rerun_ms), r.seen_rerun_causes, r.seen_rerun_ms)
     bars = [("first pass", r.first_pass_ms, first), ("seen re-run", r.seen_rerun_ms, rerun),
@@ -103,7 +79,7 @@ def _trace_figure(Figure: Any, r: Any) -> Any:
     ax.set_xlim(0, max(widest, r.first_pass_ms, r.seen_rerun_ms, r.steady_median_ms, 1e-3) * 1.3)
     ax.grid(axis="x", alpha=0.3)
     ax.set_axisbelow(True)
-    ax.set_title(f"{_fit(subject(r))} on {device}\nfirst pass {r.first_pass_ms:.2f} ms vs steady {r.steady_median_ms:.2f} ms:"
+    ax.set_title(f"{_fit(subject(r))} on {where}\nfirst pass {r.first_pass_ms:.2f} ms vs steady {r.steady_median_ms:.2f} ms:"
                  f" {r.excess_ms:.2f} ms excess, split by cause", fontsize=11)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8.5, title="cause: ms (share of excess, evidence)",
               title_fontsize=8.5, frameon=False)  # beside the bars, never over them
@@ -156,7 +132,7 @@ def _comparison_figure(Figure: Any, c: Any) -> Any:
             name += f": first pass {totals['first pass'][i]:.1f} ms, excess {totals['excess'][i]:.1f} ms"
         bars = ax.barh(ys, values, height=height * 0.92, color=REPORT_COLORS[i % len(REPORT_COLORS)],
                        label=textwrap.fill(name, 44))
-        ax.bar_label(bars, labels=[f" {fmt_ms(v)}" if v > 0 else "" for v in values], fontsize=8)
+        ax.bar_label(bars, labels=[f" {ms_cell(v)}" if v > 0 else "" for v in values], fontsize=8)
     ax.set_yticks(range(len(rows)), [_fit(r.key) if probe else _label(r.key) for r in rows])
     ax.invert_yaxis()
     positive = [cell.ms for r in rows for cell in r.cells if (cell.ms or 0) > 0]
@@ -196,6 +172,34 @@ def _probe_figure(Figure: Any, r: Any) -> Any:
     ax.set_ylabel("time per call (ms, log scale)")
     ax.grid(axis="y", alpha=0.3)
     ax.set_axisbelow(True)
-    ax.set_title(f"{_fit(subject(r))} on {_fit(describe_device(r.platform, r.device))}: first call vs steady", fontsize=11)
+    ax.set_title(f"{_fit(subject(r))} on {_fit(device(r))}: first call vs steady", fontsize=11)
     ax.legend(fontsize=9)
     return fig
+
+
+# -- the renderer: one figure per kind, chosen by the kind the registry names --------------------
+_FIGURES = {"trace": _trace_figure, "probe": _probe_figure, "comparison": _comparison_figure}
+
+
+@register
+class PngRenderer(Renderer):
+    format = "png"
+    kinds = tuple(_FIGURES)
+    extension = ".png"
+    binary = True
+    about = "a chart"
+
+    def render(self, obj: Any) -> bytes:
+        kind = kind_of(obj)
+        if kind not in _FIGURES:
+            raise WarmprofError(f"cannot draw {kind!r} as a PNG")
+        figure_cls, canvas_cls = _matplotlib()
+        import matplotlib
+
+        # Names come from users (a model called "net$2$" is not mathtext): draw every string as given.
+        with matplotlib.rc_context({"text.parse_math": False}):
+            fig = _FIGURES[kind](figure_cls, obj)
+            canvas_cls(fig)
+            buf = io.BytesIO()
+            fig.savefig(buf, format="png", dpi=DPI)
+        return buf.getvalue()

@@ -6,22 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from .base import Renderer
-
-
-def _ms(v: float | None) -> str:
-    if v is None:
-        return "-"
-    if abs(v) >= 1000:
-        return f"{v / 1000:.2f} s"
-    if abs(v) >= 10:
-        return f"{v:.1f}"
-    if abs(v) >= 0.1:
-        return f"{v:.3f}"
-    return f"{v:.4f}"
-
-
-def _dur(v: float) -> str:
-    return f"{v / 1000:.2f} s" if v >= 1000 else f"{v:.3g} ms"
+from .format import duration, ms_decimals, table
+from .registry import register
 
 
 def _x(v: float | None) -> str:
@@ -30,17 +16,10 @@ def _x(v: float | None) -> str:
     return f"{v:.0f}x" if v >= 10 else f"{v:.2g}x"
 
 
-def table(headers: list[str], rows: list[list[str]], right: set[int] = frozenset()) -> list[str]:
-    """A plain aligned table; columns in `right` are right-aligned."""
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
-
-    def line(cells: list[str]) -> str:
-        return "  " + "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
-
-    return [line(headers), line(["-" * w for w in widths])] + [line(r) for r in rows]
-
-
+@register
 class ProbeTextRenderer(Renderer):
+    format = "text"
+    kinds = ("probe",)
     extension = ".txt"
 
     def render(self, report: Any) -> str:
@@ -69,56 +48,57 @@ class ProbeTextRenderer(Renderer):
 
     def _bands(self, bands: dict[str, Any]) -> list[str]:
         alloc_his = [v["hi_ms"] for v in bands["allocation"].get("by_bytes", {}).values()]
-        by_size = (f"{_ms(min(alloc_his))}..{_ms(max(alloc_his))} by op size" if len(set(alloc_his)) > 1
-                   else _ms(bands["allocation"]["hi_ms"]))
-        rows = [["launch", f"{_ms(bands['launch']['lo_ms'])} - {_ms(bands['launch']['hi_ms'])}"],
-                ["allocation", f"{_ms(bands['allocation']['lo_ms'])} - {by_size}"],
+        by_size = (f"{ms_decimals(min(alloc_his))}..{ms_decimals(max(alloc_his))} by op size" if len(set(alloc_his)) > 1
+                   else ms_decimals(bands["allocation"]["hi_ms"]))
+        rows = [["launch", f"{ms_decimals(bands['launch']['lo_ms'])} - {ms_decimals(bands['launch']['hi_ms'])}"],
+                ["allocation", f"{ms_decimals(bands['allocation']['lo_ms'])} - {by_size}"],
                 ["compile", f"above {by_size}"]]
-        lines = table(["band", "excess over steady (ms)"], rows)
+        lines = table(["band", "excess over steady (ms)"], rows, rule=True)
         lines += [f"  {name}: {bands[name].get('how', '')}" for name in ("launch", "allocation", "compile")]
         first = bands["launch"].get("trivial_first_ms")
         if first is not None:
-            lines.append(f"  (the trivial op's own first call, the runtime's warm-up on this backend: {_dur(first)})")
+            lines.append(f"  (the trivial op's own first call, the runtime's warm-up on this backend: {duration(first)})")
         return lines
 
     def _rows(self, r: Any) -> list[str]:
         rows = []
         for op, shape_rows in r.ops.items():
             for s in shape_rows:
-                rows.append([op, s.label, s.role.replace("_", " "), _ms(s.first_ms), _ms(s.steady_ms), _x(s.ratio),
-                             _ms(s.seen_rerun_ms), _x(s.rerun_share), _ms(s.alloc_hi_ms), s.verdict])
+                rows.append([op, s.label, s.role.replace("_", " "), ms_decimals(s.first_ms), ms_decimals(s.steady_ms),
+                             _x(s.ratio), ms_decimals(s.seen_rerun_ms), _x(s.rerun_share), ms_decimals(s.alloc_hi_ms),
+                             s.verdict])
         return table(["op", "shape", "role", "first", "steady", "ratio", "re-run", "re-run/first", "alloc band <=",
-                      "verdict"], rows, right={3, 4, 5, 6, 7, 8})
+                      "verdict"], rows, right={3, 4, 5, 6, 7, 8}, rule=True)
 
     def _summary(self, r: Any) -> list[str]:
         rows = []
         for op, s in r.op_summary.items():
             verdicts = ", ".join(f"{v} {n}" for v, n in sorted(s.get("verdicts", {}).items(), key=lambda kv: -kv[1]))
             rows.append([op, _x(s["median_ratio"]), f"{_x(s['min_ratio'])}-{_x(s['max_ratio'])}",
-                         _ms(s["first_median_ms"]), _ms(s["steady_median_ms"]), _x(s.get("rerun_share_median")),
+                         ms_decimals(s["first_median_ms"]), ms_decimals(s["steady_median_ms"]), _x(s.get("rerun_share_median")),
                          s.get("keyed", "-"), verdicts])
         # "first tax keyed on": whether the op's first-shape tax comes back at its later new shapes
         # (shape) or not (op: a one-time load); the pairs table below asks a different question.
         return table(["op", "first/steady", "range", "first ms", "steady ms", "re-run/first", "first tax keyed on", "verdicts"],
-                     rows, right={1, 2, 3, 4, 5})
+                     rows, right={1, 2, 3, 4, 5}, rule=True)
 
     def _pairs(self, r: Any) -> list[str]:
         if not r.shape_vs_size:
             return ["  (no matched-size pairs probed)"]
-        rows = [[p["op"], str(p.get("output_elems", "")), p["shape_a"], _ms(p.get("a_first_ms")),
-                 f"{_x(p['a_ratio'])} {'pays' if p['a_pays'] else 'free'}", p["shape_b"], _ms(p.get("b_first_ms")),
+        rows = [[p["op"], str(p.get("output_elems", "")), p["shape_a"], ms_decimals(p.get("a_first_ms")),
+                 f"{_x(p['a_ratio'])} {'pays' if p['a_pays'] else 'free'}", p["shape_b"], ms_decimals(p.get("b_first_ms")),
                  f"{_x(p['b_ratio'])} {'pays' if p['b_pays'] else 'free'}", p["keyed"]] for p in r.shape_vs_size]
         return table(["op", "output elems", "shape A", "A first", "A first/steady", "shape B", "B first", "B first/steady",
-                      "pair keyed on"], rows, right={1, 3, 4, 6, 7})
+                      "pair keyed on"], rows, right={1, 3, 4, 6, 7}, rule=True)
 
     def _bucketing(self, b: dict[str, Any]) -> list[str]:
         K, B = b["K"], b["B"]
-        rows = [[f"{K} distinct lengths", str(K), _count(b["distinct"]), _ms(b["distinct"]["wall_ms"])],
-                [f"padded to {B} buckets", str(B), _count(b["bucketed"]), _ms(b["bucketed"]["wall_ms"])]]
+        rows = [[f"{K} distinct lengths", str(K), _count(b["distinct"]), ms_decimals(b["distinct"]["wall_ms"])],
+                [f"padded to {B} buckets", str(B), _count(b["bucketed"]), ms_decimals(b["bucketed"]["wall_ms"])]]
         if b.get("default_dynamic"):
             rows.append([f"{K} lengths, dynamo defaults (automatic dynamic)", str(K), _count(b["default_dynamic"]),
-                         _ms(b["default_dynamic"]["wall_ms"])])
-        lines = table(["run", "distinct shapes", "compiles", "wall ms"], rows, right={1, 2, 3})
+                         ms_decimals(b["default_dynamic"]["wall_ms"])])
+        lines = table(["run", "distinct shapes", "compiles", "wall ms"], rows, right={1, 2, 3}, rule=True)
         if b.get("buckets"):
             lines.append(f"  buckets {b['buckets']}; lengths {b.get('lengths', [])[0]}..{b.get('lengths', [])[-1]}")
         lines.append(f"  compiles counted by {b.get('counter', '?')}")

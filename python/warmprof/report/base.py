@@ -17,10 +17,9 @@ from . import schema
 # instruments.torch_compile only); version 1 files still load, converted by Report._upgrade.
 SCHEMA_VERSION = 2
 _KINDS: dict[str, type["ReportBase"]] = {}
-# kind -> a function rendering a report of that kind as text. warmprof.render registers these when it
-# is imported (warmprof/__init__ imports it), so str(report) works without the report layer importing
-# the render layer above it.
-_TEXT_RENDERERS: dict[str, Callable[["ReportBase"], str]] = {}
+# str() of a report or a comparison: the render layer's "text" format, set by warmprof.render when it
+# is imported (warmprof/__init__ imports it), so the report layer never imports the layer above it.
+_text_renderer: Callable[[Any], str] | None = None
 
 
 def register_kind(cls: type["ReportBase"]) -> type["ReportBase"]:
@@ -28,9 +27,17 @@ def register_kind(cls: type["ReportBase"]) -> type["ReportBase"]:
     return cls
 
 
-def register_text_renderer(kind: str, render: Callable[["ReportBase"], str]) -> None:
-    """Make `render` what str() of a `kind` report returns."""
-    _TEXT_RENDERERS[kind] = render
+def set_text_renderer(render: Callable[[Any], str]) -> None:
+    """Make `render` what str() of every report kind, and of a comparison, returns."""
+    global _text_renderer
+    _text_renderer = render
+
+
+def as_text(obj: Any) -> str:
+    """A report or a comparison as text: what str() of either returns."""
+    if _text_renderer is None:  # warmprof.render not imported (cannot happen through `import warmprof`)
+        return repr(obj)
+    return _text_renderer(obj)
 
 
 class ReportBase:
@@ -101,10 +108,7 @@ class ReportBase:
         return write_output(path, self.to_json() + "\n")
 
     def __str__(self) -> str:
-        render = _TEXT_RENDERERS.get(self.KIND)
-        if render is None:  # warmprof.render not imported (cannot happen through `import warmprof`)
-            return repr(self)
-        return render(self)
+        return as_text(self)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "ReportBase":
