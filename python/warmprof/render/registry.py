@@ -66,11 +66,6 @@ def _load() -> None:
         return
     for module in _MODULES:
         importlib.import_module(f"{__package__}.{module}")
-    # render/text.py does not declare its format yet: registered here until it does.
-    from .text import TraceTextRenderer
-
-    if "trace" not in (_FORMATS["text"].renderers if "text" in _FORMATS else {}):
-        register(TraceTextRenderer, format="text", kinds=("trace",))
     # Listed in _MODULES' order whichever module a caller imported first; formats added later follow.
     rows = sorted(_FORMATS.values(), key=_listing_rank)
     _FORMATS.clear()

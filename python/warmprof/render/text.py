@@ -5,24 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from .base import Renderer
+from .format import cause_ms as _cause_ms
+from .format import ms as _ms
+from .registry import register
 from .safe import one_line
-
-
-def _ms(v: float) -> str:
-    if abs(v) >= 1000:
-        return f"{v / 1000:.2f} s"
-    if abs(v) >= 10:
-        return f"{v:.1f} ms"
-    if abs(v) >= 0.1 or v == 0:
-        return f"{v:.2f} ms"
-    return f"{v * 1000:.1f} µs"  # a tiny model's steady pass and noise band: 0.03 ms would hide the figure
-
-
-def _cause_ms(v: float) -> str:
-    """A cause's ms in the table: two decimals, and a visible '<0.01' rather than a misleading 0.00."""
-    if 0 < abs(v) < 0.005:
-        return "<0.01" if v > 0 else ">-0.01"
-    return f"{v:.2f}"
 
 
 def _platform_line(p: dict[str, Any]) -> str:
@@ -37,7 +23,10 @@ def _platform_line(p: dict[str, Any]) -> str:
     return ", ".join(parts) or "unknown platform"
 
 
+@register
 class TraceTextRenderer(Renderer):
+    format = "text"
+    kinds = ("trace",)
     extension = ".txt"
 
     def render(self, report: Any) -> str:
