@@ -11,7 +11,7 @@ from .errors import (
     ReportError,
     WarmprofError,
 )
-from . import render as _render  # noqa: F401  (registers the text renderers behind str(report))
+from . import render as _render  # noqa: F401  (sets the hook str(report) and str(comparison) render through)
 
 __version__ = _native.__version__
 

@@ -11,7 +11,7 @@ import json
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from .causes import EVIDENCE
 from .errors import InputError, ReportError
@@ -55,7 +55,8 @@ class PredictionRow:
 
 @dataclass
 class Comparison:
-    kind: str  # "trace" | "probe"
+    KIND: ClassVar[str] = "comparison"  # what the render registry calls it (a report's KIND is "trace"/"probe")
+    kind: str  # the kind of the reports compared: "trace" | "probe"
     labels: list[str]
     sources: list[str]  # the file each report came from ("" for an in-memory report)
     devices: list[str]  # a short device name per report, for titles

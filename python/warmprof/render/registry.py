@@ -112,15 +112,10 @@ def from_extension(path: str | os.PathLike) -> str | None:
 
 
 def kind_of(obj: Any) -> str:
-    """What the registry calls obj: a report's KIND, or "comparison"."""
-    from ..report.base import ReportBase
-
-    if isinstance(obj, ReportBase):
-        return obj.KIND
-    from ..comparison import Comparison
-
-    if isinstance(obj, Comparison):
-        return "comparison"
+    """What the registry calls obj: its class's KIND ("trace", "probe", "comparison")."""
+    kind = getattr(type(obj), "KIND", None)
+    if isinstance(kind, str) and formats(kind):
+        return kind
     raise WarmprofError(f"nothing renders a {type(obj).__name__}: it is neither a report nor a comparison")
 
 
