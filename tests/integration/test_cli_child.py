@@ -59,6 +59,8 @@ class M(torch.nn.Module):
             deadline = time.monotonic() + 300
             while time.monotonic() < deadline:
                 time.sleep(0.05)
+        if self.action == "setcache":  # as inductor does on its first compile
+            os.environ["TRITON_CACHE_DIR"] = os.environ["WPH_SETCACHE"]
         if self.action == "env" and not os.path.exists(os.environ["WPH_ENVFILE"]):
             from torch._inductor.runtime.cache_dir_utils import cache_dir
             seen = {var: os.environ.get(var) for var in %(caches)r}
@@ -255,6 +257,17 @@ def test_cache_keep_lists_the_users_caches(model, tmp_path):
     caches = json.loads(out.read_text())["protocol"]["caches"]
     assert caches["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "mine") and caches["TMPDIR"] == str(tmp_path / "tmp")
     assert list((tmp_path / "tmp").iterdir()) == []  # the status folder went too
+
+
+def test_cache_keep_records_the_caches_as_they_were_after_the_passes(model, tmp_path):
+    """A cache variable set during the first pass (inductor sets TRITON_CACHE_DIR) is in the report."""
+    out = tmp_path / "r.json"
+    mine = str(tmp_path / "triton_set_by_the_model")
+    p = subprocess.run(_argv(model, "--cache", "keep", "--json", str(out)),
+                       env=_env(tmp_path, WPH_ACTION="setcache", WPH_SETCACHE=mine),
+                       capture_output=True, text=True, timeout=TIMEOUT)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(out.read_text())["protocol"]["caches"]["TRITON_CACHE_DIR"] == mine
 
 
 @pytest.mark.parametrize("stdout", ["broken pipe", "closed"])

@@ -158,6 +158,10 @@ def _trace_here(args: argparse.Namespace, status: child.Status) -> int:
     status.write("setting up the trace")
     report = warmprof.trace(model, shape, dtype=args.dtype, device=args.device, compile=args.compile,
                             steady=steady, progress=status.progress(args.quiet), run=_run_context(args))
+    if args.fresh_process and args.cache == "keep" and report.protocol is not None:
+        # Known only now: the first pass may have set cache variables (inductor sets
+        # TORCHINDUCTOR_CACHE_DIR and TRITON_CACHE_DIR when it first compiles).
+        report.protocol.run.caches = child.caches_in_use(os.environ)
     status.write("saving and printing the report")
     return save_and_print(report, args.json)
 
@@ -168,6 +172,6 @@ def _run_context(args: argparse.Namespace) -> RunContext:
     alone is the caller's process, as for warmprof.trace() from Python."""
     if not args.fresh_process:
         return RunContext(threads=args.threads)
-    caches = (child.caches_in_use(os.environ) if args.cache == "keep"
-              else {var: "fresh (removed after)" for var in child.CACHES})
+    # --cache keep: the user's own folders, read after the trace (see _trace_here)
+    caches = None if args.cache == "keep" else {var: "fresh (removed after)" for var in child.CACHES}
     return RunContext(fresh_process=True, cache=args.cache, threads=args.threads, caches=caches)
