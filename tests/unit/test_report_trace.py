@@ -219,6 +219,7 @@ def test_report_layer_does_not_import_the_render_layer():
         for node in ast.walk(ast.parse(source.read_text())):
             if isinstance(node, ast.ImportFrom):
                 assert "render" not in (node.module or ""), f"{source.name} imports {node.module}"
+                assert not any("render" in a.name for a in node.names), f"{source.name} imports render"
             elif isinstance(node, ast.Import):
                 assert not any("render" in a.name for a in node.names), f"{source.name} imports render"
 
@@ -304,3 +305,21 @@ def test_a_protocol_of_the_wrong_types_is_refused(tmp_path, protocol, message):
     p.write_text(json.dumps(data))
     with pytest.raises(ReportError, match=message):
         load(p)
+
+
+def test_a_protocol_round_trips_as_it_was_partial_or_with_keys_of_a_newer_writer(tmp_path):
+    """Loading then saving keeps unknown protocol keys and does not invent the ones a file lacked."""
+    data = make_report().to_dict()
+    data["protocol"] = {"steady_ms": [4.0, 4.1], "custom": {"x": 1}}
+    path = tmp_path / "partial.json"
+    path.write_text(json.dumps(data))
+    loaded = load(path)
+    assert loaded.protocol.steady_ms == [4.0, 4.1]
+    again = json.loads(loaded.save(tmp_path / "again.json").read_text())
+    assert again["protocol"] == {"steady_ms": [4.0, 4.1], "custom": {"x": 1}}
+
+
+def test_a_plain_dict_protocol_is_taken_as_the_typed_one():
+    r = make_report(protocol={"input": "caller's inputs", "fresh_process": True, "cache": "fresh"})
+    assert r.protocol.input == "caller's inputs" and r.protocol.run.fresh_process
+    assert r.to_dict()["protocol"] == {"input": "caller's inputs", "fresh_process": True, "cache": "fresh"}

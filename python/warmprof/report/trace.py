@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from .. import causes
 from ..causes import EVIDENCE
@@ -115,24 +115,37 @@ class Protocol:
     attribution_thread_only: bool = True  # cause spans on other threads are noted, not counted
     recorder: RecorderStats = field(default_factory=RecorderStats)
     run: RunContext = field(default_factory=RunContext)
+    # A loaded file's protocol is written back as it was: keys this class does not name (a newer
+    # writer's) are kept in `extra`, and named keys the file did not have are in `absent`, so they
+    # are not written back with defaults that would state facts nobody recorded.
+    extra: dict[str, Any] = field(default_factory=dict, repr=False)
+    absent: frozenset[str] = field(default=frozenset(), repr=False)
+
+    _NESTED: ClassVar[tuple[str, ...]] = ("recorder", "run", "extra", "absent")
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON object: this dataclass's fields with the recorder nested and the run's flat."""
         d: dict[str, Any] = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                             if f.name not in ("recorder", "run")}
+                             if f.name not in self._NESTED}
         d["recorder"] = dataclasses.asdict(self.recorder)
         d.update((k, v) for k, v in dataclasses.asdict(self.run).items() if v is not None)
+        d = {k: v for k, v in d.items() if k not in self.absent}
+        d.update((k, v) for k, v in self.extra.items() if k not in d)
         return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Protocol":
-        """From the JSON object (checked by _PROTOCOL first); keys it does not name are left out."""
+        """From the JSON object (checked by _PROTOCOL first); see `extra` and `absent`."""
         def known(klass: type, data: dict[str, Any]) -> dict[str, Any]:
             return {f.name: data[f.name] for f in dataclasses.fields(klass) if f.name in data}
 
-        own = {k: v for k, v in known(cls, d).items() if k not in ("recorder", "run")}
+        own = {k: v for k, v in known(cls, d).items() if k not in cls._NESTED}
+        named = {f.name for f in dataclasses.fields(cls) if f.name not in cls._NESTED}
+        named |= {"recorder"} | {f.name for f in dataclasses.fields(RunContext)}
         return cls(**own, recorder=RecorderStats(**known(RecorderStats, d.get("recorder") or {})),
-                   run=RunContext(**known(RunContext, d)))
+                   run=RunContext(**known(RunContext, d)),
+                   extra={k: v for k, v in d.items() if k not in named},
+                   absent=frozenset(named - set(d)))
 
 
 @dataclass
@@ -242,6 +255,10 @@ class Report(ReportBase):
     warmprof_version: str = ""
     created: str = ""
     schema_version: int = SCHEMA_VERSION
+
+    def __post_init__(self) -> None:
+        if isinstance(self.protocol, dict):  # a caller's (or a version-1 reader's) plain dict
+            self.protocol = Protocol.from_dict(self.protocol) if self.protocol else None
 
     # -- data access -------------------------------------------------------------------------
     def cause_ms(self, cause: str) -> float:
