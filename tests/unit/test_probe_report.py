@@ -147,3 +147,19 @@ def test_data_access():
     assert r.prediction("P4").holds
     assert len(r.rows("pair_a", "pair_b")) == 2
     assert r.verdicts() == {"compile": 5, "none": 1}
+
+
+def test_a_version_1_probe_report_still_loads_and_saves_as_the_current_version(tmp_path):
+    """Written by warmprof before schema_version 2 (the bump came from the trace report's fields)."""
+    from pathlib import Path
+
+    from warmprof.report import SCHEMA_VERSION
+
+    v1_path = Path(__file__).parent.parent / "fixtures" / "reports_v1" / "probe_synthetic.json"
+    v1 = json.loads(v1_path.read_text())
+    assert v1["schema_version"] == 1
+    r = load(v1_path)
+    assert isinstance(r, ProbeReport) and set(r.ops) == set(v1["ops"])
+    again = json.loads(r.save(tmp_path / "again.json").read_text())
+    assert again["schema_version"] == SCHEMA_VERSION
+    assert {k: v for k, v in again.items() if k != "schema_version"} == {k: v for k, v in v1.items() if k != "schema_version"}
