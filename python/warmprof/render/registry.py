@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +21,7 @@ from .base import Renderer
 
 # The modules that register the built-in renderers when imported; formats are listed in this order.
 _MODULES = ("text", "probe_text", "compare_text", "json", "chrome", "png")
+_load_lock = threading.RLock()  # re-entrant: a renderer module's own import may look a format up
 
 
 @dataclass
@@ -64,13 +66,16 @@ def _load() -> None:
     global _loaded
     if _loaded:
         return
-    for module in _MODULES:
-        importlib.import_module(f"{__package__}.{module}")
-    # Listed in _MODULES' order whichever module a caller imported first; formats added later follow.
-    rows = sorted(_FORMATS.values(), key=_listing_rank)
-    _FORMATS.clear()
-    _FORMATS.update((row.name, row) for row in rows)
-    _loaded = True
+    with _load_lock:  # two threads' first str(report) must not see the table half sorted
+        if _loaded:
+            return
+        for module in _MODULES:
+            importlib.import_module(f"{__package__}.{module}")
+        # Listed in _MODULES' order whichever module a caller imported first; formats added later follow.
+        rows = sorted(_FORMATS.values(), key=_listing_rank)
+        _FORMATS.clear()
+        _FORMATS.update((row.name, row) for row in rows)
+        _loaded = True
 
 
 def _listing_rank(row: Format) -> int:

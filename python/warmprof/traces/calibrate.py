@@ -58,9 +58,12 @@ def calibrate() -> MachineCosts:
 
 
 def measure() -> MachineCosts:
-    """The process's calibration, measured on the first call. The caller holds `busy`."""
+    """The process's calibration, measured on the first call. The caller holds `busy` (trace() does):
+    measuring touches the recorder and hooks modules, which a running trace must not see."""
     global _calibration
     if _calibration is None:
+        if not busy.locked():
+            raise RuntimeError("traces.calibrate.measure() needs the `busy` lock held: call calibrate()")
         pairs = []
         for _ in range(201):
             a = _native.now_ns()
