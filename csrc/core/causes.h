@@ -1,4 +1,4 @@
-// Cause ids shared by the recorder, the CUPTI decoder and python/warmprof/timeline.py.
+// Cause ids shared by the recorder, the CUPTI decoder and python/warmprof/causes.py (the one table).
 // Stable: they appear in drained arrays; the names appear in report JSON.
 #pragma once
 #include <cstdint>

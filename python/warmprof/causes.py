@@ -16,6 +16,7 @@ import contextlib
 from dataclasses import dataclass
 from typing import Iterator
 
+from . import _native
 from .errors import WarmprofError
 
 
@@ -60,7 +61,6 @@ _ROWS: list[Cause] = [
 ]
 
 
-
 def _id(name: str) -> int:
     return next(c.id for c in _ROWS if c.name == name and c.id is not None)
 
@@ -75,16 +75,11 @@ DATA_TRANSFER = _id("data_transfer")
 CLOCK_RAMP = _id("clock_ramp")
 PROFILER_OVERHEAD = _id("profiler_overhead")
 
-UNATTRIBUTED = "unattributed"
-OWN = "profiler_overhead"
+UNATTRIBUTED = "unattributed"  # computed: the excess less what the causes explain
+OWN = "profiler_overhead"  # warmprof's own cost: reported, never advised on
 
 # How a report knows a figure, strongest first.
 EVIDENCE = ("measured", "estimated", "inferred", "residual")
-
-
-def table() -> tuple[Cause, ...]:
-    """Every cause, in report order (the residual last)."""
-    return tuple(_ROWS)
 
 
 def names() -> tuple[str, ...]:
@@ -115,6 +110,9 @@ def register(cause: Cause) -> None:
         raise WarmprofError(f"cause {cause.name!r} is already in the table")
     if cause.id is not None and (cause.id == STRUCTURE or cause.id in recorded()):
         raise WarmprofError(f"cause id {cause.id} is already taken")
+    if cause.id is not None and not 0 < cause.id < _native.NUM_CAUSES:
+        raise WarmprofError(f"cause id {cause.id}: the recorder takes ids 1..{_native.NUM_CAUSES - 1} (csrc/core/causes.h); "
+                            "a cause no instrument records has id None")
     _ROWS.insert(len(_ROWS) - 1, cause)
 
 

@@ -173,8 +173,6 @@ def _cause_rows(reports: list[Any]) -> list[Row]:
     return _by_largest_change(rows, last=("unattributed",))
 
 
-
-
 # -- probe reports (read through to_dict, the probe report's JSON contract) ---------------------
 def op_key(row: dict[str, Any]) -> str:
     """'matmul 64x64x64' for a probe report's op row: the key that lines rows up across reports."""

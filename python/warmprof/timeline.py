@@ -13,15 +13,14 @@ from typing import Iterator
 import numpy as np
 
 from . import _native
-from .causes import UNATTRIBUTED, recorded
-from .errors import WarmprofError
 
 # Cause ids come from the one table (causes.py, mirrored from csrc/core/causes.h); re-exported
 # here because instruments record through this module.
-from .causes import (  # noqa: E402,F401
+from .causes import (  # noqa: F401
     ALGORITHM_SELECTION, ALLOCATOR_GROWTH, CLOCK_RAMP, DATA_TRANSFER, GRAPH_CAPTURE, JIT_COMPILE,
-    PROFILER_OVERHEAD, RUNTIME_INIT, STRUCTURE,
+    PROFILER_OVERHEAD, RUNTIME_INIT, STRUCTURE, UNATTRIBUTED, recorded,
 )
+from .errors import WarmprofError
 
 
 def cause_name(cause_id: int) -> str:

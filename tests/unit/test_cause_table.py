@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from warmprof import causes
+from warmprof import _native, causes
 from warmprof.traces.advice import advise
 from warmprof.errors import ReportError, WarmprofError
 from warmprof.report import load
@@ -69,6 +69,8 @@ def test_the_table_refuses_a_taken_name_or_id():
         causes.register(causes.Cause(None, "jit_compile", "x", "#000000", "grey", True))
     with pytest.raises(WarmprofError, match="already taken"):
         causes.register(causes.Cause(causes.JIT_COMPILE, "other", "x", "#000000", "grey", True))
+    with pytest.raises(WarmprofError, match="the recorder takes ids"):  # a new recorded id needs causes.h first
+        causes.register(causes.Cause(_native.NUM_CAUSES, "other", "x", "#000000", "grey", True))
     with pytest.raises(WarmprofError, match="cannot remove"):
         causes.unregister("unattributed")
     assert causes.names()[-1] == "unattributed"

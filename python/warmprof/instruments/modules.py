@@ -3,8 +3,9 @@
 Each boundary also samples the host counters (faults, threads), so counter deltas land in
 the right module and cause (attribution.py). Module calls are the one kind of record the recorder
 may thin: when a pass's share of a buffer is spent it records only coarse modules (the root and
-two levels below it), then none, and never drops a cause span or a pass boundary for them. The hooks' own cost is calibrated per module call and
-reported as an estimated profiler_overhead (traces/api.py, attribution.py). Hooks are removed on exit, even if the model raised.
+two levels below it), then none, and never drops a cause span or a pass boundary for them. The
+hooks' own cost per module call is calibrated (traces/calibrate.py) and reported as an estimated
+profiler_overhead (attribution.py). Hooks are removed on exit, even if the model raised.
 """
 
 from __future__ import annotations

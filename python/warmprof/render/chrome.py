@@ -16,8 +16,8 @@ from typing import Any
 
 from .. import causes
 from ..errors import ReportError
-from ..platform import describe_device
 from .base import Renderer
+from .format import device
 from .registry import register
 
 PASSES = (("first", 1, "first pass"), ("seen_rerun", 2, "seen-shape re-run"), ("steady", 3, "steady pass"))
@@ -147,7 +147,7 @@ def _other_data(report: Any) -> dict[str, Any]:
         "warmprof_version": report.warmprof_version,
         "model": report.model,
         "shape": "x".join(str(d) for d in report.shape or []),
-        "device": f"{report.device} ({describe_device(report.platform, report.device)})",
+        "device": f"{report.device} ({device(report)})",
         "first_pass_ms": report.first_pass_ms,
         "steady_median_ms": report.steady_median_ms,
         "excess_ms": report.excess_ms,

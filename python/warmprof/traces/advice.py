@@ -42,7 +42,7 @@ def advise(report: Any, share_floor: float = 0.1, max_causes: int = 3) -> list[s
     distinguishable from a steady pass, however the small figures split."""
     if report.excess_ms <= report.noise_band_ms:
         return ["The first pass is within the steady passes' noise: no warm-up needed for this shape."]
-    own = sum(c.ms for c in report.causes if c.cause == "profiler_overhead")
+    own = sum(c.ms for c in report.causes if c.cause == causes.OWN)
     if own > 0 and report.excess_ms - own <= report.noise_band_ms:
         return [f"Without warmprof's own instrument cost ({own:.2f} ms, estimated) the first pass is within the "
                 "steady passes' noise: no warm-up needed for this shape."]
