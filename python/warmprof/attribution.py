@@ -29,7 +29,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Callable, Iterable, Mapping, NamedTuple, Sequence
+from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
@@ -503,24 +503,16 @@ ESTIMATORS: tuple[Estimator, ...] = (cause_spans, host_faults, thread_starts, mo
 # -- The loop ----------------------------------------------------------------------------------
 
 
-def attribute_pass(
-    tl: Timeline,
-    pass_name: str,
-    *,
-    calibration: Calibration | None = None,
-    steady_faults: float = 0.0,
-    evidence: dict[str, str] | None = None,
-    inferred: list[dict] | None = None,
-    window: tuple[int, int] | None = None,
-    estimators: Sequence[Estimator] = ESTIMATORS,
-) -> PassAttribution:
-    """Attribute one recorded pass (the span named `pass:<pass_name>`) to causes.
+def attribute_pass(tl: Timeline, pass_name: str, *, estimators: Sequence[Estimator] = ESTIMATORS,
+                   **context_args: Any) -> PassAttribution:
+    """Attribute one recorded pass (the span named `pass:<pass_name>`) to causes: the pass's
+    context (build_context, given `context_args`: calibration, steady_faults, evidence, inferred,
+    window) with each of `estimators` run on it in order, their parts merged by (cause, source).
 
     window: the pass's own clock reads (start_ns, end_ns); they give the pass time even if the
     recorder lost records. Faults warmprof's own buffers took in the pass (Timeline.own_fault_ns)
-    are never charged to the model's allocator. estimators: run in order on the pass's context."""
-    ctx = build_context(tl, pass_name, calibration=calibration, steady_faults=steady_faults,
-                        evidence=evidence, inferred=inferred, window=window)
+    are never charged to the model's allocator."""
+    ctx = build_context(tl, pass_name, **context_args)
     if ctx is None:
         return PassAttribution(0.0, [], [])
     merged: dict[tuple[str, str], Part] = {}
