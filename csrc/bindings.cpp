@@ -416,13 +416,14 @@ PYBIND11_MODULE(_native, m) {
   m.def("cupti_callback_name", &backends::cupti::callback_name, py::arg("domain"), py::arg("cbid"));
 
   // CUDA events (driver API): GPU-side pass times. Failures raise RuntimeError with the reason.
-  m.def("cuda_event_record", [](uintptr_t stream) {
+  m.def("cuda_event_record", [](uintptr_t stream, int device) {
     std::string error;
-    int64_t slot = backends::cuda_events::record(stream, &error);
+    int64_t slot = backends::cuda_events::record(stream, device, &error);
     if (slot < 0) throw std::runtime_error(error);
     return slot;
-  }, py::arg("stream") = 0,
-     "Record a pooled CUDA event on `stream` (a CUstream as an int; 0 = default); its slot id.");
+  }, py::arg("stream") = 0, py::arg("device") = -1,
+     "Record a pooled CUDA event on `stream` (a CUstream as an int) in that stream's context; its slot "
+     "id. The default stream (0) is taken as `device`'s (or, with -1, the current context's).");
   m.def("cuda_event_elapsed_ms", [](int64_t start, int64_t end) {
     std::string error;
     double ms;

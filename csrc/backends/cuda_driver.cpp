@@ -44,7 +44,14 @@ Loaded load() {
       !resolve(lib, {"cuEventRecord"}, &a.cuEventRecord, &l.reason) ||
       !resolve(lib, {"cuEventSynchronize"}, &a.cuEventSynchronize, &l.reason) ||
       !resolve(lib, {"cuEventElapsedTime_v2", "cuEventElapsedTime"}, &a.cuEventElapsedTime,
-               &l.reason)) {
+               &l.reason) ||
+      !resolve(lib, {"cuStreamGetCtx"}, &a.cuStreamGetCtx, &l.reason) ||
+      !resolve(lib, {"cuCtxPushCurrent_v2"}, &a.cuCtxPushCurrent, &l.reason) ||
+      !resolve(lib, {"cuCtxPopCurrent_v2"}, &a.cuCtxPopCurrent, &l.reason) ||
+      !resolve(lib, {"cuDeviceGet"}, &a.cuDeviceGet, &l.reason) ||
+      !resolve(lib, {"cuDevicePrimaryCtxGetState"}, &a.cuDevicePrimaryCtxGetState, &l.reason) ||
+      !resolve(lib, {"cuDevicePrimaryCtxRetain"}, &a.cuDevicePrimaryCtxRetain, &l.reason) ||
+      !resolve(lib, {"cuDevicePrimaryCtxRelease_v2"}, &a.cuDevicePrimaryCtxRelease, &l.reason)) {
     return l;
   }
   CUresult r = a.cuInit(0);

@@ -5,7 +5,7 @@ namespace warmprof::backends::cuda_events {
 bool compiled() { return false; }
 bool available() { return false; }
 std::string unavailable_reason() { return "built without CUDA headers (set CUDA_HOME and rebuild)"; }
-int64_t record(uintptr_t, std::string* error) {
+int64_t record(uintptr_t, int, std::string* error) {
   *error = unavailable_reason();
   return -1;
 }

@@ -155,8 +155,8 @@ def cupti_classify(domain: int, cbid: int) -> int:
 def cupti_callback_name(domain: int, cbid: int) -> str: ...
 
 # CUDA events (driver API): failures raise RuntimeError with the reason.
-def cuda_event_record(stream: int = 0) -> int:
-    """Record a pooled CUDA event on `stream` (a CUstream as an int; 0 = default); its slot id."""
+def cuda_event_record(stream: int = 0, device: int = -1) -> int:
+    """Record a pooled CUDA event on `stream` (a CUstream as an int) in that stream's context; its slot id. The default stream (0) is taken as `device`'s (or, with -1, the current context's)."""
 
 def cuda_event_elapsed_ms(start: int, end: int) -> float:
     """GPU milliseconds between two recorded slots (waits for `end`)."""

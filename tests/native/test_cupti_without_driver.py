@@ -11,7 +11,8 @@ from libcuda_probe import has_libcuda
 
 import warmprof
 from warmprof import _native
-from warmprof.instruments.cuda import CudaEvents, Cupti
+from warmprof.instruments.cuda import Cupti
+from warmprof.instruments.cuda_events import CudaEvents
 from warmprof.timeline import Recording
 
 

@@ -5,7 +5,8 @@ Rules every instrument keeps:
   model raised (the trace runs instruments in an ExitStack).
 - `reason` is set (and __enter__ does nothing) when the source is not available here; the report
   lists it, so a missing source is said, never silently dropped.
-- The trace calls mark_pass(name) before and end_pass(name) after each instrumented pass.
+- The trace calls mark_pass(name) before each instrumented pass, before_sync(name) once the pass
+  has queued its work and before the host waits for the device, and end_pass(name) after.
 - span_evidence names the sources whose spans are not a measurement of the cause alone.
 - summary() returns plain JSON data for report["instruments"][name] (counts, cache hits, notes);
   it may also put lines in `notes` for the text report.
@@ -43,6 +44,10 @@ class Instrument:
         Overrides call super().mark_pass(name) first, so current_pass is always the running pass.
         """
         self.current_pass = name
+
+    def before_sync(self, name: str) -> None:
+        """Called by the trace when the pass's work is queued, before the device sync (not when the
+        model raised): where a device-side end mark (a CUDA event) goes."""
 
     def end_pass(self, name: str) -> None:
         """Called by the trace at the end of each instrumented pass, after the device sync."""

@@ -27,21 +27,10 @@ from typing import Any
 
 from .base import Instrument
 from .clock_ramp import ClockRamp
-from .cuda import CudaEvents, Cupti
+from .cuda import Cupti
+from .cuda_events import CudaEvents, device_index
 from .cupy import Cupy
 from .torch_cuda import CudnnFind, InductorCudaMetrics, TorchCudaAllocator
-
-
-def _cuda_index(device: Any) -> int:
-    try:
-        import torch
-
-        dev = torch.device(device) if device is not None else torch.device("cuda")
-        if dev.index is not None:
-            return dev.index
-        return torch.cuda.current_device() if torch.cuda.is_available() else 0
-    except Exception:
-        return 0
 
 
 def cuda_instruments(options: dict) -> list[Instrument]:
@@ -58,7 +47,7 @@ def cuda_instruments(options: dict) -> list[Instrument]:
     use_cupy = options.get("cupy")
     if use_cupy or (use_cupy is None and "cupy" in sys.modules):
         out.append(Cupy())
-    out.append(ClockRamp(cuda_index=_cuda_index(device), sample_ms=float(options.get("clock_sample_ms", 10.0))))
+    out.append(ClockRamp(cuda_index=max(device_index(device), 0), sample_ms=float(options.get("clock_sample_ms", 10.0))))
     return out
 
 

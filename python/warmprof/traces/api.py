@@ -117,6 +117,8 @@ def _run_pass(model, args, kwargs, pass_name: str, instruments: list, sync) -> t
     t0 = _native.now_ns()
     try:
         out = model(*args, **kwargs)
+        for i in instruments:
+            i.before_sync(pass_name)
         sync()
     finally:
         t1 = _native.now_ns()
