@@ -1,7 +1,8 @@
-"""The CUDA backends on a real GPU: real CUPTI callbacks and CUDA events (skipped elsewhere).
+"""The CUDA backends on a real GPU: real CUPTI callbacks and CUDA events.
 
-Skipped with the native module's own reason (warmprof.backends()), not a bare torch check, so a
-GPU machine where the backend cannot load says why.
+torch is imported first (its CUDA wheels map the libcupti warmprof then finds). Without a GPU every
+test skips; with one, a backend that cannot work fails with its reason, unless the platform
+refuses profiling, which the skip names (tests/gpu_gate.py).
 """
 
 from __future__ import annotations
@@ -9,22 +10,34 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
-import warmprof
-from warmprof import _native
-from warmprof.attribution import build_spans
-from warmprof.timeline import ALLOCATOR_GROWTH, DATA_TRANSFER, GRAPH_CAPTURE, Recording
-
-_cupti = warmprof.backends()["cupti"]
-_events = warmprof.backends()["cuda_events"]
-pytestmark = [
-    pytest.mark.cuda,
-    pytest.mark.skipif(not _cupti["available"], reason=f"CUPTI backend off: {_cupti['reason']}"),
-]
-
 torch = pytest.importorskip("torch")
+
+import gpu_gate  # noqa: E402  (tests/gpu_gate.py)
+
+import warmprof  # noqa: E402
+from warmprof import _native  # noqa: E402
+from warmprof.attribution import build_spans  # noqa: E402
+from warmprof.timeline import ALLOCATOR_GROWTH, DATA_TRANSFER, GRAPH_CAPTURE, Recording  # noqa: E402
+
+NO_GPU = gpu_gate.gpu_absent(torch)
+if not NO_GPU:
+    torch.zeros(1, device="cuda")  # context up, as in a trace, before CUPTI is asked
+CUPTI = gpu_gate.decide("CUPTI", NO_GPU, "" if NO_GPU else gpu_gate.cupti_reason(_native))
+EVENTS = gpu_gate.decide("CUDA events", NO_GPU, warmprof.backends()["cuda_events"]["reason"])
+
+pytestmark = [pytest.mark.cuda, pytest.mark.skipif(bool(NO_GPU), reason=f"no CUDA GPU: {NO_GPU}")]
+
+
+def _gate(gate: gpu_gate.Gate) -> None:
+    """First line of each test of a backend: a failure (not a setup error) when it cannot work here."""
+    if gate.action == "skip":
+        pytest.skip(gate.message)
+    if gate.action == "fail":
+        pytest.fail(gate.message, pytrace=False)
 
 
 @pytest.fixture(autouse=True)
@@ -48,6 +61,7 @@ def _spans_while_subscribed(body) -> list:
 
 
 def test_subscribe_measures_its_cost_and_unsubscribes():
+    _gate(CUPTI)
     assert _native.cupti_start() == ""
     assert _native.cupti_active()
     assert _native.cupti_start() != ""  # already active: says so, does not double subscribe
@@ -57,6 +71,7 @@ def test_subscribe_measures_its_cost_and_unsubscribes():
 
 
 def test_new_segment_is_an_allocation_span_with_bytes():
+    _gate(CUPTI)
     torch.cuda.empty_cache()
     size = 192 << 20
     spans = _spans_while_subscribed(lambda: torch.empty(size, dtype=torch.uint8, device="cuda"))
@@ -65,12 +80,14 @@ def test_new_segment_is_an_allocation_span_with_bytes():
 
 
 def test_host_to_device_copy_is_data_transfer_with_bytes():
+    _gate(CUPTI)
     host = torch.ones(8 << 20, dtype=torch.uint8)
     spans = _spans_while_subscribed(lambda: host.to("cuda"))
     assert sum(s.value for s in spans if s.cause == DATA_TRANSFER) >= 8 << 20
 
 
 def test_graph_capture_span_and_launch_counts():
+    _gate(CUPTI)
     y = torch.zeros(4096, device="cuda")
     s = torch.cuda.Stream()
     with torch.cuda.stream(s):
@@ -90,8 +107,8 @@ def test_graph_capture_span_and_launch_counts():
     assert _native.cupti_stats()["kernel_launches"] >= 1  # the captured add (counted since start)
 
 
-@pytest.mark.skipif(not _events["available"], reason=f"CUDA events off: {_events['reason']}")
 def test_cuda_events_time_a_gpu_sleep():
+    _gate(EVENTS)
     torch.zeros(1, device="cuda")
     stream = torch.cuda.current_stream().cuda_stream
     a = _native.cuda_event_record(stream)
@@ -101,9 +118,65 @@ def test_cuda_events_time_a_gpu_sleep():
     _native.cuda_events_release()
 
 
+def _gpu_sleep_ms(cycles: int) -> float:
+    """torch.cuda's own event timing of a GPU sleep (the reference)."""
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    torch.cuda._sleep(cycles)
+    b.record()
+    b.synchronize()
+    return a.elapsed_time(b)
+
+
+def test_a_pass_is_timed_on_the_gpu_up_to_its_sync_not_after():
+    """The host idles 200 ms after the sync (as slow instruments' end_pass would): a GPU time that
+    counts it had its end event recorded after the sync, on an idle stream."""
+    _gate(EVENTS)
+    from warmprof.instruments.cuda_events import CudaEvents
+    from warmprof.traces.api import _run_pass
+
+    cycles = 20_000_000
+    ref_ms = _gpu_sleep_ms(cycles)
+
+    def sync():
+        torch.cuda.synchronize()
+        time.sleep(0.2)
+
+    with Recording(), CudaEvents(device=torch.cuda.current_device()) as inst:
+        t0, t1 = _run_pass(lambda: torch.cuda._sleep(cycles), (), {}, "first", [inst], sync)
+    gpu_ms = inst.summary()["gpu_ms"]["first"]
+    assert 0.5 * ref_ms < gpu_ms < ref_ms + 50, (gpu_ms, ref_ms, (t1 - t0) / 1e6)
+
+
+def test_cuda_events_on_a_side_stream_and_on_another_device():
+    """A created stream names its context (cuStreamGetCtx); the default stream of cuda:1 is handle 0,
+    so the device names it. Either way the current device stays cuda:0's."""
+    _gate(EVENTS)
+    side = torch.cuda.Stream()
+    a = _native.cuda_event_record(side.cuda_stream, 0)
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(5_000_000)
+    b = _native.cuda_event_record(side.cuda_stream, 0)
+    assert _native.cuda_event_elapsed_ms(a, b) > 0
+    _native.cuda_events_release()
+    if torch.cuda.device_count() < 2:
+        pytest.skip("one GPU here: the cuda:1 half needs two")
+    torch.cuda.set_device(0)
+    torch.zeros(1, device="cuda:1")
+    for stream in (torch.cuda.Stream(device=1).cuda_stream, 0):
+        a = _native.cuda_event_record(stream, 1)
+        with torch.cuda.device(1):
+            torch.cuda._sleep(5_000_000)
+        b = _native.cuda_event_record(stream, 1)
+        assert _native.cuda_event_elapsed_ms(a, b) >= 0
+        assert torch.cuda.current_device() == 0
+    _native.cuda_events_release()
+
+
 def test_trace_on_cuda_in_a_fresh_process_reports_cuda_one_time_causes(tmp_path):
     """A cold process (the CLI's default): lazy kernel-module loading and the caching allocator's
     first segments happen in the first pass, and CUPTI sees them."""
+    _gate(CUPTI)
     out = tmp_path / "cuda.json"
     run = subprocess.run([sys.executable, "-m", "warmprof", "trace", "--demo", "--device", "cuda", "--steady", "5",
                           "--json", str(out)], capture_output=True, text=True, timeout=600)
@@ -113,15 +186,15 @@ def test_trace_on_cuda_in_a_fresh_process_reports_cuda_one_time_causes(tmp_path)
     assert not report.protocol.runtime_warm, report.protocol.warm_reasons
     assert report.instruments["torch_cuda_allocator"]["active"]
     cupti = report.instruments["cupti"]
-    if not cupti["active"]:
-        assert "another CUPTI subscriber" in cupti["reason"]
-        pytest.skip(f"CUPTI held by another subscriber: {cupti['reason']}")
+    if not cupti["active"]:  # the parent could subscribe (the gate), so only a platform refusal excuses this
+        _gate(gpu_gate.decide("CUPTI in the trace's child", "", cupti["reason"]))
     cuda_causes = {c.cause for c in report.causes if c.ms > 0 and c.evidence == "measured"}
     assert cuda_causes & {"runtime_init", "allocator_growth"}, [(c.cause, c.source, c.ms) for c in report.causes]
 
 
 def test_second_subscriber_is_reported_not_fatal():
     """torch.profiler (kineto) may hold CUPTI for the rest of the process: run it in a child."""
+    _gate(CUPTI)
     code = textwrap.dedent("""
         import torch
         from torch.profiler import profile, ProfilerActivity
