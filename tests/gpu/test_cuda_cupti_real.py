@@ -16,12 +16,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import gpu_gate  # noqa: E402  (tests/gpu_gate.py)
-
-import warmprof  # noqa: E402
-from warmprof import _native  # noqa: E402
-from warmprof.attribution import build_spans  # noqa: E402
-from warmprof.timeline import ALLOCATOR_GROWTH, DATA_TRANSFER, GRAPH_CAPTURE, Recording  # noqa: E402
+# After torch: its CUDA wheels map the libcupti that warmprof's backends then find.
+import gpu_gate
+import warmprof
+from warmprof import _native
+from warmprof.attribution import build_spans
+from warmprof.timeline import ALLOCATOR_GROWTH, DATA_TRANSFER, GRAPH_CAPTURE, Recording
 
 NO_GPU = gpu_gate.gpu_absent(torch)
 if not NO_GPU:

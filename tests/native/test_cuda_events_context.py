@@ -17,7 +17,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
 import warmprof
 
 FAKE_SOURCE = Path(__file__).with_name("fake_libcuda.c")

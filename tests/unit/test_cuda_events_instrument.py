@@ -11,7 +11,6 @@ import itertools
 import types
 
 import pytest
-
 from warmprof.instruments import cuda_events
 from warmprof.timeline import Recording
 from warmprof.traces.api import _run_pass

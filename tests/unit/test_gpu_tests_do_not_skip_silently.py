@@ -11,7 +11,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
 import warmprof
 
 TESTS = Path(__file__).resolve().parents[1]

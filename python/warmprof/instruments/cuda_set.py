@@ -23,7 +23,6 @@ subscribe cost is recorded before the others start.
 from __future__ import annotations
 
 import sys
-from typing import Any
 
 from .base import Instrument
 from .clock_ramp import ClockRamp
