@@ -1,438 +1,743 @@
-"""The CUDA check for a lent GPU machine: warmprof's CUDA figures beside independent references.
+"""The GPU check: what CUPTI saw and what warmprof made of it, in one table with PASS/FAIL per row.
 
-    pip install --no-build-isolation --no-deps . && python bench/gpu_check.py [--json PATH]
-        [--budget-s 285] [--only backends,eager,...] [--require-gpu]
+    python3 bench/gpu_check.py [--budget-s 220] [--json PATH] [--only callbacks,attribution,eager,compiled]
 
-Sections, in priority order (each in a fresh child process, so every trace sees a true first pass
-and a crash or hang in one section cannot take the others down; each has a time limit cut from
-the overall budget, so the whole run ends within 5 minutes):
-  backends       CUPTI and CUDA events load; CUPTI subscribe cost; raw CUPTI records of a new
-                 allocator segment, a host-to-device copy and a CUDA-graph capture, against
-                 torch's segment count, the bytes copied and a wall-clock capture time; a CUDA
-                 event against a host timer around a GPU sleep.
-  eager          trace(demo LM, (1, 128), device="cuda"): causes; cuMemAlloc spans vs the
-                 allocator's new segments; launches per pass vs torch.profiler's kernel count.
-  compile        the same with torch.compile(mode="reduce-overhead"): jit_compile vs dynamo's own
-                 compile time, graph_capture vs torch's CUDAGraphNode.record timer, autotune.
-  conv           a small conv net with cudnn.benchmark: algorithm_selection, new conv shapes vs
-                 the distinct conv configurations in the net.
-  probe_eager, probe_compile   warmprof.probe(device="cuda", backend=...) verdicts.
-  cupy           a new CuPy ElementwiseKernel: the jit_compile span vs first call minus second.
+Run it on a lent GPU machine against the warmprof installed there; it builds nothing. Phases, each
+in a fresh child process (a true first call, one CUPTI subscriber per process, and a crash or hang
+that cannot take the others down), each cut to what is left of the budget:
+  callbacks    a raw ctypes CUPTI subscriber (driver, runtime and resource domains, on the libcupti
+               torch mapped) counts the callbacks each torch operation fires (OPS below).
+  attribution  the same operations in the same order in a new process, with warmprof's own CUPTI
+               subscriber and torch.compile instrument: what warmprof attributes to each (its
+               attribution of a "pass" around each operation); then the demo LM's steady pass
+               with and without the subscriber (CUPTI's cost per pass).
+  eager        `warmprof trace --demo --device cuda`: each cause with its evidence.
+  compiled     the same with --compile.
+The table: per operation, the callbacks that fired, what warmprof attributed, what the code is
+expected to do and PASS / FAIL / N/A; then the two traces' checks and causes (INFO rows); then the
+CUPTI overhead. ../shared/tools/cupti_probe.py is the longer diagnostic of the callbacks alone.
 
-Output: one table (section, item, warmprof, reference, ok, note); --json writes the rows.
-Exit codes: 0 every section ran (rows may still say a figure did not match); 1 a section failed
-or timed out; on a machine without a usable CUDA device it says so ("NO GPU: ...") after checking
-the backends, and exits 0 (3 with --require-gpu).
+About 2-3 minutes on one H200 (the compiled trace is most of it); --budget-s bounds the whole
+run, from start to table (default 220 s, as gpu_proof.sh calls it under `timeout 230`): a phase
+gets what is left of it, up to its own cap, and is killed with its children when that runs out.
+Exit codes: 0 every row PASS or N/A; 1 a row FAILED (a phase that crashed or timed out is a
+FAIL row); 3 no GPU here: nothing to check.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
+import tempfile
 import time
-from typing import Any, Callable
+from pathlib import Path
+from typing import Any, Callable, NamedTuple
 
-ROW_PREFIX = "@@ROW "
-SECTIONS = {  # name -> time cap (s)
-    "backends": 60,
-    "eager": 75,
-    "compile": 150,
-    "conv": 60,
-    "probe_eager": 60,
-    "probe_compile": 120,
-    "cupy": 60,
+EXIT_FAILED = 1
+EXIT_NO_GPU = 3
+MIB = 1 << 20
+HERE = Path(__file__).resolve().parent
+
+# Operation key -> what it is, in the order both op phases run them.
+OPS = {
+    "new_segment": "allocate a new 256 MiB segment",
+    "h2d_copy": "copy 16 MiB host to device (pageable)",
+    "kernel_first": "first launch of a new kernel (i0e)",
+    "kernel_second": "second launch of the same kernel",
+    "matmul_first": "first matmul (cuBLAS)",
+    "matmul_second": "second matmul",
+    "graph_capture": "capture + instantiate a CUDA graph",
+    "graph_replay": "replay the CUDA graph",
+    "compile_first": "torch.compile first call",
+    "compile_second": "torch.compile second call",
 }
-EXIT_NO_GPU_REQUIRED = 3
+PHASES = {"callbacks": 60, "attribution": 60, "eager": 60, "compiled": 150}  # name -> cap (s)
+MIN_PHASE_S = 8  # a phase with less time than this left is not started
+FINISH_S = 5  # of the budget, kept for the table and the --json file after the last phase
+HARD_LIMIT_SLACK_S = 5  # past the budget: the run is cut (only if the parent itself hangs)
 
 
-# --- rows ---------------------------------------------------------------------------------------
+# --- the operations (run in both op phases, in a child) -----------------------------------------
 
-def row(section: str, item: str, warmprof: Any, reference: Any = None, ok: bool | None = None, note: str = "") -> None:
-    print(ROW_PREFIX + json.dumps({"section": section, "item": item, "warmprof": warmprof, "reference": reference,
-                                   "ok": ok, "note": note}, default=str), flush=True)
+def op_steps(torch: Any) -> list[tuple[str, Callable[[], Any]]]:
+    """OPS as callables, set up so each does only its own first-time work (the CUDA context, a
+    warmed side stream for the capture and the graph's kernel exist before the first)."""
+    torch.zeros(1, device="cuda")
+    y = torch.randn(4096, device="cuda")
+    m = torch.randn(512, 512, device="cuda")
+    z = torch.zeros(4096, device="cuda")
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        z.add_(1)
+    torch.cuda.synchronize()
+    host = torch.ones(16 * MIB, dtype=torch.uint8)
+    graph = torch.cuda.CUDAGraph()
+    keep: list[Any] = []
 
+    def capture() -> None:
+        with torch.cuda.graph(graph):
+            z.add_(1)
 
-def close(a: float, b: float, factor: float = 2.0, floor_ms: float = 1.0) -> bool:
-    """Within a factor of each other (or both under `floor_ms`)."""
-    if max(abs(a), abs(b)) < floor_ms:
-        return True
-    lo, hi = sorted((abs(a), abs(b)))
-    return lo > 0 and hi / lo <= factor
+    def new_segment() -> None:
+        torch.cuda.empty_cache()
+        keep.append(torch.empty(256 * MIB, dtype=torch.uint8, device="cuda"))
 
-
-def fmt(v: Any) -> str:
-    if isinstance(v, float):
-        return f"{v:.2f}"
-    return "" if v is None else str(v)
-
-
-# --- child sections -----------------------------------------------------------------------------
-
-def _spans(report: Any, pass_name: str, prefix: str) -> list[Any]:
-    return [s for s in report.spans if s.pass_ == pass_name and s.name.startswith(prefix)]
-
-
-def _cause_rows(section: str, report: Any) -> None:
-    row(section, "first_pass_ms", report.first_pass_ms, note=f"steady median {report.steady_median_ms:.2f} ms")
-    row(section, "excess_ms", report.excess_ms, note=f"unattributed {report.unattributed_ms:.2f} ms, "
-                                                     f"noise band {report.noise_band_ms:.2f} ms")
-    for cause, ms in sorted(report.by_cause().items(), key=lambda kv: -kv[1]):
-        kinds = "+".join(sorted({c.evidence for c in report.causes if c.cause == cause}))
-        row(section, f"first: {cause}", ms, note=kinds)
-    for c in report.seen_rerun_causes:
-        if c.cause != "unattributed" and c.ms > 0.05:
-            row(section, f"seen_rerun: {c.cause}/{c.source}", c.ms, note=c.evidence)
-    for name, inst in sorted(report.instruments.items()):
-        if inst.get("reason"):
-            row(section, f"instrument {name}", "off", note=inst["reason"])
-    cupti = report.instruments.get("cupti", {})
-    if cupti.get("active"):
-        row(section, "cupti subscribe_ms (profiler_overhead, outside the pass)", cupti.get("subscribe_ms"))
-    gpu = report.instruments.get("cuda_events", {}).get("gpu_ms", {})
-    if gpu:
-        row(section, "gpu_ms first / seen_rerun (CUDA events)", f"{gpu.get('first', 0):.2f} / {gpu.get('seen_rerun', 0):.2f}")
-    ramp = report.instruments.get("clock_ramp", {})
-    if ramp.get("active"):
-        first = ramp.get("passes", {}).get("first", {})
-        row(section, "clock_ramp inferred_ms (first)", first.get("inferred_ms"),
-            note=f"start {first.get('start_mhz')} MHz, steady {ramp.get('steady_mhz')} MHz ({ramp.get('source')})")
+    compiled = torch.compile(lambda t: (t * 2 + 1).relu())
+    return [("new_segment", new_segment), ("h2d_copy", lambda: keep.append(host.to("cuda"))),
+            ("kernel_first", lambda: torch.special.i0e(y)), ("kernel_second", lambda: torch.special.i0e(y)),
+            ("matmul_first", lambda: m @ m), ("matmul_second", lambda: m @ m),
+            ("graph_capture", capture), ("graph_replay", graph.replay),
+            ("compile_first", lambda: compiled(y)), ("compile_second", lambda: compiled(y))]
 
 
-def _allocator_rows(section: str, report: Any) -> None:
-    allocs = [s for s in _spans(report, "first", "cupti:cuMem") if s.cause == "allocator_growth"]
-    segments = report.instruments.get("torch_cuda_allocator", {}).get("passes", {}).get("first", {}).get("segments")
-    n_alloc = sum(1 for s in allocs if "Alloc" in s.name or "Create" in s.name)
-    row(section, "device allocations in first pass (CUPTI cuMemAlloc/cuMemCreate spans)", n_alloc,
-        reference=segments, ok=None if segments is None else n_alloc == segments,
-        note="reference: torch allocator's new segments")
-    row(section, "bytes allocated (CUPTI)", sum(s.value for s in allocs if "Map" not in s.name and "Reserve" not in s.name))
+# --- child phases: each returns plain data --------------------------------------------------------
+
+def _cupti_library(ctypes: Any) -> tuple[Any, str]:
+    """The libcupti torch mapped (never a second copy), else the first the loader finds."""
+    with open("/proc/self/maps") as f:
+        mapped = sorted({ln.split()[-1] for ln in f if "libcupti" in ln})
+    errors = []
+    for name in mapped + ["libcupti.so", "libcupti.so.13", "libcupti.so.12"]:
+        try:
+            return ctypes.CDLL(name), name
+        except OSError as e:
+            errors.append(str(e))
+    raise RuntimeError("libcupti not found: " + "; ".join(errors[-3:]))
 
 
-def section_backends() -> None:
+RESOURCE_NAMES = {1: "CONTEXT_CREATED", 2: "CONTEXT_DESTROY_STARTING", 3: "STREAM_CREATED",
+                  4: "STREAM_DESTROY_STARTING", 5: "CU_INIT_FINISHED", 6: "MODULE_LOADED",
+                  7: "MODULE_UNLOAD_STARTING", 8: "MODULE_PROFILED", 9: "GRAPH_CREATED",
+                  10: "GRAPH_DESTROY_STARTING", 11: "GRAPH_CLONED", 12: "GRAPHNODE_CREATE_STARTING",
+                  13: "GRAPHNODE_CREATED", 14: "GRAPHNODE_DESTROY_STARTING", 15: "GRAPHNODE_DEPENDENCY_CREATED",
+                  16: "GRAPHNODE_DEPENDENCY_DESTROY_STARTING", 17: "GRAPHEXEC_CREATE_STARTING",
+                  18: "GRAPHEXEC_CREATED", 19: "GRAPHEXEC_DESTROY_STARTING"}
+DOMAINS = {1: "driver", 2: "runtime", 3: "resource"}
+
+
+def phase_callbacks() -> dict:
+    import ctypes
+
+    import torch  # first: torch's CUDA wheels map their libcupti
+
+    lib, path = _cupti_library(ctypes)
+    steps = op_steps(torch)
+
+    class CallbackData(ctypes.Structure):  # CUpti_CallbackData (cupti_callbacks.h), leading fields
+        _fields_ = [("site", ctypes.c_int), ("functionName", ctypes.c_char_p)]
+
+    counts: dict[str, dict[str, dict[str, int]]] = {}
+    label = [""]
+
+    def on_callback(_user: Any, domain: int, cbid: int, data: Any) -> None:
+        try:
+            if not label[0]:
+                return
+            dom = DOMAINS.get(domain)
+            if dom in ("driver", "runtime"):
+                d = ctypes.cast(data, ctypes.POINTER(CallbackData)).contents
+                if d.site != 0:  # CUPTI_API_ENTER only
+                    return
+                name = (d.functionName or b"?").decode()
+            elif dom == "resource":
+                name = RESOURCE_NAMES.get(cbid, f"cbid{cbid}")
+            else:
+                return
+            per = counts.setdefault(label[0], {}).setdefault(dom, {})
+            per[name] = per.get(name, 0) + 1
+        except Exception:  # never raise into CUDA
+            pass
+
+    callback = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p)(on_callback)
+    handle = ctypes.c_void_p()
+    r = lib.cuptiSubscribe(ctypes.byref(handle), callback, None)
+    if r != 0:
+        raise RuntimeError(f"cuptiSubscribe failed: {_cupti_result(lib, ctypes, r)}")
+    try:
+        for dom in DOMAINS:
+            r = lib.cuptiEnableDomain(1, handle, dom)
+            if r != 0:
+                raise RuntimeError(f"cuptiEnableDomain({dom}) failed: {_cupti_result(lib, ctypes, r)}")
+        for key, fn in steps:
+            torch.cuda.synchronize()
+            label[0] = key
+            fn()
+            torch.cuda.synchronize()
+            label[0] = ""
+    finally:
+        lib.cuptiUnsubscribe(handle)
+    return {"libcupti": path, "ops": {key: counts.get(key, {}) for key, _ in steps}}
+
+
+def _cupti_result(lib: Any, ctypes: Any, r: int) -> str:
+    s = ctypes.c_char_p()
+    lib.cuptiGetResultString(r, ctypes.byref(s))
+    return f"{r} ({(s.value or b'?').decode()})"
+
+
+def phase_attribution() -> dict:
     import torch
+    from warmprof import _native, timeline
+    from warmprof.attribution import attribute_pass
+    from warmprof.instruments.torch_compile import TorchCompile
 
-    import warmprof
-    from warmprof import _native
-    from warmprof.timeline import Recording
-
-    s = "backends"
-    for name, entry in warmprof.backends().items():
-        row(s, f"backend {name}", "available" if entry["available"] else "off", ok=entry["available"] or name == "metal",
-            note=entry["reason"])
-    torch.zeros(1, device="cuda")  # context up before CUPTI (as in a trace)
-    with Recording() as rec:
+    steps = op_steps(torch)
+    windows: dict[str, tuple[int, int]] = {}
+    stats: dict[str, tuple[dict, dict]] = {}
+    with timeline.Recording(spare_buffers=4) as rec:
         why = _native.cupti_start()
-        row(s, "cupti_start", why or "subscribed", ok=not why)
-        if not why:
-            try:
-                _cupti_micro_checks(s, torch)
-            finally:
-                _native.cupti_stop()
-        stats = _native.cupti_stats()
-    row(s, "cupti subscribe_ms", stats["subscribe_ns"] / 1e6, note=f"{stats['callbacks']} callbacks")
-    row(s, "cupti active after stop", _native.cupti_active(), ok=not _native.cupti_active())
-    _records_rows(s, rec.drain())
-    _event_rows(s, torch, _native)
+        try:
+            with TorchCompile() as tc:
+                for key, fn in steps:
+                    torch.cuda.synchronize()
+                    before, t0 = _native.cupti_stats(), timeline.now_ns()
+                    with timeline.span(timeline.STRUCTURE, f"pass:{key}"):
+                        fn()
+                        torch.cuda.synchronize()
+                    windows[key], stats[key] = (t0, timeline.now_ns()), (before, _native.cupti_stats())
+        finally:
+            _native.cupti_stop()
+        tl = rec.drain()
+    ops = {}
+    for key, _ in steps:
+        pa = attribute_pass(tl, key, window=windows[key], evidence=dict(tc.span_evidence))
+        nbytes, names = _by_cause(pa.spans)
+        ops[key] = {"parts": [{"cause": p.cause, "source": p.source, "evidence": p.evidence, "ms": p.ms,
+                               "count": p.count} for p in pa.parts],
+                    "bytes": nbytes, "names": names, "stats": _stats_delta(*stats[key]), "pass_ms": pa.pass_ms}
+    return {"cupti": why, "stats_keys": sorted(_native.cupti_stats()), "ops": ops,
+            "overhead": _cupti_cost_per_pass(torch, _native, timeline)}
 
 
-def _cupti_micro_checks(s: str, torch: Any) -> None:
-    from warmprof import timeline
+def _by_cause(spans: list) -> tuple[dict[str, int], dict[str, list[str]]]:
+    """Bytes (allocations, copies) and the distinct span names of each cause among `spans`."""
+    from warmprof.timeline import cause_name
 
-    torch.cuda.synchronize()
-    torch.cuda.empty_cache()
-    seg0 = torch.cuda.memory_stats().get("segment.all.allocated", 0)
-    with timeline.span(timeline.STRUCTURE, "check:alloc"):
-        x = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
-    seg1 = torch.cuda.memory_stats().get("segment.all.allocated", 0)
-    row(s, "torch new segments for a 256 MiB tensor", seg1 - seg0, note="reference for the CUPTI allocation rows")
-    host = torch.ones(16 << 20, dtype=torch.uint8)
-    with timeline.span(timeline.STRUCTURE, "check:copy"):
-        host.to("cuda")
-        torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    y = torch.zeros(1024, device="cuda")
-    stream = torch.cuda.Stream()
-    with torch.cuda.stream(stream):
-        y.add_(1)  # warm the kernel outside the capture
-    torch.cuda.synchronize()
-    t0 = time.perf_counter_ns()
-    with timeline.span(timeline.STRUCTURE, "check:graph"):
-        with torch.cuda.graph(g):
-            y.add_(1)
-    capture_ms = (time.perf_counter_ns() - t0) / 1e6
-    row(s, "torch.cuda.graph capture wall ms", capture_ms, note="reference for the graph_capture rows")
-    del x
+    nbytes: dict[str, int] = {}
+    names: dict[str, set[str]] = {}
+    for s in spans:
+        cause = cause_name(s.cause)
+        if not cause:  # structure spans (the pass, kernel launches)
+            continue
+        names.setdefault(cause, set()).add(s.name)
+        if s.value > 0:
+            nbytes[cause] = nbytes.get(cause, 0) + int(s.value)
+    return nbytes, {c: sorted(n) for c, n in names.items()}
 
 
-def _records_rows(s: str, tl: Any) -> None:
-    from warmprof.attribution import build_spans
-    from warmprof.timeline import ALLOCATOR_GROWTH, DATA_TRANSFER, GRAPH_CAPTURE, RUNTIME_INIT
-
-    spans = build_spans(tl)
-    allocs = [x for x in spans if x.cause == ALLOCATOR_GROWTH and x.name.startswith("cupti:")]
-    row(s, "CUPTI allocation spans / bytes", f"{len(allocs)} / {sum(x.value for x in allocs)}",
-        reference=f">=1 / >={256 << 20}", ok=bool(allocs) and sum(x.value for x in allocs) >= 256 << 20)
-    copies = [x for x in spans if x.cause == DATA_TRANSFER]
-    row(s, "CUPTI host-to-device bytes", sum(x.value for x in copies), reference=16 << 20,
-        ok=sum(x.value for x in copies) >= 16 << 20, note=", ".join(sorted({x.name for x in copies})))
-    graph = [x for x in spans if x.cause == GRAPH_CAPTURE]
-    graph_ms = sum(x.dur_ns for x in graph if x.name == "cupti:stream_capture" or "Instantiate" in x.name) / 1e6
-    row(s, "CUPTI graph_capture spans", ", ".join(sorted({x.name for x in graph})) or "none", ok=bool(graph))
-    row(s, "CUPTI stream_capture + instantiate ms", graph_ms, note="compare with the wall ms above")
-    init = [x for x in spans if x.cause == RUNTIME_INIT]
-    row(s, "CUPTI runtime_init spans", len(init), note=", ".join(sorted({x.name for x in init}))[:120])
+def _stats_delta(before: dict, after: dict) -> dict[str, Any]:
+    """What an operation added to each cumulative CUPTI stat the module gives (whatever its keys)."""
+    out: dict[str, Any] = {}
+    for k, v in after.items():
+        b = before.get(k)
+        if isinstance(v, (int, float)) and isinstance(b, (int, float)):
+            out[k] = v - b
+        elif isinstance(v, (list, tuple)) and isinstance(b, (list, tuple)):
+            out[k] = len(v) - len(b)
+    return out
 
 
-def _event_rows(s: str, torch: Any, native: Any) -> None:
-    stream = torch.cuda.current_stream().cuda_stream
-    a = native.cuda_event_record(stream)
-    t0 = time.perf_counter_ns()
-    torch.cuda._sleep(50_000_000)
-    b = native.cuda_event_record(stream)
-    ms = native.cuda_event_elapsed_ms(a, b)
-    host_ms = (time.perf_counter_ns() - t0) / 1e6
-    native.cuda_events_release()
-    row(s, "CUDA event ms around a GPU sleep", ms, reference=host_ms, ok=close(ms, host_ms, 1.5),
-        note="reference: host wall time until the end event completed")
-
-
-def _trace_demo(s: str, compile: Any) -> Any:
-    import warmprof
+def _cupti_cost_per_pass(torch: Any, native: Any, timeline: Any, passes: int = 30) -> dict[str, Any]:
+    """Median demo-LM pass without and with warmprof's CUPTI subscriber (recording on in both)."""
     from warmprof.demo import demo_model
 
-    t0 = time.perf_counter()
-    report = warmprof.trace(demo_model(), (1, 128), device="cuda", compile=compile, steady=(5, 30), steady_budget_s=2.0)
-    row(s, "trace wall s", time.perf_counter() - t0)
-    _cause_rows(s, report)
-    return report
-
-
-def _profiler_launches(model_fn: Callable[[], Any], torch: Any) -> int:
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        model_fn()
-        torch.cuda.synchronize()
-    return sum(e.count for e in prof.key_averages() if getattr(e, "device_type", None) is not None
-               and "CUDA" in str(e.device_type) and not e.key.startswith("Memcpy") and not e.key.startswith("Memset"))
-
-
-def section_eager() -> None:
-    import torch
-
-    from warmprof.demo import demo_model
-
-    s = "eager"
-    report = _trace_demo(s, None)
-    _allocator_rows(s, report)
-    cupti = report.instruments.get("cupti", {}).get("passes", {})
-    lazy = _spans(report, "first", "cupti:lazy_load")
-    row(s, "lazy module loads in first launches", len(lazy), note=f"CUDA_MODULE_LOADING={os.environ.get('CUDA_MODULE_LOADING', '(default: LAZY)')}")
-    rerun = cupti.get("seen_rerun", {}).get("kernel_launches")
     model = demo_model().cuda()
     ids = torch.randint(0, model.vocab, (1, 128), device="cuda")
-    with torch.no_grad():
-        model(ids)
-        ref = _profiler_launches(lambda: model(ids), torch)
-    row(s, "kernel launches in seen_rerun (CUPTI)", rerun, reference=ref, ok=None if rerun is None else rerun == ref,
-        note="reference: torch.profiler kernel count of a steady pass")
-    row(s, "new kernels first pass / seen_rerun", f"{cupti.get('first', {}).get('new_kernels')} / "
-                                                  f"{cupti.get('seen_rerun', {}).get('new_kernels')}")
 
-
-def section_compile() -> None:
-    s = "compile"
-    report = _trace_demo(s, "reduce-overhead")
-    tc = report.instruments.get("torch_compile", {})
-    jit = report.cause_ms("jit_compile")
-    torch_ms = tc.get("torch_reported_compile_ms", 0.0)
-    row(s, "jit_compile ms (first)", jit, reference=torch_ms, ok=close(jit, torch_ms, 1.5),
-        note="reference: dynamo's _compile.compile_inner total")
-    ind = report.instruments.get("inductor_cuda", {}).get("passes", {})
-    for key, cause in (("cudagraph_record_ms", "graph_capture"), ("triton_autotune_ms", "algorithm_selection")):
-        ref = sum(p.get(key, 0.0) for p in ind.values())
-        got = report.cause_ms(cause) + sum(c.ms for c in report.seen_rerun_causes if c.cause == cause)
-        row(s, f"{cause} ms (first + seen_rerun)", got, reference=ref, ok=close(got, ref, 1.5),
-            note=f"reference: torch timer {key}")
-    captures = _spans(report, "first", "cupti:stream_capture") + _spans(report, "seen_rerun", "cupti:stream_capture")
-    row(s, "CUPTI stream captures (first + seen_rerun)", len(captures), ok=len(captures) > 0,
-        note="cudagraph trees record on the 2nd call")
-
-
-def section_conv() -> None:
-    import torch
-
-    import warmprof
-
-    s = "conv"
-    torch.backends.cudnn.benchmark = True
-    net = torch.nn.Sequential(
-        torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.ReLU(),
-        torch.nn.Conv2d(16, 32, 3, stride=2, padding=1), torch.nn.ReLU(),
-        torch.nn.Conv2d(32, 32, 3, padding=1), torch.nn.ReLU(),
-        torch.nn.Conv2d(32, 64, 1), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(64, 10))
-    report = warmprof.trace(net, (8, 3, 64, 64), device="cuda", steady=(5, 30), steady_budget_s=2.0)
-    _cause_rows(s, report)
-    found = report.instruments.get("cudnn_benchmark", {}).get("new_shapes", {})
-    distinct = 4
-    row(s, "cuDNN finds first / seen_rerun", f"{found.get('first', 0)} / {found.get('seen_rerun', 0)}",
-        reference=f"{distinct} / 0", ok=found.get("first", 0) == distinct and not found.get("seen_rerun"),
-        note="reference: distinct conv configurations in the net")
-    row(s, "algorithm_selection ms", report.cause_ms("algorithm_selection"), ok=report.cause_ms("algorithm_selection") > 0)
-
-
-def _probe(s: str, backend: str, ops: tuple[str, ...]) -> None:
-    import warmprof
-
-    t0 = time.perf_counter()
-    report = warmprof.probe(ops, device="cuda", backend=backend, K=6, B=2, shapes_per_op=2, steady_calls=10,
-                            rerun_rounds=1, progress=False)
-    row(s, "probe wall s", time.perf_counter() - t0)
-    row(s, "verdicts", json.dumps(report.verdicts()))
-    for note in report.notes[:3]:
-        row(s, "note", "", note=note)
-
-
-def section_probe_eager() -> None:
-    _probe("probe_eager", "eager", ("matmul", "softmax", "elementwise"))
-
-
-def section_probe_compile() -> None:
-    _probe("probe_compile", "compile", ("matmul", "elementwise"))
-
-
-def section_cupy() -> None:
-    s = "cupy"
-    try:
-        import cupy
-    except ImportError as e:
-        row(s, "cupy", "skipped", note=f"cupy is not installed ({e})")
-        return
-    from warmprof.instruments.cuda import Cupti
-    from warmprof.instruments.cupy import Cupy
-    from warmprof.timeline import Recording
-
-    kernel = cupy.ElementwiseKernel("float32 x", "float32 y", f"y = x * {time.time_ns() % 997}.0f + 1.0f",
-                                    f"warmprof_check_{os.getpid()}")
-    x = cupy.ones(1 << 20, dtype=cupy.float32)
-    cupy.cuda.Device().synchronize()
-    with Recording() as rec:
-        with Cupti() as cupti, Cupy() as inst:
-            inst.mark_pass("first")
+    def median_ms() -> float:
+        times = []
+        for _ in range(passes):
             t0 = time.perf_counter_ns()
-            kernel(x)
-            cupy.cuda.Device().synchronize()
-            first_ms = (time.perf_counter_ns() - t0) / 1e6
-    t0 = time.perf_counter_ns()
-    kernel(x)
-    cupy.cuda.Device().synchronize()
-    second_ms = (time.perf_counter_ns() - t0) / 1e6
-    from warmprof.attribution import build_spans
+            model(ids)
+            torch.cuda.synchronize()
+            times.append((time.perf_counter_ns() - t0) / 1e6)
+        return sorted(times)[passes // 2]
 
-    spans = build_spans(rec.drain())
-    jit_ms = sum(sp.dur_ns for sp in spans if sp.name == "cupy:kernel_cache") / 1e6
-    row(s, "jit_compile ms (cupy:kernel_cache span)", jit_ms, reference=first_ms - second_ms,
-        ok=close(jit_ms, first_ms - second_ms, 1.5), note="reference: first call minus second call")
-    row(s, "NVRTC compiles / disk hits", f"{sum(inst.compiles.values())} / {sum(inst.summary()['disk_cache_hits'].values())}")
-    row(s, "cupti", "on" if cupti.available else "off", note=cupti.reason)
+    with torch.no_grad():
+        median_ms()  # warm
+        with timeline.Recording(spare_buffers=4):
+            off = median_ms()
+            why = native.cupti_start()
+            try:
+                c0 = native.cupti_stats().get("callbacks", 0)
+                on = median_ms() if not why else None
+                c1 = native.cupti_stats().get("callbacks", 0)
+            finally:
+                native.cupti_stop()
+    return {"off_ms": off, "on_ms": on, "reason": why, "callbacks_per_pass": (c1 - c0) / passes}
 
 
-# --- parent -------------------------------------------------------------------------------------
+CHILD_PHASES = {"callbacks": phase_callbacks, "attribution": phase_attribution}
 
-def gpu_status() -> tuple[bool, str]:
-    """(usable, why not): checked in the parent, before any child starts."""
+
+# --- judging (pure: tests/unit/test_cuda_gpu_check_script.py feeds it fake data) ------------------
+
+class Row(NamedTuple):
+    section: str
+    item: str
+    fired: str  # which CUPTI callbacks fired (op rows)
+    attributed: str  # what warmprof attributed
+    expect: str
+    result: str  # PASS, FAIL, N/A or INFO
+    note: str = ""
+
+
+def fired_any(fired: dict | None, prefixes: tuple[str, ...], domains: tuple[str, ...] = ("driver", "runtime")) -> bool | None:
+    """Whether a callback named with one of `prefixes` fired (None: the callbacks are not known)."""
+    if fired is None:
+        return None
+    return any(name.startswith(prefixes) for d in domains for name in fired.get(d, {}))
+
+
+def module_load_fired(fired: dict | None) -> bool | None:
+    if fired is None:
+        return None
+    return "MODULE_LOADED" in fired.get("resource", {}) or bool(
+        fired_any(fired, ("cuModuleLoad", "cuLibraryLoad", "cudaLibraryLoad")))
+
+
+def cause_ms(got: dict, cause: str) -> float:
+    return sum(p["ms"] for p in got.get("parts", []) if p["cause"] == cause)
+
+
+def _launches(got: dict) -> int | None:
+    v = got.get("stats", {}).get("kernel_launches")
+    return None if v is None else int(v)
+
+
+def _verdict(ok: bool, why: str = "") -> tuple[str, str]:
+    return ("PASS" if ok else "FAIL"), why
+
+
+def _judge_new_segment(fired, got):
+    if fired_any(fired, ("cuMemAlloc", "cuMemCreate", "cudaMalloc")) is False:
+        return "N/A", "no allocation callback fired (a cached segment was reused)"
+    return _verdict(cause_ms(got, "allocator_growth") > 0 and got.get("bytes", {}).get("allocator_growth", 0) >= 256 * MIB)
+
+
+def _judge_h2d(fired, got):
+    if fired_any(fired, ("cuMemcpy", "cudaMemcpy")) is False:
+        return "N/A", "no copy callback fired"
+    return _verdict(got.get("bytes", {}).get("data_transfer", 0) >= 16 * MIB)
+
+
+def _judge_first_launch(fired, got):
+    launches = _launches(got)
+    if launches is not None and launches < 1:
+        return "FAIL", "no kernel launch counted"
+    one_time = cause_ms(got, "runtime_init") + cause_ms(got, "jit_compile")
+    if module_load_fired(fired) is False:
+        return _verdict(cause_ms(got, "runtime_init") == 0, "no module load fired: nothing one-time expected")
+    return _verdict(one_time > 0)
+
+
+def _judge_nothing_one_time(fired, got, causes=("runtime_init", "jit_compile")):
+    extra = {c: cause_ms(got, c) for c in causes if cause_ms(got, c) > 0}
+    return _verdict(not extra, ", ".join(f"{c} {ms:.3f} ms" for c, ms in extra.items()))
+
+
+def _judge_first_matmul(fired, got):
+    if module_load_fired(fired) is False and fired_any(fired, ("cuMemAlloc", "cudaMalloc")) is False:
+        return "N/A", "neither a module load nor an allocation fired (cuBLAS was already set up)"
+    return _verdict(cause_ms(got, "runtime_init") + cause_ms(got, "allocator_growth") > 0)
+
+
+def _judge_capture(fired, got):
+    if fired_any(fired, ("cuStreamBeginCapture", "cuGraphInstantiate", "cudaStreamBeginCapture",
+                         "cudaGraphInstantiate")) is False:
+        return "FAIL", "no capture/instantiate callback fired (the probe did not capture?)"
+    return _verdict(cause_ms(got, "graph_capture") > 0)
+
+
+def _judge_replay(fired, got):
+    uploaded = fired_any(fired, ("cuGraphUpload", "cudaGraphUpload"))
+    causes = ("runtime_init", "jit_compile") if uploaded else ("runtime_init", "jit_compile", "graph_capture")
+    return _judge_nothing_one_time(fired, got, causes)
+
+
+def _judge_compile_first(fired, got):
+    from_compile = sum(p["ms"] for p in got.get("parts", []) if p["cause"] == "jit_compile"
+                       and p["source"].startswith("torch.compile"))
+    return _verdict(from_compile > 0, "" if from_compile > 0 else "no jit_compile span from torch.compile")
+
+
+# key -> (expectation, judge(fired or None, attributed) -> (result, note))
+OP_RULES: dict[str, tuple[str, Callable[[Any, dict], tuple[str, str]]]] = {
+    "new_segment": ("allocator_growth > 0 with >= 256 MiB (CUPTI cuMemAlloc/cuMemCreate or runtime cudaMalloc seen)",
+                    _judge_new_segment),
+    "h2d_copy": ("data_transfer >= 16 MiB (cuMemcpyHtoD / cudaMemcpy seen)", _judge_h2d),
+    "kernel_first": ("launch counted; runtime_init or jit_compile > 0 when a module load fired (lazy loading)",
+                     _judge_first_launch),
+    "kernel_second": ("second launch of the same kernel: no runtime_init, no jit_compile", _judge_nothing_one_time),
+    "matmul_first": ("runtime_init (cuBLAS modules/handle) or allocator_growth (workspace) > 0", _judge_first_matmul),
+    "matmul_second": ("no runtime_init, no jit_compile, no allocator_growth",
+                      lambda f, g: _judge_nothing_one_time(f, g, ("runtime_init", "jit_compile", "allocator_growth"))),
+    "graph_capture": ("graph_capture > 0 (cuStreamBeginCapture..cuGraphInstantiate)", _judge_capture),
+    "graph_replay": ("no runtime_init / jit_compile; graph_capture only if cuGraphUpload fired", _judge_replay),
+    "compile_first": ("jit_compile > 0 from torch.compile (measured)", _judge_compile_first),
+    "compile_second": ("no jit_compile, no runtime_init", _judge_nothing_one_time),
+}
+
+KEY_CALLS = ("cuMem", "cudaMalloc", "cudaMemcpy", "cudaFree", "cuLaunch", "cudaLaunch", "cuStream", "cudaStream",
+             "cuGraph", "cudaGraph", "cuModule", "cuLibrary", "cudaLibrary", "cuKernel", "cuCtx", "cuDevicePrimaryCtx",
+             "cuLink", "nvrtc", "cublas")
+
+
+def fired_text(fired: dict | None, keep: int = 4) -> str:
+    """'drv 12 (cuMemAlloc_v2, ...) | rt 3 (cudaMalloc) | res MODULE_LOADED x2': totals and the key calls."""
+    if fired is None:
+        return "unknown"
+    parts = []
+    for dom, short in (("driver", "drv"), ("runtime", "rt"), ("resource", "res")):
+        calls = fired.get(dom, {})
+        total = sum(calls.values())
+        key = [n for n in sorted(calls, key=lambda n: -calls[n]) if dom == "resource" or n.startswith(KEY_CALLS)]
+        names = ", ".join(f"{n} x{calls[n]}" if calls[n] > 1 else n for n in key[:keep]) + (", ..." if len(key) > keep else "")
+        parts.append(f"{short} {total}" + (f" ({names})" if names else ""))
+    return " | ".join(parts)
+
+
+def attributed_text(got: dict) -> str:
+    """'runtime_init 0.30 ms (cupti:lazy_load); launches 1': per cause its time, bytes, span names."""
+    by_cause: dict[str, float] = {}
+    for p in got.get("parts", []):
+        by_cause[p["cause"]] = by_cause.get(p["cause"], 0.0) + p["ms"]
+    texts = []
+    for cause, ms in sorted(by_cause.items(), key=lambda kv: -kv[1]):
+        n = got.get("bytes", {}).get(cause)
+        names = got.get("names", {}).get(cause, [])
+        texts.append(f"{cause} {ms:.2f} ms" + (f" {n / MIB:.1f} MiB" if n else "")
+                     + (f" ({', '.join(names[:3])})" if names else ""))
+    text = ", ".join(texts) or "nothing"
+    launches = _launches(got)
+    if launches is not None:
+        text += f"; launches {launches}"
+    return text
+
+
+def op_rows(callbacks: dict, attribution: dict) -> list[Row]:
+    cb_ops = callbacks.get("ops") if "error" not in callbacks else None
+    at_ops = attribution.get("ops") if "error" not in attribution else None
+    rows = []
+    for key, label in OPS.items():
+        expect, judge = OP_RULES[key]
+        fired = cb_ops.get(key, {}) if cb_ops is not None else None
+        why_unknown = "" if cb_ops is not None else f"callbacks phase: {callbacks.get('error', '?')}"
+        if at_ops is None:
+            rows.append(Row("op", label, fired_text(fired), "not run", expect, "FAIL",
+                            f"attribution phase: {attribution.get('error', '?')}"))
+            continue
+        got = at_ops.get(key, {})
+        result, note = judge(fired, got)
+        if attribution.get("cupti"):
+            note = f"warmprof CUPTI off: {attribution['cupti']}" + (f"; {note}" if note else "")
+        note = "; ".join(filter(None, [note, why_unknown]))
+        rows.append(Row("op", label, fired_text(fired), attributed_text(got), expect, result, note))
+    return rows
+
+
+def _entries(summary: dict, key: str) -> list[dict]:
+    return [c for c in summary.get(key, []) if isinstance(c, dict)]
+
+
+def _check(section: str, item: str, ok: bool | None, got: str, expect: str, note: str = "") -> Row:
+    return Row(section, item, "", got, expect, "N/A" if ok is None else ("PASS" if ok else "FAIL"), note)
+
+
+def trace_rows(section: str, summary: dict, compiled: bool, refusal: Callable[[str], str] = lambda r: "") -> list[Row]:
+    """The checks of one trace report (its JSON as a dict), then one INFO row per cause."""
+    if "error" in summary:
+        return [Row(section, "trace", "", "not run", "the trace runs", "FAIL", summary["error"])]
+    first, steady = float(summary.get("first_pass_ms", 0)), float(summary.get("steady_median_ms", 0))
+    causes, rerun = _entries(summary, "causes"), _entries(summary, "seen_rerun_causes")
+    inst = summary.get("instruments", {})
+    cupti = inst.get("cupti", {})
+    rows = [_check(section, "first pass vs steady", first > steady, f"{first:.2f} ms vs {steady:.2f} ms",
+                   "first pass slower than the steady median")]
+    refused = refusal(cupti.get("reason", "")) if not cupti.get("active") else ""
+    rows.append(_check(section, "CUPTI in the trace", None if refused else bool(cupti.get("active")),
+                       "active" if cupti.get("active") else f"off: {cupti.get('reason', '?')}",
+                       "warmprof's CUPTI subscriber active", refused))
+    if compiled:
+        jit = sum(c["ms"] for c in causes if c["cause"] == "jit_compile" and str(c.get("source", "")).startswith("torch.compile"))
+        rows.append(_check(section, "jit_compile from torch.compile", jit > 0, f"{jit:.1f} ms", "jit_compile > 0 (measured)"))
+        again = sum(c["ms"] for c in rerun if c["cause"] == "jit_compile")
+        rows.append(_check(section, "seen_rerun jit_compile", again == 0, f"{again:.2f} ms", "no jit_compile in the re-run"))
+    else:
+        cuda = sum(c["ms"] for c in causes if c["cause"] in ("runtime_init", "allocator_growth") and c.get("evidence") == "measured")
+        rows.append(_check(section, "CUDA one-time causes", cuda > 0, f"{cuda:.2f} ms",
+                           "runtime_init or allocator_growth > 0 (measured) in the first pass"))
+    lazy = sum(c["ms"] for c in rerun if c["cause"] == "runtime_init" and str(c.get("source", "")).startswith("cupti"))
+    rows.append(_check(section, "seen_rerun runtime_init from CUPTI", lazy == 0, f"{lazy:.3f} ms",
+                       "none: every module was loaded by the first pass"))
+    rows.append(_gpu_time_row(section, inst.get("cuda_events", {}), first, float(summary.get("seen_rerun_ms", 0))))
+    sub = cupti.get("subscribe_ms")
+    if cupti.get("active"):
+        rows.append(_check(section, "CUPTI subscribe cost", sub is not None and sub > 0, f"{sub} ms",
+                           "measured, reported as profiler_overhead (cupti:subscribe) outside the passes"))
+    for pass_name, entries in (("first", causes), ("seen_rerun", rerun)):
+        for c in entries:
+            if c["cause"] == "unattributed" or (pass_name == "seen_rerun" and c["ms"] <= 0.05):
+                continue
+            rows.append(Row(section, f"{pass_name}: {c['cause']}", "",
+                            f"{c['ms']:.2f} ms {c.get('evidence', '?')} ({c.get('source', '?')}, n={c.get('count', 0)})",
+                            "", "INFO", c.get("detail", "")))
+    rows.append(Row(section, "excess / unattributed", "", f"{summary.get('excess_ms', 0):.2f} / "
+                    f"{summary.get('unattributed_ms', 0):.2f} ms", "", "INFO",
+                    f"noise band {summary.get('noise_band_ms', 0):.2f} ms"))
+    return rows
+
+
+def _gpu_time_row(section: str, events: dict, first_ms: float, rerun_ms: float) -> Row:
+    expect = "0 < GPU time <= host time + 1 ms per pass (end event recorded before the host sync)"
+    gpu = events.get("gpu_ms")
+    if not events.get("active") or not gpu:
+        return _check(section, "CUDA events GPU time", False, f"off: {events.get('reason', 'no gpu_ms')}", expect)
+    pairs = [(gpu.get("first"), first_ms), (gpu.get("seen_rerun"), rerun_ms)]
+    ok = all(g is not None and 0 < g <= host + 1.0 for g, host in pairs if host > 0)
+    got = " / ".join(f"{g if g is not None else float('nan'):.2f} of {host:.2f} ms" for g, host in pairs)
+    return _check(section, "CUDA events GPU time (first / seen_rerun)", ok, got, expect)
+
+
+def overhead_rows(attribution: dict, eager: dict) -> list[Row]:
+    cost = attribution.get("overhead") or {}
+    if "error" in attribution or not cost:
+        return [Row("overhead", "CUPTI cost per pass", "", "not measured", "", "N/A", attribution.get("error", ""))]
+    if cost.get("on_ms") is None:
+        return [Row("overhead", "CUPTI cost per pass", "", "not measured", "", "N/A", f"CUPTI off: {cost.get('reason')}")]
+    measured = cost["on_ms"] - cost["off_ms"]
+    rows = [Row("overhead", "CUPTI cost per demo-LM pass (median on - off)", "", f"{measured:.3f} ms", "", "INFO",
+                f"off {cost['off_ms']:.3f} ms, on {cost['on_ms']:.3f} ms, "
+                f"{cost.get('callbacks_per_pass', 0):.0f} callbacks/pass")]
+    reported = [c for c in _entries(eager, "causes") if c["cause"] == "profiler_overhead"
+                and "cupti" in str(c.get("source", ""))]
+    ms = sum(c["ms"] for c in reported)
+    expect = "the per-pass CUPTI cost reported as profiler_overhead (estimated), within x3 of the measured cost"
+    if "error" in eager:
+        return rows + [Row("overhead", "reported in the eager trace", "", "not run", expect, "N/A", eager["error"])]
+    ok = bool(reported) and all(c.get("evidence") == "estimated" for c in reported) and (
+        max(ms, measured) < 0.1 or (min(ms, measured) > 0 and max(ms, measured) / min(ms, measured) <= 3))
+    got = ", ".join(f"{c['ms']:.3f} ms {c.get('evidence')} ({c.get('source')})" for c in reported) or "none"
+    return rows + [Row("overhead", "reported in the eager trace (first pass)", "", got, expect, "PASS" if ok else "FAIL")]
+
+
+def build_rows(results: dict[str, dict], refusal: Callable[[str], str] = lambda r: "") -> list[Row]:
+    """The table's rows from the phases' results (a phase left out with --only: its rows too)."""
+    none = {"error": "not run"}
+    rows = []
+    if "attribution" in results:
+        rows += op_rows(results.get("callbacks", none), results["attribution"])
+    for name in ("eager", "compiled"):
+        if name in results:
+            rows += trace_rows(name, results[name], name == "compiled", refusal)
+    if "attribution" in results:
+        rows += overhead_rows(results["attribution"], results.get("eager", none))
+    return rows
+
+
+WIDTHS = {"section": 8, "item": 44, "fired": 64, "attributed": 56, "expect": 72, "result": 4}  # "note": whole
+
+
+def _cell(text: str, width: int) -> str:
+    return (text if len(text) <= width else text[:width - 3] + "...").ljust(width)
+
+
+def format_table(rows: list[Row]) -> str:
+    """One line a row; long cells cut (the --json file keeps them whole); then the counts."""
+    cols = list(WIDTHS)
+    widths = [max(len(c), min(w, max([0] + [len(str(getattr(r, c))) for r in rows]))) for c, w in WIDTHS.items()]
+    lines = ["  ".join(_cell(c, w) for c, w in zip(cols, widths)) + "  note"]
+    for r in rows:
+        lines.append("  ".join(_cell(str(getattr(r, c)), w) for c, w in zip(cols, widths)) + "  " + r.note)
+    counts = {k: sum(r.result == k for r in rows) for k in ("PASS", "FAIL", "N/A", "INFO")}
+    lines.append(", ".join(f"{k} {n}" for k, n in counts.items()))
+    return "\n".join(lines)
+
+
+def exit_code(rows: list[Row]) -> int:
+    return EXIT_FAILED if any(r.result == "FAIL" for r in rows) else 0
+
+
+# --- the parent -----------------------------------------------------------------------------------
+
+def environment() -> dict[str, Any]:
+    """What the installed warmprof exposes (for the --json file: which branch's module ran)."""
     import warmprof
+    from warmprof import _native
 
-    backends = warmprof.backends()
-    for name in ("cupti", "cuda_events"):
-        e = backends[name]
-        print(f"backend {name}: compiled={e['compiled']} available={e['available']}"
-              + (f" ({e['reason']})" if e["reason"] else ""))
+    testing = getattr(_native, "_testing", None)
+    return {"backends": warmprof.backends(), "version": getattr(warmprof, "__version__", "?"),
+            "testing_entries": sorted(n for n in dir(testing) if not n.startswith("_")) if testing else []}
+
+
+def print_backends(env: dict[str, Any]) -> None:
+    for name, e in env["backends"].items():
+        print(f"backend {name}: " + ("available" if e["available"] else f"off ({e['reason']})"))
+
+
+def no_gpu_reason() -> str:
+    """'' when torch sees a CUDA GPU; else why there is nothing to check."""
     try:
         import torch
     except ImportError as e:
-        return False, f"torch is not importable ({e})"
+        return f"torch is not importable ({e})"
     if not torch.cuda.is_available():
-        why = backends["cuda_events"]["reason"] or "no CUDA device visible"
-        return False, f"torch {torch.__version__}: torch.cuda.is_available() is False; {why}"
-    name = torch.cuda.get_device_name(0)
-    print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, device 0: {name}")
-    return True, ""
+        return f"torch {torch.__version__}: torch.cuda.is_available() is False"
+    print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, {torch.cuda.get_device_name(0)}", flush=True)
+    return ""
 
 
-def run_child(section: str, timeout_s: float) -> tuple[list[dict], str]:
-    """Rows the child printed, and '' or what went wrong."""
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", section]
+def platform_refusal() -> Callable[[str], str]:
+    """tests/gpu_gate.py's reading of a CUPTI reason as a platform refusal (the same words there)."""
+    path = HERE.parent / "tests" / "gpu_gate.py"
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
-        out, err, rc = p.stdout, p.stderr, p.returncode
-        problem = "" if rc == 0 else f"exit {rc}: {_last_line(err)}"
-    except subprocess.TimeoutExpired as e:
-        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
-        problem = f"timed out after {timeout_s:.0f} s"
-    rows = [json.loads(line[len(ROW_PREFIX):]) for line in out.splitlines() if line.startswith(ROW_PREFIX)]
-    return rows, problem
+        spec = importlib.util.spec_from_file_location("gpu_gate", path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod.platform_refusal
+    except Exception:
+        return lambda reason: ""
 
 
-def _last_line(text: str) -> str:
-    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
-    return lines[-1][:200] if lines else ""
+_running: list[int] = []  # the process group of the phase running now
 
 
-def print_table(rows: list[dict]) -> None:
-    cols = ("section", "item", "warmprof", "reference", "ok", "note")
-    cells = [[r["section"], r["item"], fmt(r["warmprof"]), fmt(r["reference"]),
-              {True: "yes", False: "NO", None: ""}[r["ok"]], r["note"]] for r in rows]
-    widths = [min(60, max([len(c)] + [len(str(x[i])) for x in cells])) for i, c in enumerate(cols[:-1])]
-    print("  ".join(c.ljust(w) for c, w in zip(cols, widths)) + "  note")
-    for c in cells:
-        print("  ".join(str(v)[:60].ljust(w) for v, w in zip(c, widths)) + "  " + str(c[-1]))
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def run_bounded(cmd: list[str], timeout_s: float, env: dict, log: Path) -> str:
+    """Runs `cmd` in its own process group, output to `log`; '' or what went wrong. The whole group
+    goes when it returns or times out (torch.compile's workers too): nothing outlives the phase."""
+    with open(log, "w") as out:
+        p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        _running[:] = [p.pid]
+        try:
+            rc = p.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            rc = None
+        finally:
+            _kill_group(p.pid)
+            p.wait()
+            _running.clear()
+    if rc is None:
+        return f"timed out after {timeout_s:.0f} s"
+    if rc != 0:
+        tail = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()][-1:]
+        return f"exit {rc}: {tail[0][:300] if tail else ''}"
+    return ""
+
+
+def _fresh_env(tmp: Path) -> dict:
+    try:
+        from warmprof.commands.child import fresh_env
+
+        return fresh_env(str(tmp))
+    except Exception:  # the caches this script's own ops compile into
+        env = dict(os.environ)
+        for var in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "CUDA_CACHE_PATH"):
+            env[var] = str(tmp / var.lower())
+        return env
+
+
+def run_phase(name: str, timeout_s: float, work: Path) -> dict:
+    tmp = work / name
+    tmp.mkdir()
+    out = tmp / "result.json"
+    if name in CHILD_PHASES:
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--child", name, "--json", str(out)]
+        env = _fresh_env(tmp)
+    else:  # a trace through the CLI, which runs it in its own fresh child with fresh caches
+        cmd = [sys.executable, "-m", "warmprof", "trace", "--demo", "--device", "cuda", "--steady", "10", "--quiet",
+               "--json", str(out)] + (["--compile"] if name == "compiled" else [])
+        env = dict(os.environ)
+    env["PYTHONUNBUFFERED"] = "1"
+    problem = run_bounded(cmd, timeout_s, env, tmp / "log.txt")
+    if problem:
+        return {"error": problem}
+    try:
+        return json.loads(out.read_text())
+    except (OSError, ValueError) as e:
+        return {"error": f"no result: {e}"}
+
+
+def run_phases(names: list[str], budget_s: float, work: Path) -> dict[str, dict]:
+    deadline = time.monotonic() + budget_s
+    results: dict[str, dict] = {}
+    for name in names:
+        left = deadline - time.monotonic()
+        if left < MIN_PHASE_S:
+            results[name] = {"error": "not run: out of the time budget"}
+            continue
+        limit = min(PHASES[name], left)
+        print(f"phase {name} (limit {limit:.0f} s)", flush=True)
+        t0 = time.monotonic()
+        results[name] = run_phase(name, limit, work)
+        print(f"  {time.monotonic() - t0:.1f} s" + (f": {results[name]['error']}" if "error" in results[name] else ""),
+              flush=True)
+    return results
+
+
+def _hard_limit(seconds: float) -> None:
+    """The last guard on the whole run (phases already stop at the budget): past it, the running
+    phase's group is killed and the script exits FAILED."""
+    def expire(*_: Any) -> None:
+        for pid in _running:
+            _kill_group(pid)
+        print(f"gpu_check: hard limit of {seconds:.0f} s reached", flush=True)
+        os._exit(EXIT_FAILED)
+
+    signal.signal(signal.SIGALRM, expire)
+    signal.alarm(max(1, int(seconds)))
+
+
+def child_main(name: str, out: str) -> int:
+    result = CHILD_PHASES[name]()
+    Path(out).write_text(json.dumps(result, default=str))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--json", help="write the rows to this file")
-    ap.add_argument("--budget-s", type=float, default=285.0, help="overall time budget (default 285 s)")
-    ap.add_argument("--only", help="comma-separated sections (default: all)")
-    ap.add_argument("--require-gpu", action="store_true", help=f"exit {EXIT_NO_GPU_REQUIRED} when no GPU is usable")
-    ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--json", help="write the rows and the raw phase results here")
+    ap.add_argument("--budget-s", type=float, default=220.0, help="the whole run's time limit (default 220 s)")
+    ap.add_argument("--only", help=f"comma-separated phases (default all: {','.join(PHASES)})")
+    ap.add_argument("--child", choices=sorted(CHILD_PHASES), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
-        globals()[f"section_{args.child}"]()
-        return 0
-    usable, why = gpu_status()
-    if not usable:
-        print(f"NO GPU: {why}. Nothing that needs a GPU was run.")
-        return EXIT_NO_GPU_REQUIRED if args.require_gpu else 0
-    sections = args.only.split(",") if args.only else list(SECTIONS)
-    unknown = [x for x in sections if x not in SECTIONS]
+        return child_main(args.child, args.json)
+    t0 = time.monotonic()  # the budget counts from here: torch's import is part of it
+    names = args.only.split(",") if args.only else list(PHASES)
+    unknown = [n for n in names if n not in PHASES]
     if unknown:
-        ap.error(f"unknown sections {unknown}; choose from {list(SECTIONS)}")
-    deadline = time.monotonic() + args.budget_s
-    rows: list[dict] = []
-    failed = False
-    for section in sections:
-        left = deadline - time.monotonic()
-        if left < 10:
-            rows.append({"section": section, "item": "skipped", "warmprof": None, "reference": None, "ok": None,
-                         "note": "out of time budget"})
-            continue
-        print(f"running {section} (limit {min(SECTIONS[section], left):.0f} s)", flush=True)
-        got, problem = run_child(section, min(SECTIONS[section], left))
-        rows.extend(got)
-        if problem:
-            failed = True
-            rows.append({"section": section, "item": "FAILED", "warmprof": None, "reference": None, "ok": False,
-                         "note": problem})
+        ap.error(f"unknown phases {unknown}; choose from {list(PHASES)}")
+    why = no_gpu_reason()  # imports torch first: its CUDA wheels map the libcupti warmprof finds
+    env = environment()
+    print_backends(env)
+    if why:
+        print(f"no GPU: nothing to check ({why})")
+        return EXIT_NO_GPU
+    left = args.budget_s - (time.monotonic() - t0)
+    _hard_limit(left + HARD_LIMIT_SLACK_S)
+    with tempfile.TemporaryDirectory(prefix="warmprof-gpu-check-") as work:
+        results = run_phases(names, left - FINISH_S, Path(work))
+    signal.alarm(0)
+    rows = build_rows(results, platform_refusal())
     print()
-    print_table(rows)
+    print(format_table(rows))
+    print(f"gpu_check: {time.monotonic() - t0:.0f} s")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1, default=str)
-    return 1 if failed else 0
+        Path(args.json).write_text(json.dumps({"rows": [r._asdict() for r in rows], "results": results,
+                                               "environment": env}, indent=1, default=str))
+    return exit_code(rows)
 
 
 if __name__ == "__main__":
