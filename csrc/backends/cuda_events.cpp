@@ -1,5 +1,6 @@
 #include "backends/cuda_events.h"
 
+#include <map>
 #include <mutex>
 #include <vector>
 
@@ -17,6 +18,7 @@ struct Slot {
 
 std::mutex g_mu;
 std::vector<Slot> g_pool;
+std::map<int, CUcontext> g_primary;  // device -> its primary context, retained once (under g_mu)
 
 // `ctx` current on this thread for the scope (push/pop: whatever was current before comes back).
 class Current {
@@ -41,7 +43,9 @@ bool special_stream(uintptr_t stream) {
 }
 
 // The primary context of `device` if the runtime has set it up; nullptr with *error otherwise
-// (warmprof never creates a context: that would move runtime_init out of the first pass).
+// (warmprof never creates a context: that would move runtime_init out of the first pass). The
+// handle is retained once per device, when the pool is first filled: CUPTI maps
+// cuDevicePrimaryCtxRetain to runtime_init, so a pass's own events must not call it.
 CUcontext primary_context(const cuda_driver::Api& api, int device, std::string* error) {
   CUdevice dev = 0;
   unsigned int flags = 0;
@@ -57,6 +61,9 @@ CUcontext primary_context(const cuda_driver::Api& api, int device, std::string* 
              " has no context yet (the runtime has not set up the device)";
     return nullptr;
   }
+  std::lock_guard<std::mutex> lock(g_mu);
+  auto known = g_primary.find(device);
+  if (known != g_primary.end()) return known->second;
   CUcontext ctx = nullptr;
   r = api.cuDevicePrimaryCtxRetain(&ctx, dev);
   if (r != CUDA_SUCCESS) {
@@ -64,6 +71,7 @@ CUcontext primary_context(const cuda_driver::Api& api, int device, std::string* 
     return nullptr;
   }
   api.cuDevicePrimaryCtxRelease(dev);  // the runtime holds its own reference: the handle stays valid
+  g_primary[device] = ctx;
   return ctx;
 }
 

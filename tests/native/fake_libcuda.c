@@ -40,7 +40,7 @@ int cuCtxPushCurrent_v2(Ctx* c) { stack[depth++] = c; say("push ctx=%d", c->devi
 int cuCtxPopCurrent_v2(Ctx** c) { *c = stack[--depth]; say("pop ctx=%d", (*c)->device); return 0; }
 int cuCtxSynchronize(void) { say("cuCtxSynchronize current=%d", cur()); return 0; }
 int cuDevicePrimaryCtxGetState(int d, unsigned* flags, int* active) { *flags = 0; *active = 1; return 0; }
-int cuDevicePrimaryCtxRetain(Ctx** c, int d) { *c = &ctxs[d]; return 0; }
+int cuDevicePrimaryCtxRetain(Ctx** c, int d) { *c = &ctxs[d]; say("cuDevicePrimaryCtxRetain device=%d", d); return 0; }
 int cuDevicePrimaryCtxRelease_v2(int d) { return 0; }
 int cuStreamGetCtx(Stream* s, Ctx** c) { *c = &ctxs[ctx_of(s)]; return 0; }
 int cuEventCreate(Event** e, unsigned flags) {
