@@ -1,92 +1,23 @@
 // CUPTI backend, compiled against the toolkit's headers; libcupti is opened at run time.
-// This file holds the subscriber (load, subscribe, unsubscribe) and the decoding of CUPTI's
-// callback data into handler events; the table and the handler live in cupti_table/cupti_handler.
+// This file holds the subscriber (subscribe, unsubscribe) and the decoding of CUPTI's callback data
+// into handler events; the loader, the table and the handler live in cupti_loader/cupti_table/
+// cupti_handler.
 #include "backends/cupti.h"
 
 #include <cupti.h>
-#include <dlfcn.h>
 
 #include <initializer_list>
 #include <mutex>
 
 #include "backends/cuda_driver.h"
 #include "backends/cupti_handler.h"
+#include "backends/cupti_loader.h"
 #include "backends/cupti_table.h"
 #include "core/clock.h"
 
 namespace warmprof::backends::cupti {
 
 namespace {
-
-struct Lib {
-  CUptiResult (*subscribe)(CUpti_SubscriberHandle*, CUpti_CallbackFunc, void*) = nullptr;
-  CUptiResult (*subscribe_v2)(CUpti_SubscriberHandle*, CUpti_CallbackFunc, void*,
-                              CUpti_SubscriberParams*) = nullptr;  // CUPTI 12.x+: names the holder
-  CUptiResult (*unsubscribe)(CUpti_SubscriberHandle) = nullptr;
-  CUptiResult (*enable_domain)(uint32_t, CUpti_SubscriberHandle, CUpti_CallbackDomain) = nullptr;
-  CUptiResult (*result_string)(CUptiResult, const char**) = nullptr;
-  bool ok = false;
-  std::string reason;
-};
-
-template <typename F>
-bool resolve(void* h, const char* name, F* out, std::string* reason) {
-  *out = reinterpret_cast<F>(dlsym(h, name));
-  if (*out != nullptr) return true;
-  const char* e = dlerror();
-  *reason = std::string("libcupti has no ") + name + (e ? std::string(": ") + e : "");
-  return false;
-}
-
-Lib load() {
-  Lib l;
-  std::string why;
-  if (cuda_driver::api(&why) == nullptr) {
-    l.reason = why;
-    return l;
-  }
-  void* h = nullptr;
-  for (const char* name : {"libcupti.so", "libcupti.so.13", "libcupti.so.12"}) {
-    h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
-    if (h) break;
-  }
-  if (h == nullptr) {
-    const char* e = dlerror();
-    l.reason = std::string("libcupti not found (add the CUDA toolkit's lib64 or extras/CUPTI/lib64 to "
-                           "LD_LIBRARY_PATH): ") + (e ? e : "dlopen failed");
-    return l;
-  }
-  l.subscribe_v2 = reinterpret_cast<decltype(l.subscribe_v2)>(dlsym(h, "cuptiSubscribe_v2"));
-  l.ok = resolve(h, "cuptiSubscribe", &l.subscribe, &l.reason) &&
-         resolve(h, "cuptiUnsubscribe", &l.unsubscribe, &l.reason) &&
-         resolve(h, "cuptiEnableDomain", &l.enable_domain, &l.reason) &&
-         resolve(h, "cuptiGetResultString", &l.result_string, &l.reason);
-  return l;
-}
-
-// A missing libcupti is retried on later calls: torch's CUDA wheels load their own
-// libcupti.so.12/.13 when torch is imported, after which dlopen by soname finds it. A missing
-// driver or symbol is final. Cold paths only (start, stop, backends()): returned by value.
-bool retryable(const Lib& l) { return !l.ok && l.reason.rfind("libcupti not found", 0) == 0; }
-
-Lib lib() {
-  static std::mutex mu;
-  static Lib l;
-  static bool loaded = false;
-  std::lock_guard<std::mutex> lock(mu);
-  if (!loaded || retryable(l)) {
-    l = load();
-    loaded = true;
-  }
-  return l;
-}
-
-std::string result_text(CUptiResult r) {
-  const char* s = nullptr;
-  const Lib l = lib();
-  if (l.result_string) l.result_string(r, &s);
-  return s ? s : "CUPTI error " + std::to_string(int(r));
-}
 
 std::mutex g_mu;  // start/stop
 CUpti_SubscriberHandle g_subscriber = nullptr;
