@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "backends/cuda_driver.h"
+#include "backends/cupti_compat.h"
 #include "backends/cupti_handler.h"
 #include "backends/cupti_loader.h"
 #include "backends/cupti_table.h"
@@ -56,8 +57,10 @@ int64_t bytes_of(uint32_t cbid, const void* p) {
     WP_BYTES(cuMemcpyHtoDAsync_v2_ptsz, ByteCount);
     WP_BYTES(cuMemPrefetchAsync, count);
     WP_BYTES(cuMemPrefetchAsync_ptsz, count);
+#if WARMPROF_CUPTI_SINCE(12, 2)
     WP_BYTES(cuMemPrefetchAsync_v2, count);
     WP_BYTES(cuMemPrefetchAsync_v2_ptsz, count);
+#endif
     WP_BYTES(cuMemcpy, ByteCount);
     WP_BYTES(cuMemcpy_ptds, ByteCount);
     WP_BYTES(cuMemcpyAsync, ByteCount);
@@ -163,24 +166,34 @@ void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId c
   handler::handle(e);
 }
 
+#if WARMPROF_CUPTI_SINCE(13, 0)
+// cuptiSubscribe_v2 names warmprof to CUPTI and, when another subscriber holds it, names that one.
+CUptiResult subscribe_named(const Lib& l, CUpti_SubscriberHandle* out, std::string* holder) {
+  if (l.subscribe_v2 == nullptr) return l.subscribe(out, on_callback, nullptr);
+  char name[CUPTI_OLD_SUBSCRIBER_NAME_MIN_LEN + 64] = {0};
+  CUpti_SubscriberParams params{};
+  params.structSize = CUpti_SubscriberParams_STRUCT_SIZE;
+  params.subscriberName = "warmprof";
+  params.oldSubscriberName = name;
+  params.oldSubscriberSize = sizeof(name);
+  CUptiResult r = l.subscribe_v2(out, on_callback, nullptr, &params);
+  *holder = name;
+  return r;
+}
+#else
+CUptiResult subscribe_named(const Lib& l, CUpti_SubscriberHandle* out, std::string*) {
+  return l.subscribe(out, on_callback, nullptr);  // headers before CUDA 13 cannot name the holder
+}
+#endif
+
 std::string subscribe(const Lib& l, CUpti_SubscriberHandle* out) {
-  CUptiResult r;
-  char holder[CUPTI_OLD_SUBSCRIBER_NAME_MIN_LEN + 64] = {0};
-  if (l.subscribe_v2 != nullptr) {
-    CUpti_SubscriberParams params{};
-    params.structSize = CUpti_SubscriberParams_STRUCT_SIZE;
-    params.subscriberName = "warmprof";
-    params.oldSubscriberName = holder;
-    params.oldSubscriberSize = sizeof(holder);
-    r = l.subscribe_v2(out, on_callback, nullptr, &params);
-  } else {
-    r = l.subscribe(out, on_callback, nullptr);
-  }
+  std::string holder;
+  CUptiResult r = subscribe_named(l, out, &holder);
   if (r == CUPTI_SUCCESS) return "";
   *out = nullptr;
   if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED) {
     return std::string("another CUPTI subscriber holds the process (torch.profiler or Nsight)") +
-           (holder[0] ? std::string(": ") + holder : "");
+           (holder.empty() ? "" : ": " + holder);
   }
   return "cuptiSubscribe failed: " + result_text(r);
 }

@@ -47,7 +47,9 @@ Lib load() {
                            "LD_LIBRARY_PATH): ") + (e ? e : "dlopen failed");
     return l;
   }
+#if WARMPROF_CUPTI_SINCE(13, 0)
   resolve_optional(h, "cuptiSubscribe_v2", &l.subscribe_v2);
+#endif
   resolve_optional(h, "cuptiEnableCallback", &l.enable_callback);
   resolve_optional(h, "cuptiGetVersion", &l.get_version);
   l.ok = resolve(h, "cuptiSubscribe", &l.subscribe, &l.reason) &&

@@ -6,12 +6,16 @@
 
 #include <string>
 
+#include "backends/cupti_compat.h"
+
 namespace warmprof::backends::cupti {
 
 struct Lib {
   CUptiResult (*subscribe)(CUpti_SubscriberHandle*, CUpti_CallbackFunc, void*) = nullptr;
+#if WARMPROF_CUPTI_SINCE(13, 0)
   CUptiResult (*subscribe_v2)(CUpti_SubscriberHandle*, CUpti_CallbackFunc, void*,
-                              CUpti_SubscriberParams*) = nullptr;  // CUPTI 12.x+: names the holder
+                              CUpti_SubscriberParams*) = nullptr;  // CUPTI 13+: names the holder
+#endif
   CUptiResult (*unsubscribe)(CUpti_SubscriberHandle) = nullptr;
   CUptiResult (*enable_domain)(uint32_t, CUpti_SubscriberHandle, CUpti_CallbackDomain) = nullptr;
   CUptiResult (*result_string)(CUptiResult, const char**) = nullptr;

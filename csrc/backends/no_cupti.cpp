@@ -4,7 +4,10 @@ namespace warmprof::backends::cupti {
 
 bool compiled() { return false; }
 bool available() { return false; }
-std::string unavailable_reason() { return "built without CUDA/CUPTI headers (set CUDA_HOME and rebuild)"; }
+std::string unavailable_reason() {
+  return "built without CUDA/CUPTI headers (set CUDA_HOME to a toolkit, or pip install the CUDA wheels' "
+         "headers: nvidia-cuda-cupti-cu12, nvidia-cuda-runtime-cu12, nvidia-cuda-nvcc-cu12; then rebuild)";
+}
 std::string start() { return unavailable_reason(); }
 void stop() {}
 bool active() { return false; }
