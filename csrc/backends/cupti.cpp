@@ -20,9 +20,14 @@ namespace warmprof::backends::cupti {
 
 namespace {
 
-std::mutex g_mu;  // start/stop
+std::mutex g_mu;  // start/stop and the state below
 CUpti_SubscriberHandle g_subscriber = nullptr;
 double g_subscribe_ns = 0;
+
+// What the last subscribe attempt said: available() is true only after one succeeded.
+enum class Subscribed { kNever, kYes, kNo };
+Subscribed g_subscribed = Subscribed::kNever;
+std::string g_subscribe_failure;  // why the last attempt failed
 
 // --- decoding CUPTI's callback data (real path only) ---------------------------------------------
 
@@ -186,23 +191,65 @@ CUptiResult subscribe_named(const Lib& l, CUpti_SubscriberHandle* out, std::stri
 }
 #endif
 
-std::string subscribe(const Lib& l, CUpti_SubscriberHandle* out) {
-  std::string holder;
-  CUptiResult r = subscribe_named(l, out, &holder);
-  if (r == CUPTI_SUCCESS) return "";
-  *out = nullptr;
+// A libcupti newer than the driver loads, then refuses to subscribe: say so when the versions
+// show it ("" when they do not, or cannot be read).
+std::string newer_than_driver(const Lib& l) {
+  uint32_t v = 0;
+  if (l.get_version == nullptr || l.get_version(&v) != CUPTI_SUCCESS) return "";
+  const int cupti_major = cuda_major_of(v);
+  const int driver = cuda_driver::driver_version();
+  if (cupti_major == 0 || driver == 0 || cupti_major <= driver / 1000) return "";
+  return "; libcupti is from CUDA " + std::to_string(cupti_major) + " (CUPTI API " + std::to_string(v) +
+         "), newer than the driver, which supports CUDA " + std::to_string(driver / 1000) + "." +
+         std::to_string(driver % 1000 / 10) + ": a libcupti of the driver's CUDA release or older is needed";
+}
+
+std::string subscribe_failure(const Lib& l, CUptiResult r, const std::string& holder) {
   if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED) {
     return std::string("another CUPTI subscriber holds the process (torch.profiler or Nsight)") +
            (holder.empty() ? "" : ": " + holder);
   }
-  return "cuptiSubscribe failed: " + result_text(r);
+  return "cuptiSubscribe failed: " + result_text(r) + " (libcupti " + l.path + newer_than_driver(l) + ")";
+}
+
+// Called with g_mu held. Records the outcome for available().
+std::string subscribe(const Lib& l, CUpti_SubscriberHandle* out) {
+  std::string holder;
+  CUptiResult r = subscribe_named(l, out, &holder);
+  if (r == CUPTI_SUCCESS) {
+    g_subscribed = Subscribed::kYes;
+    return "";
+  }
+  *out = nullptr;
+  g_subscribed = Subscribed::kNo;
+  g_subscribe_failure = subscribe_failure(l, r, holder);
+  return g_subscribe_failure;
 }
 
 }  // namespace
 
 bool compiled() { return true; }
-bool available() { return lib().ok; }
-std::string unavailable_reason() { return lib().reason; }
+
+bool available() {
+  if (!lib().ok) return false;
+  std::lock_guard<std::mutex> lock(g_mu);
+  return g_subscribed == Subscribed::kYes;
+}
+
+std::string unavailable_reason() {
+  const Lib l = lib();
+  if (!l.ok) return l.reason;
+  std::lock_guard<std::mutex> lock(g_mu);
+  switch (g_subscribed) {
+    case Subscribed::kYes: return "";
+    case Subscribed::kNo: return g_subscribe_failure;
+    case Subscribed::kNever: break;
+  }
+  return "loaded, not yet subscribed (libcupti " + l.path +
+         "): CUPTI is known to work with this driver only once a trace has subscribed";
+}
+
+std::string library_path() { return lib().path; }
 
 std::string start() {
   std::lock_guard<std::mutex> lock(g_mu);

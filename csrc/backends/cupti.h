@@ -9,8 +9,15 @@
 namespace warmprof::backends::cupti {
 
 bool compiled();
+// True only once a subscribe succeeded in this process (the last one tried): a libcupti newer
+// than the driver loads but refuses to subscribe, so loading alone proves nothing.
 bool available();
-std::string unavailable_reason();  // empty when available
+std::string unavailable_reason();  // empty when available; "loaded, not yet subscribed ..." before
+std::string library_path();        // the libcupti file in use, "" when none is loaded
+
+// Folders to look for libcupti in after a copy already in the process and before the sonames
+// (Python passes the CUDA wheels' lib folders). Takes effect while libcupti is not yet loaded.
+void set_search_path(std::vector<std::string> dirs);
 
 // Subscribes (driver + resource domains, activity for kernels). Returns "" on success, else why not
 // (no driver, another subscriber holds CUPTI, ...). stop() unsubscribes and flushes; safe to repeat.

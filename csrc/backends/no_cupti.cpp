@@ -8,6 +8,8 @@ std::string unavailable_reason() {
   return "built without CUDA/CUPTI headers (set CUDA_HOME to a toolkit, or pip install the CUDA wheels' "
          "headers: nvidia-cuda-cupti-cu12, nvidia-cuda-runtime-cu12, nvidia-cuda-nvcc-cu12; then rebuild)";
 }
+std::string library_path() { return ""; }
+void set_search_path(std::vector<std::string>) {}
 std::string start() { return unavailable_reason(); }
 void stop() {}
 bool active() { return false; }

@@ -6,6 +6,8 @@ its names and parameters equal to the module's; classes here are type-only and s
 
 from typing import TypedDict
 
+from typing_extensions import NotRequired
+
 import numpy as np
 import numpy.typing as npt
 
@@ -48,6 +50,7 @@ class _Backend(TypedDict):
     compiled: bool
     available: bool
     reason: str
+    path: NotRequired[str]  # cupti only: the libcupti file in use, "" if none
 
 class _TapTaken(TypedDict):
     lines: list[bytes]
@@ -141,7 +144,10 @@ def thread_start_ns(trials: int = 9) -> float: ...
 
 # Backends.
 def backends() -> dict[str, _Backend]:
-    """backend name -> {compiled, available, reason}"""
+    """backend name -> {compiled, available, reason}; cupti adds path (the libcupti file in use, '' if none)"""
+
+def cupti_set_search_path(dirs: list[str]) -> None:
+    """Folders to look for libcupti in, after a copy already in the process and before the sonames."""
 
 def cupti_start() -> str:
     """Subscribe to CUPTI; '' on success, else the reason."""

@@ -26,18 +26,21 @@ _kernels = itertools.count(50_000)
 class FakeNative(types.SimpleNamespace):
     """warmprof._native with a subscription that always succeeds (or fails with `start_reason`)."""
 
-    def __init__(self, start_reason: str = "", subscribe_ns: float = 2.5e6) -> None:
+    def __init__(self, start_reason: str = "", subscribe_ns: float = 2.5e6, cupti_entry: dict | None = None) -> None:
         super().__init__()
         self.start_reason = start_reason
         self.subscribe_ns = subscribe_ns
+        self.cupti_entry = cupti_entry or {"compiled": True, "available": True, "reason": "", "path": "/fake/libcupti.so.12"}
         self.active = False
         self.stops = 0
+        self.starts = 0
 
     def backends(self):
         entry = {"compiled": True, "available": True, "reason": ""}
-        return {"cupti": dict(entry), "cuda_events": dict(entry), "metal": dict(entry)}
+        return {"cupti": dict(self.cupti_entry), "cuda_events": dict(entry), "metal": dict(entry)}
 
     def cupti_start(self) -> str:
+        self.starts += 1
         if self.start_reason:
             return self.start_reason
         self.active = True
@@ -126,6 +129,27 @@ def test_another_subscriber_turns_the_instrument_off_with_the_reason(monkeypatch
     assert summary["active"] is False and summary["reason"] == held
     assert any("torch/CuPy instruments" in n for n in summary["notes"])
     assert fake.stops == 0
+
+
+def test_loaded_but_not_yet_subscribed_still_subscribes(monkeypatch):
+    # backends() says available only after a subscribe succeeded; a loaded libcupti is tried.
+    not_yet = {"compiled": True, "available": False, "path": "/fake/libcupti.so.12",
+               "reason": "loaded, not yet subscribed (libcupti /fake/libcupti.so.12): ..."}
+    fake = FakeNative(cupti_entry=not_yet)
+    monkeypatch.setattr(cuda, "_native", fake)
+    with Recording():
+        with cuda.Cupti() as inst:
+            assert fake.active
+    assert inst.available and fake.starts == 1 and fake.stops == 1
+
+
+def test_nothing_loaded_keeps_the_instrument_off_without_subscribing(monkeypatch):
+    off = {"compiled": True, "available": False, "path": "", "reason": "libcupti not found (...)"}
+    fake = FakeNative(cupti_entry=off)
+    monkeypatch.setattr(cuda, "_native", fake)
+    with cuda.Cupti() as inst:
+        pass
+    assert inst.reason == "libcupti not found (...)" and fake.starts == 0
 
 
 class FakeEvents(FakeNative):

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from .. import _native
+from .. import _native, cuda_paths
 from ..timeline import PROFILER_OVERHEAD, now_ns, record_span_ns
 from .base import Instrument
 
@@ -39,8 +39,11 @@ class Cupti(Instrument):
 
     def __init__(self) -> None:
         super().__init__()
+        cuda_paths.install()
         entry = _native.backends()["cupti"]
-        if not entry["available"]:
+        # A loaded libcupti that has not subscribed yet is not a reason to stay off: subscribing
+        # in __enter__ is what tells whether CUPTI works with this driver.
+        if not entry["available"] and not entry.get("path"):
             self.reason = entry["reason"]
         self.subscribed = False
         self.subscribe_ms = 0.0
@@ -115,6 +118,7 @@ class CudaEvents(Instrument):
 
     def __init__(self, device: Any = None, stream: int | Callable[[], int] | None = None) -> None:
         super().__init__()
+        cuda_paths.install()  # before the first backends(), which loads libcupti too
         entry = _native.backends()["cuda_events"]
         if not entry["available"]:
             self.reason = entry["reason"]
