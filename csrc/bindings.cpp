@@ -404,7 +404,10 @@ PYBIND11_MODULE(_native, m) {
   m.def("cupti_set_search_path", &backends::cupti::set_search_path, py::arg("dirs"),
         "Folders to look for libcupti in, after a copy already in the process and before the sonames.");
   m.def("cupti_start", &backends::cupti::start, "Subscribe to CUPTI; '' on success, else the reason.");
-  m.def("cupti_stop", &backends::cupti::stop);
+  m.def("cupti_stop", &backends::cupti::stop,
+        "Unsubscribe; '' when clean (or nothing was subscribed), else why not (the subscription was torn down).");
+  m.def("cupti_check", &backends::cupti::check,
+        "'' while warmprof's CUPTI subscription stands (or none is active), else why it no longer does.");
   m.def("cupti_active", &backends::cupti::active);
   m.def("cupti_stats", [] {
     backends::cupti::PassStats s = backends::cupti::stats();

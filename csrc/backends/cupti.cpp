@@ -6,6 +6,8 @@
 
 #include <cupti.h>
 
+#include <atomic>
+#include <cstring>
 #include <initializer_list>
 #include <mutex>
 
@@ -20,7 +22,7 @@ namespace warmprof::backends::cupti {
 
 namespace {
 
-std::mutex g_mu;  // start/stop and the state below
+std::mutex g_mu;  // start/stop/check and the state below
 CUpti_SubscriberHandle g_subscriber = nullptr;
 double g_subscribe_ns = 0;
 
@@ -28,6 +30,17 @@ double g_subscribe_ns = 0;
 enum class Subscribed { kNever, kYes, kNo };
 Subscribed g_subscribed = Subscribed::kNever;
 std::string g_subscribe_failure;  // why the last attempt failed
+std::string g_torn_down;          // why the subscription ended without warmprof's unsubscribe
+
+// CUPTI's own fatal-error notice (it finalizes itself after sending it), written once from the
+// callback thread and read under g_mu.
+std::atomic<bool> g_fatal{false};
+std::atomic_flag g_fatal_claimed = ATOMIC_FLAG_INIT;
+char g_fatal_message[256] = {0};
+
+const char* const kTornDown =
+    "the CUPTI subscription was torn down by another tool calling cuptiFinalize (torch.profiler's "
+    "Kineto does at exit with TEARDOWN_CUPTI=1)";
 
 // --- decoding CUPTI's callback data (real path only) ---------------------------------------------
 
@@ -151,10 +164,31 @@ handler::Event decode_driver(const table::Entry& en, uint32_t cbid, const CUpti_
   return e;
 }
 
+#if WARMPROF_CUPTI_SINCE(12, 2)
+// CUPTI_CB_DOMAIN_STATE: CUPTI says it hit a fatal error and finalizes itself right after.
+void on_state(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* data) {
+  if (domain != CUPTI_CB_DOMAIN_STATE || cbid != CUPTI_CBID_STATE_FATAL_ERROR) return;
+  if (g_fatal_claimed.test_and_set()) return;
+  auto* sd = static_cast<const CUpti_StateData*>(data);
+  const char* m = sd && sd->notification.message ? sd->notification.message : "no message";
+  std::strncpy(g_fatal_message, m, sizeof(g_fatal_message) - 1);
+  g_fatal.store(true, std::memory_order_release);
+}
+void enable_state_domain(const Lib& l, CUpti_SubscriberHandle s) {
+  (void)l.enable_domain(1, s, CUPTI_CB_DOMAIN_STATE);  // optional: an older libcupti lacks it
+}
+#else
+void on_state(CUpti_CallbackDomain, CUpti_CallbackId, const void*) {}
+void enable_state_domain(const Lib&, CUpti_SubscriberHandle) {}  // headers before 12.2 lack it
+#endif
+
 void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* data) {
   const uint64_t ticks = clock::ticks();
   const table::Entry* en = table::lookup(domain, cbid);
-  if (en == nullptr || data == nullptr) return;  // the common case: a call warmprof ignores
+  if (en == nullptr || data == nullptr) {  // the common case: a call warmprof ignores
+    on_state(domain, cbid, data);
+    return;
+  }
   handler::Event e;
   if (domain == CUPTI_CB_DOMAIN_DRIVER_API) {
     bool skip = false;
@@ -216,14 +250,33 @@ std::string subscribe_failure(const Lib& l, CUptiResult r, const std::string& ho
 std::string subscribe(const Lib& l, CUpti_SubscriberHandle* out) {
   std::string holder;
   CUptiResult r = subscribe_named(l, out, &holder);
+  g_torn_down.clear();
   if (r == CUPTI_SUCCESS) {
+    g_fatal.store(false, std::memory_order_relaxed);  // a fatal error of an earlier subscription
+    g_fatal_claimed.clear();
     g_subscribed = Subscribed::kYes;
+    enable_state_domain(l, *out);
     return "";
   }
   *out = nullptr;
   g_subscribed = Subscribed::kNo;
   g_subscribe_failure = subscribe_failure(l, r, holder);
   return g_subscribe_failure;
+}
+
+// Whether the subscription `s` still stands, asked of CUPTI: "" when it does. A handle CUPTI no
+// longer knows fails the query; one reused for another tool's subscription shows the launch
+// callback warmprof enabled as off (start() enables cuLaunchKernel, a decoded callback, whether
+// by domain or one by one). Called with g_mu held (CUPTI wants these calls serialized).
+std::string probe(const Lib& l, CUpti_SubscriberHandle s) {
+  if (g_fatal.load(std::memory_order_acquire))
+    return std::string("CUPTI hit a fatal error and finalized itself: ") + g_fatal_message;
+  if (l.get_callback_state == nullptr) return "";  // this libcupti cannot tell: assume it stands
+  uint32_t enabled = 0;
+  CUptiResult r = l.get_callback_state(&enabled, s, CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel);
+  if (r != CUPTI_SUCCESS) return std::string(kTornDown) + " (cuptiGetCallbackState: " + result_text(r) + ")";
+  if (enabled == 0) return std::string(kTornDown) + " (its launch callback is no longer enabled)";
+  return "";
 }
 
 }  // namespace
@@ -274,17 +327,34 @@ std::string start() {
 }
 
 // No activity kinds are enabled (kernel names come from the launch callback's symbolName), so
-// there is no activity buffer of warmprof's to flush; unsubscribing stops every callback.
-void stop() {
+// there is no activity buffer of warmprof's to flush; unsubscribing stops every callback. A
+// subscription found torn down is not unsubscribed (its handle may name another tool's by now).
+std::string stop() {
   std::lock_guard<std::mutex> lock(g_mu);
-  if (g_subscriber == nullptr) return;
-  lib().unsubscribe(g_subscriber);
+  std::string why;
+  std::swap(why, g_torn_down);
+  if (g_subscriber == nullptr) return why;
+  const Lib l = lib();
+  why = probe(l, g_subscriber);
+  if (why.empty()) {
+    CUptiResult r = l.unsubscribe(g_subscriber);
+    if (r != CUPTI_SUCCESS) why = std::string(kTornDown) + " (cuptiUnsubscribe: " + result_text(r) + ")";
+  }
   g_subscriber = nullptr;
+  return why;
 }
 
 bool active() {
   std::lock_guard<std::mutex> lock(g_mu);
   return g_subscriber != nullptr;
+}
+
+std::string check() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (!g_torn_down.empty() || g_subscriber == nullptr) return g_torn_down;
+  g_torn_down = probe(lib(), g_subscriber);
+  if (!g_torn_down.empty()) g_subscriber = nullptr;
+  return g_torn_down;
 }
 
 PassStats stats() {

@@ -126,6 +126,7 @@ Lib load() {
   resolve_optional(h, "cuptiSubscribe_v2", &l.subscribe_v2);
 #endif
   resolve_optional(h, "cuptiEnableCallback", &l.enable_callback);
+  resolve_optional(h, "cuptiGetCallbackState", &l.get_callback_state);
   resolve_optional(h, "cuptiGetVersion", &l.get_version);
   l.ok = resolve(h, "cuptiSubscribe", &l.subscribe, &l.reason) &&
          resolve(h, "cuptiUnsubscribe", &l.unsubscribe, &l.reason) &&

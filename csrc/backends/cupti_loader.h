@@ -30,9 +30,12 @@ struct Lib {
   CUptiResult (*unsubscribe)(CUpti_SubscriberHandle) = nullptr;
   CUptiResult (*enable_domain)(uint32_t, CUpti_SubscriberHandle, CUpti_CallbackDomain) = nullptr;
   CUptiResult (*result_string)(CUptiResult, const char**) = nullptr;
-  // Optional (nullptr when libcupti lacks them): per-callback enabling and the library's API version.
+  // Optional (nullptr when libcupti lacks them): per-callback enabling and its state, and the
+  // library's API version.
   CUptiResult (*enable_callback)(uint32_t, CUpti_SubscriberHandle, CUpti_CallbackDomain,
                                  CUpti_CallbackId) = nullptr;
+  CUptiResult (*get_callback_state)(uint32_t*, CUpti_SubscriberHandle, CUpti_CallbackDomain,
+                                    CUpti_CallbackId) = nullptr;
   CUptiResult (*get_version)(uint32_t*) = nullptr;
   bool ok = false;
   std::string reason;

@@ -11,8 +11,9 @@ std::string unavailable_reason() {
 std::string library_path() { return ""; }
 void set_search_path(std::vector<std::string>) {}
 std::string start() { return unavailable_reason(); }
-void stop() {}
+std::string stop() { return ""; }
 bool active() { return false; }
+std::string check() { return ""; }
 PassStats stats() { return {}; }
 int classify(uint32_t, uint32_t) { return -1; }
 std::string callback_name(uint32_t, uint32_t) { return ""; }

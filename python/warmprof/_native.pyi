@@ -152,7 +152,12 @@ def cupti_set_search_path(dirs: list[str]) -> None:
 def cupti_start() -> str:
     """Subscribe to CUPTI; '' on success, else the reason."""
 
-def cupti_stop() -> None: ...
+def cupti_stop() -> str:
+    """Unsubscribe; '' when clean (or nothing was subscribed), else why not (the subscription was torn down)."""
+
+def cupti_check() -> str:
+    """'' while warmprof's CUPTI subscription stands (or none is active), else why it no longer does."""
+
 def cupti_active() -> bool: ...
 def cupti_stats() -> _CuptiStats: ...
 def cupti_classify(domain: int, cbid: int) -> int:
