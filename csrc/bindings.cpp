@@ -393,14 +393,21 @@ PYBIND11_MODULE(_native, m) {
   m.def("backends", [] {
     namespace b = backends;
     py::dict d;
-    d["cupti"] = backend_entry(b::cupti::compiled(), b::cupti::available(), b::cupti::unavailable_reason());
+    py::dict cupti = backend_entry(b::cupti::compiled(), b::cupti::available(), b::cupti::unavailable_reason());
+    cupti["path"] = b::cupti::library_path();
+    d["cupti"] = cupti;
     d["cuda_events"] = backend_entry(b::cuda_events::compiled(), b::cuda_events::available(),
                                      b::cuda_events::unavailable_reason());
     d["metal"] = backend_entry(b::metal::compiled(), b::metal::available(), b::metal::unavailable_reason());
     return d;
-  }, "backend name -> {compiled, available, reason}");
+  }, "backend name -> {compiled, available, reason}; cupti adds path (the libcupti file in use, '' if none)");
+  m.def("cupti_set_search_path", &backends::cupti::set_search_path, py::arg("dirs"),
+        "Folders to look for libcupti in, after a copy already in the process and before the sonames.");
   m.def("cupti_start", &backends::cupti::start, "Subscribe to CUPTI; '' on success, else the reason.");
-  m.def("cupti_stop", &backends::cupti::stop);
+  m.def("cupti_stop", &backends::cupti::stop,
+        "Unsubscribe; '' when clean (or nothing was subscribed), else why not (the subscription was torn down).");
+  m.def("cupti_check", &backends::cupti::check,
+        "'' while warmprof's CUPTI subscription stands (or none is active), else why it no longer does.");
   m.def("cupti_active", &backends::cupti::active);
   m.def("cupti_stats", [] {
     backends::cupti::PassStats s = backends::cupti::stats();

@@ -54,6 +54,7 @@ Loaded load() {
       !resolve(lib, {"cuDevicePrimaryCtxRelease_v2"}, &a.cuDevicePrimaryCtxRelease, &l.reason)) {
     return l;
   }
+  a.cuDriverGetVersion = reinterpret_cast<decltype(a.cuDriverGetVersion)>(dlsym(lib, "cuDriverGetVersion"));
   CUresult r = a.cuInit(0);
   if (r != CUDA_SUCCESS) {
     const char* s = nullptr;
@@ -87,6 +88,13 @@ std::string error_text(CUresult r) {
   const char* s = nullptr;
   if (a != nullptr) a->cuGetErrorString(r, &s);
   return "CUresult " + std::to_string(int(r)) + (s ? std::string(": ") + s : "");
+}
+
+int driver_version() {
+  const Api* a = api(nullptr);
+  int v = 0;
+  if (a == nullptr || a->cuDriverGetVersion == nullptr || a->cuDriverGetVersion(&v) != CUDA_SUCCESS) return 0;
+  return v;
 }
 
 }  // namespace warmprof::backends::cuda_driver

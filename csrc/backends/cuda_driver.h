@@ -26,6 +26,7 @@ struct Api {
   CUresult (*cuDevicePrimaryCtxGetState)(CUdevice, unsigned int*, int*) = nullptr;
   CUresult (*cuDevicePrimaryCtxRetain)(CUcontext*, CUdevice) = nullptr;
   CUresult (*cuDevicePrimaryCtxRelease)(CUdevice) = nullptr;
+  CUresult (*cuDriverGetVersion)(int*) = nullptr;  // optional: nullptr when absent
 };
 
 // Loads libcuda once, calls cuInit(0) and counts devices. nullptr with `reason` set on failure.
@@ -33,5 +34,8 @@ const Api* api(std::string* reason);
 
 // "CUDA_ERROR_...: text" for a driver result (the code alone when the driver is absent).
 std::string error_text(CUresult r);
+
+// The CUDA version the driver supports (12040 for 12.4), 0 when unknown or no driver.
+int driver_version();
 
 }  // namespace warmprof::backends::cuda_driver

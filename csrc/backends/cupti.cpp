@@ -1,16 +1,20 @@
 // CUPTI backend, compiled against the toolkit's headers; libcupti is opened at run time.
-// This file holds the subscriber (load, subscribe, unsubscribe) and the decoding of CUPTI's
-// callback data into handler events; the table and the handler live in cupti_table/cupti_handler.
+// This file holds the subscriber (subscribe, unsubscribe) and the decoding of CUPTI's callback data
+// into handler events; the loader, the table and the handler live in cupti_loader/cupti_table/
+// cupti_handler.
 #include "backends/cupti.h"
 
 #include <cupti.h>
-#include <dlfcn.h>
 
+#include <atomic>
+#include <cstring>
 #include <initializer_list>
 #include <mutex>
 
 #include "backends/cuda_driver.h"
+#include "backends/cupti_compat.h"
 #include "backends/cupti_handler.h"
+#include "backends/cupti_loader.h"
 #include "backends/cupti_table.h"
 #include "core/clock.h"
 
@@ -18,79 +22,25 @@ namespace warmprof::backends::cupti {
 
 namespace {
 
-struct Lib {
-  CUptiResult (*subscribe)(CUpti_SubscriberHandle*, CUpti_CallbackFunc, void*) = nullptr;
-  CUptiResult (*subscribe_v2)(CUpti_SubscriberHandle*, CUpti_CallbackFunc, void*,
-                              CUpti_SubscriberParams*) = nullptr;  // CUPTI 12.x+: names the holder
-  CUptiResult (*unsubscribe)(CUpti_SubscriberHandle) = nullptr;
-  CUptiResult (*enable_domain)(uint32_t, CUpti_SubscriberHandle, CUpti_CallbackDomain) = nullptr;
-  CUptiResult (*result_string)(CUptiResult, const char**) = nullptr;
-  bool ok = false;
-  std::string reason;
-};
-
-template <typename F>
-bool resolve(void* h, const char* name, F* out, std::string* reason) {
-  *out = reinterpret_cast<F>(dlsym(h, name));
-  if (*out != nullptr) return true;
-  const char* e = dlerror();
-  *reason = std::string("libcupti has no ") + name + (e ? std::string(": ") + e : "");
-  return false;
-}
-
-Lib load() {
-  Lib l;
-  std::string why;
-  if (cuda_driver::api(&why) == nullptr) {
-    l.reason = why;
-    return l;
-  }
-  void* h = nullptr;
-  for (const char* name : {"libcupti.so", "libcupti.so.13", "libcupti.so.12"}) {
-    h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
-    if (h) break;
-  }
-  if (h == nullptr) {
-    const char* e = dlerror();
-    l.reason = std::string("libcupti not found (add the CUDA toolkit's lib64 or extras/CUPTI/lib64 to "
-                           "LD_LIBRARY_PATH): ") + (e ? e : "dlopen failed");
-    return l;
-  }
-  l.subscribe_v2 = reinterpret_cast<decltype(l.subscribe_v2)>(dlsym(h, "cuptiSubscribe_v2"));
-  l.ok = resolve(h, "cuptiSubscribe", &l.subscribe, &l.reason) &&
-         resolve(h, "cuptiUnsubscribe", &l.unsubscribe, &l.reason) &&
-         resolve(h, "cuptiEnableDomain", &l.enable_domain, &l.reason) &&
-         resolve(h, "cuptiGetResultString", &l.result_string, &l.reason);
-  return l;
-}
-
-// A missing libcupti is retried on later calls: torch's CUDA wheels load their own
-// libcupti.so.12/.13 when torch is imported, after which dlopen by soname finds it. A missing
-// driver or symbol is final. Cold paths only (start, stop, backends()): returned by value.
-bool retryable(const Lib& l) { return !l.ok && l.reason.rfind("libcupti not found", 0) == 0; }
-
-Lib lib() {
-  static std::mutex mu;
-  static Lib l;
-  static bool loaded = false;
-  std::lock_guard<std::mutex> lock(mu);
-  if (!loaded || retryable(l)) {
-    l = load();
-    loaded = true;
-  }
-  return l;
-}
-
-std::string result_text(CUptiResult r) {
-  const char* s = nullptr;
-  const Lib l = lib();
-  if (l.result_string) l.result_string(r, &s);
-  return s ? s : "CUPTI error " + std::to_string(int(r));
-}
-
-std::mutex g_mu;  // start/stop
+std::mutex g_mu;  // start/stop/check and the state below
 CUpti_SubscriberHandle g_subscriber = nullptr;
 double g_subscribe_ns = 0;
+
+// What the last subscribe attempt said: available() is true only after one succeeded.
+enum class Subscribed { kNever, kYes, kNo };
+Subscribed g_subscribed = Subscribed::kNever;
+std::string g_subscribe_failure;  // why the last attempt failed
+std::string g_torn_down;          // why the subscription ended without warmprof's unsubscribe
+
+// CUPTI's own fatal-error notice (it finalizes itself after sending it), written once from the
+// callback thread and read under g_mu.
+std::atomic<bool> g_fatal{false};
+std::atomic_flag g_fatal_claimed = ATOMIC_FLAG_INIT;
+char g_fatal_message[256] = {0};
+
+const char* const kTornDown =
+    "the CUPTI subscription was torn down by another tool calling cuptiFinalize (torch.profiler's "
+    "Kineto does at exit with TEARDOWN_CUPTI=1)";
 
 // --- decoding CUPTI's callback data (real path only) ---------------------------------------------
 
@@ -125,8 +75,10 @@ int64_t bytes_of(uint32_t cbid, const void* p) {
     WP_BYTES(cuMemcpyHtoDAsync_v2_ptsz, ByteCount);
     WP_BYTES(cuMemPrefetchAsync, count);
     WP_BYTES(cuMemPrefetchAsync_ptsz, count);
+#if WARMPROF_CUPTI_SINCE(12, 2)
     WP_BYTES(cuMemPrefetchAsync_v2, count);
     WP_BYTES(cuMemPrefetchAsync_v2_ptsz, count);
+#endif
     WP_BYTES(cuMemcpy, ByteCount);
     WP_BYTES(cuMemcpy_ptds, ByteCount);
     WP_BYTES(cuMemcpyAsync, ByteCount);
@@ -212,10 +164,31 @@ handler::Event decode_driver(const table::Entry& en, uint32_t cbid, const CUpti_
   return e;
 }
 
+#if WARMPROF_CUPTI_SINCE(12, 2)
+// CUPTI_CB_DOMAIN_STATE: CUPTI says it hit a fatal error and finalizes itself right after.
+void on_state(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* data) {
+  if (domain != CUPTI_CB_DOMAIN_STATE || cbid != CUPTI_CBID_STATE_FATAL_ERROR) return;
+  if (g_fatal_claimed.test_and_set()) return;
+  auto* sd = static_cast<const CUpti_StateData*>(data);
+  const char* m = sd && sd->notification.message ? sd->notification.message : "no message";
+  std::strncpy(g_fatal_message, m, sizeof(g_fatal_message) - 1);
+  g_fatal.store(true, std::memory_order_release);
+}
+void enable_state_domain(const Lib& l, CUpti_SubscriberHandle s) {
+  (void)l.enable_domain(1, s, CUPTI_CB_DOMAIN_STATE);  // optional: an older libcupti lacks it
+}
+#else
+void on_state(CUpti_CallbackDomain, CUpti_CallbackId, const void*) {}
+void enable_state_domain(const Lib&, CUpti_SubscriberHandle) {}  // headers before 12.2 lack it
+#endif
+
 void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* data) {
   const uint64_t ticks = clock::ticks();
   const table::Entry* en = table::lookup(domain, cbid);
-  if (en == nullptr || data == nullptr) return;  // the common case: a call warmprof ignores
+  if (en == nullptr || data == nullptr) {  // the common case: a call warmprof ignores
+    on_state(domain, cbid, data);
+    return;
+  }
   handler::Event e;
   if (domain == CUPTI_CB_DOMAIN_DRIVER_API) {
     bool skip = false;
@@ -232,33 +205,104 @@ void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId c
   handler::handle(e);
 }
 
-std::string subscribe(const Lib& l, CUpti_SubscriberHandle* out) {
-  CUptiResult r;
-  char holder[CUPTI_OLD_SUBSCRIBER_NAME_MIN_LEN + 64] = {0};
-  if (l.subscribe_v2 != nullptr) {
-    CUpti_SubscriberParams params{};
-    params.structSize = CUpti_SubscriberParams_STRUCT_SIZE;
-    params.subscriberName = "warmprof";
-    params.oldSubscriberName = holder;
-    params.oldSubscriberSize = sizeof(holder);
-    r = l.subscribe_v2(out, on_callback, nullptr, &params);
-  } else {
-    r = l.subscribe(out, on_callback, nullptr);
-  }
-  if (r == CUPTI_SUCCESS) return "";
-  *out = nullptr;
+#if WARMPROF_CUPTI_SINCE(13, 0)
+// cuptiSubscribe_v2 names warmprof to CUPTI and, when another subscriber holds it, names that one.
+CUptiResult subscribe_named(const Lib& l, CUpti_SubscriberHandle* out, std::string* holder) {
+  if (l.subscribe_v2 == nullptr) return l.subscribe(out, on_callback, nullptr);
+  char name[CUPTI_OLD_SUBSCRIBER_NAME_MIN_LEN + 64] = {0};
+  CUpti_SubscriberParams params{};
+  params.structSize = CUpti_SubscriberParams_STRUCT_SIZE;
+  params.subscriberName = "warmprof";
+  params.oldSubscriberName = name;
+  params.oldSubscriberSize = sizeof(name);
+  CUptiResult r = l.subscribe_v2(out, on_callback, nullptr, &params);
+  *holder = name;
+  return r;
+}
+#else
+CUptiResult subscribe_named(const Lib& l, CUpti_SubscriberHandle* out, std::string*) {
+  return l.subscribe(out, on_callback, nullptr);  // headers before CUDA 13 cannot name the holder
+}
+#endif
+
+// A libcupti newer than the driver loads, then refuses to subscribe: say so when the versions
+// show it ("" when they do not, or cannot be read).
+std::string newer_than_driver(const Lib& l) {
+  uint32_t v = 0;
+  if (l.get_version == nullptr || l.get_version(&v) != CUPTI_SUCCESS) return "";
+  const int cupti_major = cuda_major_of(v);
+  const int driver = cuda_driver::driver_version();
+  if (cupti_major == 0 || driver == 0 || cupti_major <= driver / 1000) return "";
+  return "; libcupti is from CUDA " + std::to_string(cupti_major) + " (CUPTI API " + std::to_string(v) +
+         "), newer than the driver, which supports CUDA " + std::to_string(driver / 1000) + "." +
+         std::to_string(driver % 1000 / 10) + ": a libcupti of the driver's CUDA release or older is needed";
+}
+
+std::string subscribe_failure(const Lib& l, CUptiResult r, const std::string& holder) {
   if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED) {
     return std::string("another CUPTI subscriber holds the process (torch.profiler or Nsight)") +
-           (holder[0] ? std::string(": ") + holder : "");
+           (holder.empty() ? "" : ": " + holder);
   }
-  return "cuptiSubscribe failed: " + result_text(r);
+  return "cuptiSubscribe failed: " + result_text(r) + " (libcupti " + l.path + newer_than_driver(l) + ")";
+}
+
+// Called with g_mu held. Records the outcome for available().
+std::string subscribe(const Lib& l, CUpti_SubscriberHandle* out) {
+  std::string holder;
+  CUptiResult r = subscribe_named(l, out, &holder);
+  g_torn_down.clear();
+  if (r == CUPTI_SUCCESS) {
+    g_fatal.store(false, std::memory_order_relaxed);  // a fatal error of an earlier subscription
+    g_fatal_claimed.clear();
+    g_subscribed = Subscribed::kYes;
+    enable_state_domain(l, *out);
+    return "";
+  }
+  *out = nullptr;
+  g_subscribed = Subscribed::kNo;
+  g_subscribe_failure = subscribe_failure(l, r, holder);
+  return g_subscribe_failure;
+}
+
+// Whether the subscription `s` still stands, asked of CUPTI: "" when it does. A handle CUPTI no
+// longer knows fails the query; one reused for another tool's subscription shows the launch
+// callback warmprof enabled as off (start() enables cuLaunchKernel, a decoded callback, whether
+// by domain or one by one). Called with g_mu held (CUPTI wants these calls serialized).
+std::string probe(const Lib& l, CUpti_SubscriberHandle s) {
+  if (g_fatal.load(std::memory_order_acquire))
+    return std::string("CUPTI hit a fatal error and finalized itself: ") + g_fatal_message;
+  if (l.get_callback_state == nullptr) return "";  // this libcupti cannot tell: assume it stands
+  uint32_t enabled = 0;
+  CUptiResult r = l.get_callback_state(&enabled, s, CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel);
+  if (r != CUPTI_SUCCESS) return std::string(kTornDown) + " (cuptiGetCallbackState: " + result_text(r) + ")";
+  if (enabled == 0) return std::string(kTornDown) + " (its launch callback is no longer enabled)";
+  return "";
 }
 
 }  // namespace
 
 bool compiled() { return true; }
-bool available() { return lib().ok; }
-std::string unavailable_reason() { return lib().reason; }
+
+bool available() {
+  if (!lib().ok) return false;
+  std::lock_guard<std::mutex> lock(g_mu);
+  return g_subscribed == Subscribed::kYes;
+}
+
+std::string unavailable_reason() {
+  const Lib l = lib();
+  if (!l.ok) return l.reason;
+  std::lock_guard<std::mutex> lock(g_mu);
+  switch (g_subscribed) {
+    case Subscribed::kYes: return "";
+    case Subscribed::kNo: return g_subscribe_failure;
+    case Subscribed::kNever: break;
+  }
+  return "loaded, not yet subscribed (libcupti " + l.path +
+         "): CUPTI is known to work with this driver only once a trace has subscribed";
+}
+
+std::string library_path() { return lib().path; }
 
 std::string start() {
   std::lock_guard<std::mutex> lock(g_mu);
@@ -283,17 +327,34 @@ std::string start() {
 }
 
 // No activity kinds are enabled (kernel names come from the launch callback's symbolName), so
-// there is no activity buffer of warmprof's to flush; unsubscribing stops every callback.
-void stop() {
+// there is no activity buffer of warmprof's to flush; unsubscribing stops every callback. A
+// subscription found torn down is not unsubscribed (its handle may name another tool's by now).
+std::string stop() {
   std::lock_guard<std::mutex> lock(g_mu);
-  if (g_subscriber == nullptr) return;
-  lib().unsubscribe(g_subscriber);
+  std::string why;
+  std::swap(why, g_torn_down);
+  if (g_subscriber == nullptr) return why;
+  const Lib l = lib();
+  why = probe(l, g_subscriber);
+  if (why.empty()) {
+    CUptiResult r = l.unsubscribe(g_subscriber);
+    if (r != CUPTI_SUCCESS) why = std::string(kTornDown) + " (cuptiUnsubscribe: " + result_text(r) + ")";
+  }
   g_subscriber = nullptr;
+  return why;
 }
 
 bool active() {
   std::lock_guard<std::mutex> lock(g_mu);
   return g_subscriber != nullptr;
+}
+
+std::string check() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (!g_torn_down.empty() || g_subscriber == nullptr) return g_torn_down;
+  g_torn_down = probe(lib(), g_subscriber);
+  if (!g_torn_down.empty()) g_subscriber = nullptr;
+  return g_torn_down;
 }
 
 PassStats stats() {

@@ -17,7 +17,14 @@ __version__ = _native.__version__
 
 
 def backends() -> dict[str, dict]:
-    """Backend name -> {"compiled": bool, "available": bool, "reason": str} (reason empty when available)."""
+    """Backend name -> {"compiled": bool, "available": bool, "reason": str} (reason empty when available).
+
+    "cupti" adds "path", the libcupti file in use ("" when none is loaded), and is available only
+    once a trace has subscribed in this process: before, its reason says "loaded, not yet subscribed".
+    """
+    from . import cuda_paths
+
+    cuda_paths.install()
     return {name: dict(entry) for name, entry in _native.backends().items()}
 
 

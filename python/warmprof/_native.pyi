@@ -6,6 +6,8 @@ its names and parameters equal to the module's; classes here are type-only and s
 
 from typing import TypedDict
 
+from typing_extensions import NotRequired
+
 import numpy as np
 import numpy.typing as npt
 
@@ -48,6 +50,7 @@ class _Backend(TypedDict):
     compiled: bool
     available: bool
     reason: str
+    path: NotRequired[str]  # cupti only: the libcupti file in use, "" if none
 
 class _TapTaken(TypedDict):
     lines: list[bytes]
@@ -141,12 +144,20 @@ def thread_start_ns(trials: int = 9) -> float: ...
 
 # Backends.
 def backends() -> dict[str, _Backend]:
-    """backend name -> {compiled, available, reason}"""
+    """backend name -> {compiled, available, reason}; cupti adds path (the libcupti file in use, '' if none)"""
+
+def cupti_set_search_path(dirs: list[str]) -> None:
+    """Folders to look for libcupti in, after a copy already in the process and before the sonames."""
 
 def cupti_start() -> str:
     """Subscribe to CUPTI; '' on success, else the reason."""
 
-def cupti_stop() -> None: ...
+def cupti_stop() -> str:
+    """Unsubscribe; '' when clean (or nothing was subscribed), else why not (the subscription was torn down)."""
+
+def cupti_check() -> str:
+    """'' while warmprof's CUPTI subscription stands (or none is active), else why it no longer does."""
+
 def cupti_active() -> bool: ...
 def cupti_stats() -> _CuptiStats: ...
 def cupti_classify(domain: int, cbid: int) -> int:

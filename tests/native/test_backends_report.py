@@ -1,5 +1,7 @@
 """backends(): one entry per backend, and an unavailable backend says why instead of failing."""
 
+import json
+import subprocess
 import sys
 
 import pytest
@@ -15,12 +17,26 @@ def test_backends_dict_shape():
     report = warmprof.backends()
     assert set(report) == BACKENDS
     for name, entry in report.items():
-        assert set(entry) == {"compiled", "available", "reason"}, name
+        extra = {"path"} if name == "cupti" else set()  # the libcupti file in use, "" if none
+        assert set(entry) == {"compiled", "available", "reason"} | extra, name
         assert isinstance(entry["compiled"], bool) and isinstance(entry["available"], bool)
-        assert isinstance(entry["reason"], str)
+        assert isinstance(entry["reason"], str) and all(isinstance(entry[k], str) for k in extra)
         # The reason is empty exactly when the backend is available; available implies compiled.
         assert (entry["reason"] == "") == entry["available"], name
         assert entry["compiled"] or not entry["available"], name
+
+
+def test_cupti_is_not_available_before_any_subscribe():
+    # Loading libcupti proves nothing (one newer than the driver loads, then refuses to
+    # subscribe): available waits for a subscribe. A fresh process has made none.
+    code = "import json, warmprof; print(json.dumps(warmprof.backends()['cupti']))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    entry = json.loads(out.stdout)
+    assert entry["available"] is False
+    if entry["path"]:
+        assert entry["reason"].startswith("loaded, not yet subscribed")
+    if not entry["compiled"]:
+        assert entry["path"] == ""
 
 
 def test_public_backends_is_the_native_report_as_a_copy():

@@ -23,29 +23,48 @@ LAUNCH = 307  # CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel (checked against the head
 _kernels = itertools.count(50_000)
 
 
-class FakeNative(types.SimpleNamespace):
-    """warmprof._native with a subscription that always succeeds (or fails with `start_reason`)."""
+TORN_DOWN = "the CUPTI subscription was torn down by another tool calling cuptiFinalize (cuptiGetCallbackState: CUPTI_ERROR_INVALID_PARAMETER)"
 
-    def __init__(self, start_reason: str = "", subscribe_ns: float = 2.5e6) -> None:
+
+class FakeNative(types.SimpleNamespace):
+    """warmprof._native with a subscription that always succeeds (or fails with `start_reason`).
+
+    tear_down() stands for another tool calling cuptiFinalize: the native check and stop then
+    report it, as the real ones do."""
+
+    def __init__(self, start_reason: str = "", subscribe_ns: float = 2.5e6, cupti_entry: dict | None = None) -> None:
         super().__init__()
         self.start_reason = start_reason
         self.subscribe_ns = subscribe_ns
+        self.cupti_entry = cupti_entry or {"compiled": True, "available": True, "reason": "", "path": "/fake/libcupti.so.12"}
         self.active = False
         self.stops = 0
+        self.starts = 0
+        self.torn_down = ""
 
     def backends(self):
         entry = {"compiled": True, "available": True, "reason": ""}
-        return {"cupti": dict(entry), "cuda_events": dict(entry), "metal": dict(entry)}
+        return {"cupti": dict(self.cupti_entry), "cuda_events": dict(entry), "metal": dict(entry)}
 
     def cupti_start(self) -> str:
+        self.starts += 1
         if self.start_reason:
             return self.start_reason
         self.active = True
         return ""
 
-    def cupti_stop(self) -> None:
+    def tear_down(self) -> None:
+        self.torn_down = TORN_DOWN
+        self.active = False
+
+    def cupti_check(self) -> str:
+        return self.torn_down
+
+    def cupti_stop(self) -> str:
         self.stops += 1
         self.active = False
+        why, self.torn_down = self.torn_down, ""
+        return why
 
     def cupti_stats(self):
         s = _native.cupti_stats()
@@ -124,8 +143,76 @@ def test_another_subscriber_turns_the_instrument_off_with_the_reason(monkeypatch
     assert inst.reason == held
     summary = inst.summary()
     assert summary["active"] is False and summary["reason"] == held
-    assert any("torch/CuPy instruments" in n for n in summary["notes"])
+    assert summary["notes"] == [cuda.HELD_ELSEWHERE_NOTE]
+    assert "torch.profiler" in cuda.HELD_ELSEWHERE_NOTE and "CUDA events" in cuda.HELD_ELSEWHERE_NOTE
     assert fake.stops == 0
+
+
+def test_loaded_but_not_yet_subscribed_still_subscribes(monkeypatch):
+    # backends() says available only after a subscribe succeeded; a loaded libcupti is tried.
+    not_yet = {"compiled": True, "available": False, "path": "/fake/libcupti.so.12",
+               "reason": "loaded, not yet subscribed (libcupti /fake/libcupti.so.12): ..."}
+    fake = FakeNative(cupti_entry=not_yet)
+    monkeypatch.setattr(cuda, "_native", fake)
+    with Recording():
+        with cuda.Cupti() as inst:
+            assert fake.active
+    assert inst.available and fake.starts == 1 and fake.stops == 1
+
+
+def test_nothing_loaded_keeps_the_instrument_off_without_subscribing(monkeypatch):
+    off = {"compiled": True, "available": False, "path": "", "reason": "libcupti not found (...)"}
+    fake = FakeNative(cupti_entry=off)
+    monkeypatch.setattr(cuda, "_native", fake)
+    with cuda.Cupti() as inst:
+        pass
+    assert inst.reason == "libcupti not found (...)" and fake.starts == 0
+
+
+def test_teardown_during_a_pass_marks_it_partial_and_says_where_data_stops(fake):
+    with Recording():
+        with cuda.Cupti() as inst:
+            inst.mark_pass("first")
+            launch(2)
+            fake.tear_down()  # torch.profiler exits: Kineto calls cuptiFinalize
+            inst.end_pass("first")
+            inst.mark_pass("seen_rerun")
+            launch(3)
+            inst.end_pass("seen_rerun")
+    summary = inst.summary()
+    assert summary["passes"]["first"]["partial"] is True
+    assert "seen_rerun" not in summary["passes"]  # no counts presented as if whole
+    assert summary["stopped_early"] == {"at": "during pass 'first' (the subscription stood when it began)",
+                                        "reason": TORN_DOWN}
+    assert summary["notes"] == [f"CUPTI data stops during pass 'first' (the subscription stood when it began): "
+                                f"{TORN_DOWN}; the other instruments carry on"]
+    assert fake.stops == 1  # stop still runs, and its report of the teardown is not a second note
+
+
+def test_teardown_between_passes_stops_before_the_next(fake):
+    with Recording():
+        with cuda.Cupti() as inst:
+            inst.mark_pass("first")
+            inst.end_pass("first")
+            fake.tear_down()
+            inst.mark_pass("seen_rerun")
+            inst.end_pass("seen_rerun")
+    summary = inst.summary()
+    assert "partial" not in summary["passes"]["first"]
+    assert "seen_rerun" not in summary["passes"]
+    assert summary["stopped_early"]["at"] == "before pass 'seen_rerun'"
+
+
+def test_teardown_seen_only_by_stop_is_a_note_not_an_error(fake):
+    with Recording():
+        with cuda.Cupti() as inst:
+            inst.mark_pass("first")
+            inst.end_pass("first")
+            fake.tear_down()
+    summary = inst.summary()
+    assert summary["passes"]["first"]["kernel_launches"] == 0
+    assert summary["stopped_early"] == {"at": "after the last instrumented pass", "reason": TORN_DOWN}
+    assert inst.available  # CUPTI worked for every pass
 
 
 class FakeEvents(FakeNative):

@@ -7,7 +7,10 @@ module loads (runtime_init, including a first launch that loaded a module lazily
 host-to-device copies (data_transfer, bytes), and every kernel launch as a structure span.
 CUPTI's own subscribe cost is recorded as a profiler_overhead span before the first pass, so it
 is reported and never blamed on the model. If another tool holds CUPTI (torch.profiler, Nsight)
-the instrument is off with that reason and the other CUDA instruments still run.
+the instrument is off with that reason and the other CUDA instruments still run. If another tool
+tears warmprof's subscription down mid-trace (cuptiFinalize: torch.profiler's Kineto at exit with
+TEARDOWN_CUPTI=1), the instrument finds out at the next pass boundary, stops cleanly and says from
+which pass on its data is missing.
 
 `CudaEvents` records a pooled driver-API event on the model's stream at the start and end of each
 pass: the GPU-side time of the pass, beside the host-side time the trace measures.
@@ -17,11 +20,16 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from .. import _native
+from .. import _native, cuda_paths
 from ..timeline import PROFILER_OVERHEAD, now_ns, record_span_ns
 from .base import Instrument
 
 NEW_KERNEL_NAMES_KEPT = 20  # per pass, in the summary
+HELD_ELSEWHERE_NOTE = (
+    "CUPTI is off: another subscriber holds it (torch.profiler's Kineto may keep it for the rest of "
+    "the process once a profile has run; Nsight holds it while attached); CUDA causes come from "
+    "CUDA events, torch's allocator statistics and hooks (and CuPy) only"
+)
 
 
 def pass_delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
@@ -39,12 +47,16 @@ class Cupti(Instrument):
 
     def __init__(self) -> None:
         super().__init__()
+        cuda_paths.install()
         entry = _native.backends()["cupti"]
-        if not entry["available"]:
+        # A loaded libcupti that has not subscribed yet is not a reason to stay off: subscribing
+        # in __enter__ is what tells whether CUPTI works with this driver.
+        if not entry["available"] and not entry.get("path"):
             self.reason = entry["reason"]
         self.subscribed = False
         self.subscribe_ms = 0.0
         self.passes: dict[str, dict[str, Any]] = {}
+        self.stopped_early: dict[str, str] | None = None  # {"at", "reason"} once torn down
         self._open: dict[str, dict[str, Any]] = {}
         self._callbacks = 0
 
@@ -56,7 +68,7 @@ class Cupti(Instrument):
         if why:
             self.reason = why
             if "another CUPTI subscriber" in why:
-                self.notes.append("CUDA causes come from the torch/CuPy instruments only (CUPTI is held elsewhere)")
+                self.notes.append(HELD_ELSEWHERE_NOTE)
             return self
         self.subscribed = True
         subscribe_ns = int(_native.cupti_stats()["subscribe_ns"])
@@ -72,18 +84,39 @@ class Cupti(Instrument):
                 self.end_pass(name)
             self._callbacks = int(_native.cupti_stats()["callbacks"])
         finally:
-            _native.cupti_stop()
+            why = _native.cupti_stop() or ""  # an unsubscribe error is a reason, never a crash
             self.subscribed = False
+        if why and self.stopped_early is None:
+            self._stop_early("after the last instrumented pass", why)
+
+    @property
+    def _collecting(self) -> bool:
+        return self.subscribed and self.stopped_early is None
+
+    def _standing(self, at: str) -> bool:
+        """Whether the subscription still stands; if not, says from where CUPTI data is missing."""
+        why = _native.cupti_check() or ""
+        if why:
+            self._stop_early(at, why)
+        return not why
+
+    def _stop_early(self, at: str, why: str) -> None:
+        self.stopped_early = {"at": at, "reason": why}
+        self.notes.append(f"CUPTI data stops {at}: {why}; the other instruments carry on")
 
     def mark_pass(self, name: str) -> None:
         super().mark_pass(name)
-        if self.subscribed:
+        if self._collecting and self._standing(f"before pass {name!r}"):
             self._open[name] = _native.cupti_stats()
 
     def end_pass(self, name: str) -> None:
         before = self._open.pop(name, None)
-        if self.subscribed and before is not None:
-            self.passes[name] = pass_delta(before, _native.cupti_stats())
+        if not self._collecting or before is None:
+            return
+        delta = pass_delta(before, _native.cupti_stats())
+        if not self._standing(f"during pass {name!r} (the subscription stood when it began)"):
+            delta["partial"] = True
+        self.passes[name] = delta
 
     def summary(self) -> dict[str, Any]:
         out = super().summary()
@@ -92,6 +125,8 @@ class Cupti(Instrument):
         out["subscribe_ms"] = self.subscribe_ms
         out["callbacks"] = self._callbacks
         out["passes"] = self.passes
+        if self.stopped_early is not None:
+            out["stopped_early"] = dict(self.stopped_early)
         return out
 
 
@@ -115,6 +150,7 @@ class CudaEvents(Instrument):
 
     def __init__(self, device: Any = None, stream: int | Callable[[], int] | None = None) -> None:
         super().__init__()
+        cuda_paths.install()  # before the first backends(), which loads libcupti too
         entry = _native.backends()["cuda_events"]
         if not entry["available"]:
             self.reason = entry["reason"]

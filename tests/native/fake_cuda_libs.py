@@ -1,0 +1,168 @@
+"""Fake libcuda and libcupti, compiled for a test, and a fresh Python process to load them in.
+
+The loader's choices (which libcupti, available or not, a torn-down subscription) depend on what
+the process has mapped and what the dynamic loader finds, so each case runs in its own process
+(`run_child`) with LD_LIBRARY_PATH pointing at the fakes; the test process itself loads none.
+
+The fake libcuda reports one device and the CUDA version in FAKE_CUDA_DRIVER_VERSION. The fake
+libcupti answers cuptiSubscribe with FAKE_CUPTI_SUBSCRIBE (0 = success, 39 = another subscriber
+holds CUPTI) and cuptiGetVersion with FAKE_CUPTI_VERSION; `fake_cupti_finalize()` stands for
+another tool calling cuptiFinalize, `fake_cupti_fatal(msg)` for CUPTI's own fatal error notice,
+and `fake_cupti_tag()` says which copy was loaded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+FAKE_LIBCUDA_C = r"""
+#include <stdlib.h>
+typedef int CUresult;
+static const char* env_or(const char* name, const char* dflt) { const char* v = getenv(name); return v ? v : dflt; }
+CUresult cuInit(unsigned int flags) { (void)flags; return 0; }
+CUresult cuDeviceGetCount(int* n) { *n = 1; return 0; }
+CUresult cuGetErrorString(CUresult r, const char** s) { (void)r; *s = "fake driver error"; return 0; }
+CUresult cuCtxGetCurrent(void** ctx) { *ctx = 0; return 0; }
+CUresult cuPointerGetAttribute(void* d, int a, unsigned long long p) { (void)d; (void)a; (void)p; return 1; }
+CUresult cuEventCreate(void** e, unsigned int f) { (void)f; *e = 0; return 1; }
+CUresult cuEventDestroy_v2(void* e) { (void)e; return 0; }
+CUresult cuEventRecord(void* e, void* s) { (void)e; (void)s; return 1; }
+CUresult cuEventSynchronize(void* e) { (void)e; return 0; }
+CUresult cuEventElapsedTime_v2(float* ms, void* a, void* b) { (void)a; (void)b; *ms = 0; return 1; }
+CUresult cuDriverGetVersion(int* v) { *v = atoi(env_or("FAKE_CUDA_DRIVER_VERSION", "13000")); return 0; }
+"""
+
+FAKE_LIBCUPTI_C = r"""
+#include <stdlib.h>
+#include <stdio.h>
+typedef int CUptiResult;
+typedef void (*Callback)(void* userdata, int domain, unsigned int cbid, const void* data);
+typedef struct { CUptiResult result; const char* message; } StateData;
+
+static int subscribed, torn, driver_enabled, unsubscribe_calls;
+static Callback callback;
+static void* userdata;
+static char handle;  /* the subscriber handle is its address */
+
+static int env_int(const char* name, int dflt) { const char* v = getenv(name); return v ? atoi(v) : dflt; }
+
+const char* fake_cupti_tag(void) { return FAKE_TAG; }
+int fake_cupti_unsubscribe_calls(void) { return unsubscribe_calls; }
+
+CUptiResult cuptiSubscribe(void** sub, Callback cb, void* ud) {
+  CUptiResult r = env_int("FAKE_CUPTI_SUBSCRIBE", 0);
+  if (r != 0) return r;
+  if (subscribed && !torn) return 39;
+  subscribed = 1; torn = 0; driver_enabled = 0; callback = cb; userdata = ud;
+  *sub = &handle;
+  return 0;
+}
+CUptiResult cuptiUnsubscribe(void* sub) {
+  unsubscribe_calls++;
+  if (sub != &handle || !subscribed || torn) return 1;  /* CUPTI_ERROR_INVALID_PARAMETER */
+  subscribed = 0;
+  return 0;
+}
+CUptiResult cuptiEnableDomain(unsigned int enable, void* sub, int domain) {
+  if (sub != &handle || torn) return 1;
+  if (domain == 1) driver_enabled = (int)enable;
+  return 0;
+}
+CUptiResult cuptiEnableCallback(unsigned int enable, void* sub, int domain, unsigned int cbid) {
+  (void)cbid;
+  return cuptiEnableDomain(enable, sub, domain);
+}
+#ifndef NO_CALLBACK_STATE
+CUptiResult cuptiGetCallbackState(unsigned int* enable, void* sub, int domain, unsigned int cbid) {
+  (void)cbid;
+  if (sub != &handle || !subscribed || torn) return 1;
+  *enable = domain == 1 ? (unsigned int)driver_enabled : 0u;
+  return 0;
+}
+#endif
+CUptiResult cuptiGetVersion(unsigned int* v) { *v = (unsigned int)env_int("FAKE_CUPTI_VERSION", 130001); return 0; }
+CUptiResult cuptiGetResultString(CUptiResult r, const char** s) {
+  static char text[64];
+  switch (r) {
+    case 1: *s = "CUPTI_ERROR_INVALID_PARAMETER"; break;
+    case 15: *s = "CUPTI_ERROR_NOT_INITIALIZED"; break;
+    case 39: *s = "CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED"; break;
+    default: snprintf(text, sizeof text, "CUPTI_ERROR_%d", r); *s = text;
+  }
+  return 0;
+}
+/* Another tool's cuptiFinalize: every subscription is gone, and nobody is told. */
+CUptiResult cuptiFinalize(void) { torn = 1; subscribed = 0; return 0; }
+/* The handle reused for another tool's subscription, which did not enable driver callbacks. */
+void fake_cupti_reuse_handle(void) { torn = 0; subscribed = 1; driver_enabled = 0; }
+/* CUPTI's fatal-error notice on the state domain, after which it finalizes itself. */
+void fake_cupti_fatal(const char* message) {
+  StateData d = {999, message};
+  if (callback) callback(userdata, 6, 1, &d);
+  cuptiFinalize();
+}
+"""
+
+
+def compiler() -> str | None:
+    return shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
+
+
+def build(folder: Path, file_name: str, source: str, *, soname: str | None = None, defines: dict[str, str] | None = None) -> Path:
+    """Compiles `source` into folder/file_name (a shared library with `soname`, default the file name)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    src = folder / (file_name.replace(".", "_") + ".c")
+    src.write_text(source)
+    out = folder / file_name
+    flags = [f"-D{k}={v}" for k, v in (defines or {}).items()]
+    subprocess.run([compiler(), "-shared", "-fPIC", "-O1", *flags, f"-Wl,-soname,{soname or file_name}", "-o", str(out), str(src)],
+                   check=True, capture_output=True, text=True, timeout=120)
+    return out
+
+
+def fake_driver(folder: Path) -> Path:
+    return build(folder, "libcuda.so.1", FAKE_LIBCUDA_C)
+
+
+def fake_cupti(folder: Path, file_name: str, tag: str, *, soname: str | None = None, callback_state: bool = True) -> Path:
+    defines = {"FAKE_TAG": f'"{tag}"'}
+    if not callback_state:
+        defines["NO_CALLBACK_STATE"] = "1"
+    return build(folder, file_name, FAKE_LIBCUPTI_C, soname=soname, defines=defines)
+
+
+# Prepended to every child: helpers to reach the loaded fake and to list the libcuptis mapped.
+# (_native.backends() loads libcupti without warmprof.cuda_paths, whose folders would replace
+# those a test sets with _native.cupti_set_search_path; warmprof.backends() installs them.)
+CHILD_PRELUDE = r"""
+import ctypes, json, os
+import warmprof
+from warmprof import _native
+
+def fake():
+    lib = ctypes.CDLL(_native.backends()["cupti"]["path"])  # the same handle: already loaded
+    lib.fake_cupti_tag.restype = ctypes.c_char_p
+    return lib
+
+def mapped_cuptis():
+    with open("/proc/self/maps") as f:
+        paths = {line.split()[-1] for line in f if "/" in line}
+    return sorted(p for p in paths if os.path.basename(p).startswith("libcupti.so"))
+"""
+
+
+def run_child(code: str, *, library_path: list[Path], env: dict[str, str] | None = None) -> dict:
+    """Runs `code` (after CHILD_PRELUDE) in a fresh interpreter; it prints one JSON object last."""
+    child_env = {k: v for k, v in os.environ.items() if not k.startswith(("FAKE_", "LD_"))}
+    child_env["LD_LIBRARY_PATH"] = os.pathsep.join(str(p) for p in library_path)
+    child_env.update(env or {})
+    proc = subprocess.run([sys.executable, "-c", CHILD_PRELUDE + code], capture_output=True, text=True,
+                          timeout=120, env=child_env)
+    if proc.returncode != 0:
+        raise AssertionError(f"child failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
