@@ -34,6 +34,13 @@ CUresult cuEventDestroy_v2(void* e) { (void)e; return 0; }
 CUresult cuEventRecord(void* e, void* s) { (void)e; (void)s; return 1; }
 CUresult cuEventSynchronize(void* e) { (void)e; return 0; }
 CUresult cuEventElapsedTime_v2(float* ms, void* a, void* b) { (void)a; (void)b; *ms = 0; return 1; }
+CUresult cuStreamGetCtx(void* s, void** c) { (void)s; *c = 0; return 1; }
+CUresult cuCtxPushCurrent_v2(void* c) { (void)c; return 0; }
+CUresult cuCtxPopCurrent_v2(void** c) { *c = 0; return 0; }
+CUresult cuDeviceGet(int* d, int i) { *d = i; return 0; }
+CUresult cuDevicePrimaryCtxGetState(int d, unsigned int* f, int* a) { (void)d; *f = 0; *a = 0; return 0; }
+CUresult cuDevicePrimaryCtxRetain(void** c, int d) { (void)d; *c = 0; return 1; }
+CUresult cuDevicePrimaryCtxRelease_v2(int d) { (void)d; return 0; }
 CUresult cuDriverGetVersion(int* v) { *v = atoi(env_or("FAKE_CUDA_DRIVER_VERSION", "13000")); return 0; }
 """
 
