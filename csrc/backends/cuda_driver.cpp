@@ -25,6 +25,11 @@ bool resolve(void* lib, std::initializer_list<const char*> names, F* out, std::s
   return false;
 }
 
+template <typename F>
+void resolve_optional(void* lib, const char* name, F* out) {
+  *out = reinterpret_cast<F>(dlsym(lib, name));
+}
+
 Loaded load() {
   Loaded l;
   void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -47,6 +52,10 @@ Loaded load() {
                &l.reason)) {
     return l;
   }
+  resolve_optional(lib, "cuCtxGetDevice", &a.cuCtxGetDevice);
+  resolve_optional(lib, "cuDeviceGetAttribute", &a.cuDeviceGetAttribute);
+  resolve_optional(lib, "cuDeviceGetMemPool", &a.cuDeviceGetMemPool);
+  resolve_optional(lib, "cuMemPoolGetAttribute", &a.cuMemPoolGetAttribute);
   CUresult r = a.cuInit(0);
   if (r != CUDA_SUCCESS) {
     const char* s = nullptr;

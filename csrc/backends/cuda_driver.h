@@ -18,6 +18,12 @@ struct Api {
   CUresult (*cuEventRecord)(CUevent, CUstream) = nullptr;
   CUresult (*cuEventSynchronize)(CUevent) = nullptr;
   CUresult (*cuEventElapsedTime)(float*, CUevent, CUevent) = nullptr;
+  // Optional (nullptr when the driver lacks them; their users then say "unknown"): the device's
+  // architecture for fatbin decoding and its memory pool's reservation for stream-ordered allocations.
+  CUresult (*cuCtxGetDevice)(CUdevice*) = nullptr;
+  CUresult (*cuDeviceGetAttribute)(int*, CUdevice_attribute, CUdevice) = nullptr;
+  CUresult (*cuDeviceGetMemPool)(CUmemoryPool*, CUdevice) = nullptr;
+  CUresult (*cuMemPoolGetAttribute)(CUmemoryPool, CUmemPool_attribute, void*) = nullptr;
 };
 
 // Loads libcuda once, calls cuInit(0) and counts devices. nullptr with `reason` set on failure.
