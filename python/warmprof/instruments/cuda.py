@@ -1,13 +1,18 @@
 """CUDA driver-level sources: the CUPTI subscriber and CUDA events.
 
-`Cupti` subscribes warmprof's native CUPTI handler for the instrumented passes. The handler
-writes the driver's own calls into the recorder (csrc/backends/cupti_handler.h): context and
-module loads (runtime_init, including a first launch that loaded a module lazily), allocations
-(allocator_growth, bytes), stream capture / graph instantiate / upload (graph_capture),
-host-to-device copies (data_transfer, bytes), and every kernel launch as a structure span.
+`Cupti` subscribes warmprof's native CUPTI handler for the instrumented passes, enabling only the
+driver, runtime and resource callbacks its table maps. The handler writes those calls into the
+recorder (csrc/backends/cupti_handler.h): context set-up and module loads (runtime_init for a
+cubin, jit_compile for PTX the driver compiles, including a launch that loaded a module lazily),
+allocations (allocator_growth, bytes counted once; a stream-ordered allocation the pool served is
+not growth), stream capture / graph instantiate / upload (graph_capture), host-to-device copies
+(data_transfer, bytes). Kernel launches are counted, with a span only for a kernel's first launch.
+A runtime call (cudaLaunchKernel) and the driver call it makes inside count once.
 CUPTI's own subscribe cost is recorded as a profiler_overhead span before the first pass, so it
-is reported and never blamed on the model. If another tool holds CUPTI (torch.profiler, Nsight)
-the instrument is off with that reason and the other CUDA instruments still run.
+is reported and never blamed on the model; the callbacks each pass takes are sampled as the
+counter "cupti:callbacks" at the pass's start and end (attribution books them x the handler's
+calibrated cost as estimated profiler_overhead). If another tool holds CUPTI (torch.profiler,
+Nsight) the instrument is off with that reason and the other CUDA instruments still run.
 
 `CudaEvents` records a pooled driver-API event on the model's stream at the start and end of each
 pass: the GPU-side time of the pass, beside the host-side time the trace measures.
@@ -18,7 +23,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from .. import _native
-from ..timeline import PROFILER_OVERHEAD, now_ns, record_span_ns
+from ..timeline import CUPTI_CALLBACKS, PROFILER_OVERHEAD, counter, name_id, now_ns, record_span_ns
 from .base import Instrument
 
 NEW_KERNEL_NAMES_KEPT = 20  # per pass, in the summary
@@ -29,8 +34,10 @@ def pass_delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
     names = list(after["new_kernels"][len(before["new_kernels"]):])
     return {
         "kernel_launches": int(after["kernel_launches"] - before["kernel_launches"]),
-        "new_kernels": len(names),
+        "new_kernels": int(after["new_kernel_count"] - before["new_kernel_count"]),
         "new_kernel_names": names[:NEW_KERNEL_NAMES_KEPT],
+        "callbacks": int(after["callbacks"] - before["callbacks"]),
+        "pool_hits": int(after["pool_hits"] - before["pool_hits"]),
     }
 
 
@@ -59,9 +66,13 @@ class Cupti(Instrument):
                 self.notes.append("CUDA causes come from the torch/CuPy instruments only (CUPTI is held elsewhere)")
             return self
         self.subscribed = True
-        subscribe_ns = int(_native.cupti_stats()["subscribe_ns"])
+        stats = _native.cupti_stats()
+        subscribe_ns = int(stats["subscribe_ns"])
         self.subscribe_ms = subscribe_ns / 1e6
         record_span_ns(PROFILER_OVERHEAD, "cupti:subscribe", t1 - subscribe_ns, t1)
+        if stats["refused_callbacks"]:
+            self.notes.append(f"libcupti refused {stats['refused_callbacks']} of the callbacks warmprof maps "
+                              "(a libcupti older than the headers warmprof was built with): those calls are not seen")
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -78,12 +89,19 @@ class Cupti(Instrument):
     def mark_pass(self, name: str) -> None:
         super().mark_pass(name)
         if self.subscribed:
-            self._open[name] = _native.cupti_stats()
+            self._open[name] = self._sample()
 
     def end_pass(self, name: str) -> None:
         before = self._open.pop(name, None)
         if self.subscribed and before is not None:
-            self.passes[name] = pass_delta(before, _native.cupti_stats())
+            self.passes[name] = pass_delta(before, self._sample())
+
+    @staticmethod
+    def _sample() -> dict[str, Any]:
+        """The cumulative stats, with the callback count put on the timeline as a counter sample."""
+        stats = _native.cupti_stats()
+        counter(name_id(CUPTI_CALLBACKS), int(stats["callbacks"]))
+        return stats
 
     def summary(self) -> dict[str, Any]:
         out = super().summary()
