@@ -149,15 +149,22 @@ uintptr_t runtime_kernel_of(uint32_t cbid, const void* p) {
   }
 }
 
-// Unified addresses: device memory, or not (unregistered host memory makes the query fail).
-bool is_device(const cuda_driver::Api* api, const void* ptr) {
+// Unified addresses: the memory type of an address, 0 when the driver does not know it
+// (unregistered host memory).
+unsigned int memory_type(const cuda_driver::Api* api, const void* ptr) {
   unsigned int type = 0;
-  return api->cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CUdeviceptr(ptr)) == CUDA_SUCCESS &&
-         type == CU_MEMORYTYPE_DEVICE;
+  if (api->cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CUdeviceptr(ptr)) != CUDA_SUCCESS) return 0;
+  return type;
 }
 
-// cuMemcpy/cuMemcpyAsync take unified addresses: host-to-device when the destination is device
-// memory and the source is not.
+// Host-to-device: the destination is device memory, the source host memory (registered or not).
+bool device_from_host(const cuda_driver::Api* api, const void* dst, const void* src) {
+  if (memory_type(api, dst) != CU_MEMORYTYPE_DEVICE) return false;
+  const unsigned int from = memory_type(api, src);
+  return from == 0 || from == CU_MEMORYTYPE_HOST;
+}
+
+// cuMemcpy/cuMemcpyAsync take unified addresses.
 bool host_to_device(uint32_t cbid, const void* p) {
   const cuda_driver::Api* api = cuda_driver::api(nullptr);
   if (api == nullptr || p == nullptr) return false;
@@ -169,10 +176,11 @@ bool host_to_device(uint32_t cbid, const void* p) {
     auto* a = static_cast<const cuMemcpyAsync_params*>(p);  // same layout as the _ptsz struct
     dst = a->dst, src = a->src;
   }
-  return is_device(api, reinterpret_cast<const void*>(dst)) && !is_device(api, reinterpret_cast<const void*>(src));
+  return device_from_host(api, reinterpret_cast<const void*>(dst), reinterpret_cast<const void*>(src));
 }
 
-// The runtime's copies name their direction; cudaMemcpyDefault leaves it to the addresses.
+// The runtime's copies name their direction; cudaMemcpyDefault leaves it to the addresses (a
+// symbol is device memory).
 bool runtime_host_to_device(uint32_t cbid, const void* p) {
   if (p == nullptr) return false;
   const bool symbol = is_symbol_copy(cbid);
@@ -181,9 +189,12 @@ bool runtime_host_to_device(uint32_t cbid, const void* p) {
   if (kind != cudaMemcpyDefault) return false;
   const cuda_driver::Api* api = cuda_driver::api(nullptr);
   if (api == nullptr) return false;
-  if (symbol) return !is_device(api, static_cast<const SymbolCopyPrefix*>(p)->src);
+  if (symbol) {
+    const unsigned int from = memory_type(api, static_cast<const SymbolCopyPrefix*>(p)->src);
+    return from == 0 || from == CU_MEMORYTYPE_HOST;
+  }
   auto* a = static_cast<const CopyPrefix*>(p);
-  return is_device(api, a->dst) && !is_device(api, a->src);
+  return device_from_host(api, a->dst, a->src);
 }
 
 // The device's compute capability (major*10+minor) for fatbin decoding; 0 when unknown. Cached

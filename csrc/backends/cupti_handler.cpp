@@ -349,6 +349,9 @@ void reset_counts() {
 void restore_counts(const Counts& c) {
   g_callbacks.store(c.callbacks);
   g_launches.store(c.kernel_launches);
+  // Slots past the restored count are free again: a later first launch rewrites them.
+  for (uint32_t i = uint32_t(c.new_kernels); i < std::min(g_new.load(), kMaxNames); ++i)
+    g_names[i].ready.store(0, std::memory_order_relaxed);
   g_new.store(uint32_t(c.new_kernels));
   g_pool_hits.store(c.pool_hits);
   g_untracked.store(c.untracked_kernels);
@@ -361,7 +364,10 @@ std::vector<std::string> new_kernels() {
   for (uint32_t i = 0; i < n; ++i) {
     const NameSlot& s = g_names[i];
     if (s.ready.load(std::memory_order_acquire) == 0) continue;
-    out.push_back(s.len ? std::string(g_name_bytes + s.offset, s.len) : "kernel#" + std::to_string(s.kernel));
+    // Bounded by the arena whatever a concurrent rewrite of the slot left in it.
+    const uint32_t off = std::min(s.offset, kNameBytes);
+    const uint32_t len = std::min(s.len, kNameBytes - off);
+    out.push_back(len ? std::string(g_name_bytes + off, len) : "kernel#" + std::to_string(s.kernel));
   }
   return out;
 }
