@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import ctypes
 import struct
+import subprocess
 
 import pytest
 from cupti_calls import (
-    DRIVER, RESOURCE, RUNTIME, Clock, D, R, RT, drained, kernel_ids, records, skip_without_cupti, span,
+    DRIVER, DRIVER_HEADER, RESOURCE, RUNTIME, Clock, D, R, RT, drained, kernel_ids, records, skip_without_cupti, span,
 )
 
 from warmprof import _native
@@ -132,3 +133,44 @@ def test_only_loads_take_an_image():
         _native._testing.cupti_inject_load(D, DRIVER["cuModuleGetFunction"], True, Clock()(), CUBIN)
     with pytest.raises(ValueError, match="arch"):
         _native._testing.cupti_inject_load(D, DRIVER["cuModuleLoadData"], True, Clock()(), CUBIN, -1)
+
+
+# --- images the toolkit itself builds (nvcc, ptxas, fatbinary), where it is installed ----------------
+
+CUDA_BIN = DRIVER_HEADER.parent.parent / "bin"
+KERNEL = 'extern "C" __global__ void k(float* x) { x[threadIdx.x] += 1.0f; }\n'
+
+
+@pytest.fixture(scope="module")
+def toolkit_images(tmp_path_factory):
+    tools = {name: CUDA_BIN / name for name in ("nvcc", "ptxas", "fatbinary")}
+    missing = [str(p) for p in tools.values() if not p.exists()]
+    if missing:
+        pytest.skip(f"the toolkit's compilers are not installed: {', '.join(missing)}")
+    d = tmp_path_factory.mktemp("images")
+    (d / "k.cu").write_text(KERNEL)
+
+    def run(*args):
+        subprocess.run([str(a) for a in args], cwd=d, check=True, capture_output=True, timeout=120)
+
+    run(tools["nvcc"], "-ptx", "-arch=compute_80", "k.cu", "-o", "k80.ptx")
+    run(tools["ptxas"], "-arch=sm_90", "k80.ptx", "-o", "k90.cubin")
+    run(tools["fatbinary"], "--create=elf90_ptx80.fatbin", "-64", "--image3=kind=elf,sm=90,file=k90.cubin",
+        "--image3=kind=ptx,sm=80,file=k80.ptx")
+    run(tools["nvcc"], "-fatbin", "-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90,code=compute_90",
+        "k.cu", "-o", "sm80_ptx90.fatbin")
+    return d
+
+
+@pytest.mark.parametrize("image,by_arch", [
+    ("k80.ptx", {0: JIT_COMPILE, 80: JIT_COMPILE, 90: JIT_COMPILE}),
+    ("k90.cubin", {0: RUNTIME_INIT, 90: RUNTIME_INIT}),
+    ("elf90_ptx80.fatbin", {0: RUNTIME_INIT, 80: JIT_COMPILE, 89: JIT_COMPILE, 90: RUNTIME_INIT, 100: JIT_COMPILE}),
+    ("sm80_ptx90.fatbin", {0: RUNTIME_INIT, 80: RUNTIME_INIT, 86: RUNTIME_INIT, 90: JIT_COMPILE}),
+])
+def test_images_the_toolkit_builds_decode_as_the_driver_would_load_them(toolkit_images, image, by_arch):
+    """Fatbins as nvcc and fatbinary write them, read entry by entry against the device's arch."""
+    path = toolkit_images / image
+    for arch, cause in by_arch.items():
+        assert cause_of("cuModuleLoadData", path.read_bytes(), arch) == cause, (image, arch)
+        assert cause_of("cuModuleLoad", bytes(path), arch) == cause, (image, arch)
