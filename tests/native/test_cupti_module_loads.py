@@ -157,8 +157,8 @@ def toolkit_images(tmp_path_factory):
     run(tools["ptxas"], "-arch=sm_90", "k80.ptx", "-o", "k90.cubin")
     run(tools["fatbinary"], "--create=elf90_ptx80.fatbin", "-64", "--image3=kind=elf,sm=90,file=k90.cubin",
         "--image3=kind=ptx,sm=80,file=k80.ptx")
-    run(tools["nvcc"], "-fatbin", "-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90,code=compute_90",
-        "k.cu", "-o", "sm80_ptx90.fatbin")
+    run(tools["nvcc"], "-fatbin", "-gencode", "arch=compute_80,code=sm_80",
+        "-gencode", "arch=compute_90,code=compute_90", "k.cu", "-o", "sm80_ptx90.fatbin")
     return d
 
 
