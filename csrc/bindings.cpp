@@ -413,11 +413,24 @@ PYBIND11_MODULE(_native, m) {
     backends::cupti::PassStats s = backends::cupti::stats();
     py::dict d;
     d["kernel_launches"] = s.kernel_launches;
+    d["new_kernel_count"] = s.new_kernel_count;
     d["new_kernels"] = s.new_kernels;
     d["subscribe_ns"] = s.subscribe_ns;
     d["callbacks"] = s.callbacks;
+    d["pool_hits"] = s.pool_hits;
+    d["untracked_kernels"] = s.untracked_kernels;
+    d["refused_callbacks"] = s.refused_callbacks;
     return d;
   });
+  m.def("cupti_handler_cost_ns", [](int iterations) {
+    check_positive(iterations, "iterations");
+    if (recorder::enabled()) throw py::value_error("cannot calibrate the CUPTI handler while recording");
+    if (backends::cupti::active()) throw py::value_error("cannot calibrate the CUPTI handler while subscribed");
+    py::gil_scoped_release nogil;
+    return backends::cupti::handler_cost_ns(iterations);
+  }, py::arg("iterations"),
+     "ns warmprof's handler adds to one CUPTI callback here (a repeat launch through the real callback "
+     "entry; CUPTI's own dispatch not included); 0.0 when the backend is not compiled.");
   m.def("cupti_classify", &backends::cupti::classify, py::arg("domain"), py::arg("cbid"),
         "Cause id for a CUPTI (domain, callback id), or -1 when ignored.");
   m.def("cupti_callback_name", &backends::cupti::callback_name, py::arg("domain"), py::arg("cbid"));
@@ -513,6 +526,27 @@ PYBIND11_MODULE(_native, m) {
   t.def("cupti_inject", &backends::cupti::inject, py::arg("domain"), py::arg("cbid"),
         py::arg("enter"), py::arg("ticks"), py::arg("value") = 0, py::arg("failed") = false,
         "Deliver a synthetic CUPTI callback through the real handler.");
+  t.def("cupti_inject_load", [](uint32_t domain, uint32_t cbid, bool enter, uint64_t ticks, py::bytes image, int arch) {
+    if (arch < 0) throw py::value_error("arch must be >= 0 (0: unknown)");
+    if (!backends::cupti::compiled()) return;
+    if (!backends::cupti::inject_load(domain, cbid, enter, ticks, std::string(image), arch))
+      throw py::value_error("(domain, cbid) is not a module load or MODULE_LOADED");
+  }, py::arg("domain"), py::arg("cbid"), py::arg("enter"), py::arg("ticks"), py::arg("image"), py::arg("arch") = 0,
+     "A module load with its image (a path for file loads) as CUPTI's own callback data, decoded by the real path.");
+  t.def("cupti_call_now", [](uint32_t cbid, int64_t value, int pairs) {
+    check_positive(pairs, "pairs");
+    if (backends::cupti::compiled() && !backends::cupti::call_now(cbid, value, pairs))
+      throw py::value_error("cbid must be cuLaunchKernel's or cuMemAlloc_v2's");
+  }, py::arg("cbid"), py::arg("value"), py::arg("pairs") = 1,
+     "Enter/exit pairs of cuLaunchKernel (function `value`) or cuMemAlloc_v2 (`value` bytes) through the "
+     "real callback entry, the clock read inside.");
+  t.def("cupti_launch_heap_bytes", [](int64_t first_kernel, int kernels, std::string name) {
+    check_positive(kernels, "kernels");
+    return backends::cupti::launch_heap_bytes(first_kernel, kernels, name);
+  }, py::arg("first_kernel"), py::arg("kernels"), py::arg("name"),
+     "Heap bytes taken by `kernels` first launches through the handler (0: the hot path allocates nothing).");
+  t.def("cupti_enabled_callbacks", &backends::cupti::enabled_callbacks,
+        "(domain, cbid) pairs the subscriber enables, from start()'s own enabling routine.");
   t.def("tap_split", [](std::vector<std::string> chunks, std::vector<std::string> prefixes, py::bytes marker) {
     std::string mk = marker;
     if (mk.empty()) throw py::value_error("marker must not be empty");

@@ -25,6 +25,11 @@ bool resolve(void* lib, std::initializer_list<const char*> names, F* out, std::s
   return false;
 }
 
+template <typename F>
+void resolve_optional(void* lib, const char* name, F* out) {
+  *out = reinterpret_cast<F>(dlsym(lib, name));
+}
+
 Loaded load() {
   Loaded l;
   void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -54,7 +59,11 @@ Loaded load() {
       !resolve(lib, {"cuDevicePrimaryCtxRelease_v2"}, &a.cuDevicePrimaryCtxRelease, &l.reason)) {
     return l;
   }
-  a.cuDriverGetVersion = reinterpret_cast<decltype(a.cuDriverGetVersion)>(dlsym(lib, "cuDriverGetVersion"));
+  resolve_optional(lib, "cuDriverGetVersion", &a.cuDriverGetVersion);
+  resolve_optional(lib, "cuCtxGetDevice", &a.cuCtxGetDevice);
+  resolve_optional(lib, "cuDeviceGetAttribute", &a.cuDeviceGetAttribute);
+  resolve_optional(lib, "cuDeviceGetMemPool", &a.cuDeviceGetMemPool);
+  resolve_optional(lib, "cuMemPoolGetAttribute", &a.cuMemPoolGetAttribute);
   CUresult r = a.cuInit(0);
   if (r != CUDA_SUCCESS) {
     const char* s = nullptr;

@@ -27,6 +27,12 @@ struct Api {
   CUresult (*cuDevicePrimaryCtxRetain)(CUcontext*, CUdevice) = nullptr;
   CUresult (*cuDevicePrimaryCtxRelease)(CUdevice) = nullptr;
   CUresult (*cuDriverGetVersion)(int*) = nullptr;  // optional: nullptr when absent
+  // Optional (nullptr when the driver lacks them; their users then say "unknown"): the device's
+  // architecture for fatbin decoding and its memory pool's reservation for stream-ordered allocations.
+  CUresult (*cuCtxGetDevice)(CUdevice*) = nullptr;
+  CUresult (*cuDeviceGetAttribute)(int*, CUdevice_attribute, CUdevice) = nullptr;
+  CUresult (*cuDeviceGetMemPool)(CUmemoryPool*, CUdevice) = nullptr;
+  CUresult (*cuMemPoolGetAttribute)(CUmemoryPool, CUmemPool_attribute, void*) = nullptr;
 };
 
 // Loads libcuda once, calls cuInit(0) and counts devices. nullptr with `reason` set on failure.

@@ -1,10 +1,12 @@
 // CUPTI backend, compiled against the toolkit's headers; libcupti is opened at run time.
-// This file holds the subscriber (subscribe, unsubscribe) and the decoding of CUPTI's callback data
-// into handler events; the loader, the table and the handler live in cupti_loader/cupti_table/
-// cupti_handler.
+// This file holds the subscriber (subscribe, enable the table's callbacks, check, unsubscribe), the
+// callback entry, and the test-only and calibration entries that go through it; the loader, the
+// decoding of CUPTI's callback data, the table and the handler live in cupti_loader, cupti_decode,
+// cupti_table and cupti_handler.
 #include "backends/cupti.h"
 
 #include <cupti.h>
+#include <malloc.h>
 
 #include <atomic>
 #include <cstring>
@@ -13,10 +15,12 @@
 
 #include "backends/cuda_driver.h"
 #include "backends/cupti_compat.h"
+#include "backends/cupti_decode.h"
 #include "backends/cupti_handler.h"
 #include "backends/cupti_loader.h"
 #include "backends/cupti_table.h"
 #include "core/clock.h"
+#include "core/recorder.h"
 
 namespace warmprof::backends::cupti {
 
@@ -25,6 +29,7 @@ namespace {
 std::mutex g_mu;  // start/stop/check and the state below
 CUpti_SubscriberHandle g_subscriber = nullptr;
 double g_subscribe_ns = 0;
+int64_t g_refused = 0;  // mapped callbacks the installed libcupti refused to enable
 
 // What the last subscribe attempt said: available() is true only after one succeeded.
 enum class Subscribed { kNever, kYes, kNo };
@@ -42,128 +47,6 @@ const char* const kTornDown =
     "the CUPTI subscription was torn down by another tool calling cuptiFinalize (torch.profiler's "
     "Kineto does at exit with TEARDOWN_CUPTI=1)";
 
-// --- decoding CUPTI's callback data (real path only) ---------------------------------------------
-
-#define WP_BYTES(cbid_name, field) \
-  case CUPTI_DRIVER_TRACE_CBID_##cbid_name: \
-    return int64_t(static_cast<const cbid_name##_params*>(p)->field)
-
-// Bytes a call allocates or copies, read from its parameter struct; 0 when it carries none.
-int64_t bytes_of(uint32_t cbid, const void* p) {
-  if (p == nullptr) return 0;
-  switch (cbid) {
-    WP_BYTES(cuMemAlloc, bytesize);
-    WP_BYTES(cuMemAlloc_v2, bytesize);
-    WP_BYTES(cuMemAllocManaged, bytesize);
-    WP_BYTES(cuMemAllocHost, bytesize);
-    WP_BYTES(cuMemAllocHost_v2, bytesize);
-    WP_BYTES(cuMemHostAlloc, bytesize);
-    case CUPTI_DRIVER_TRACE_CBID_cuMemHostAlloc_v2:  // no _v2 params struct: the same layout
-      return int64_t(static_cast<const cuMemHostAlloc_params*>(p)->bytesize);
-    WP_BYTES(cuMemCreate, size);
-    WP_BYTES(cuMemMap, size);
-    WP_BYTES(cuMemAddressReserve, size);
-    WP_BYTES(cuMemAllocAsync, bytesize);
-    WP_BYTES(cuMemAllocAsync_ptsz, bytesize);
-    WP_BYTES(cuMemAllocFromPoolAsync, bytesize);
-    WP_BYTES(cuMemAllocFromPoolAsync_ptsz, bytesize);
-    WP_BYTES(cuMemcpyHtoD, ByteCount);
-    WP_BYTES(cuMemcpyHtoD_v2, ByteCount);
-    WP_BYTES(cuMemcpyHtoD_v2_ptds, ByteCount);
-    WP_BYTES(cuMemcpyHtoDAsync, ByteCount);
-    WP_BYTES(cuMemcpyHtoDAsync_v2, ByteCount);
-    WP_BYTES(cuMemcpyHtoDAsync_v2_ptsz, ByteCount);
-    WP_BYTES(cuMemPrefetchAsync, count);
-    WP_BYTES(cuMemPrefetchAsync_ptsz, count);
-#if WARMPROF_CUPTI_SINCE(12, 2)
-    WP_BYTES(cuMemPrefetchAsync_v2, count);
-    WP_BYTES(cuMemPrefetchAsync_v2_ptsz, count);
-#endif
-    WP_BYTES(cuMemcpy, ByteCount);
-    WP_BYTES(cuMemcpy_ptds, ByteCount);
-    WP_BYTES(cuMemcpyAsync, ByteCount);
-    WP_BYTES(cuMemcpyAsync_ptsz, ByteCount);
-    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocPitch: {
-      auto* a = static_cast<const cuMemAllocPitch_params*>(p);
-      return int64_t(a->WidthInBytes) * int64_t(a->Height);
-    }
-    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocPitch_v2: {
-      auto* a = static_cast<const cuMemAllocPitch_v2_params*>(p);
-      return int64_t(a->WidthInBytes) * int64_t(a->Height);
-    }
-    default: return 0;
-  }
-}
-#undef WP_BYTES
-
-// The launched function: every launch parameter struct warmprof decodes carries it as `f`.
-uintptr_t kernel_of(uint32_t cbid, const void* p) {
-  if (p == nullptr) return 0;
-  switch (cbid) {
-    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx:
-      return reinterpret_cast<uintptr_t>(static_cast<const cuLaunchKernelEx_params*>(p)->f);
-    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz:
-      return reinterpret_cast<uintptr_t>(static_cast<const cuLaunchKernelEx_ptsz_params*>(p)->f);
-    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel:
-    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz:
-    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel:
-    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz:
-    case CUPTI_DRIVER_TRACE_CBID_cuLaunch:
-    case CUPTI_DRIVER_TRACE_CBID_cuLaunchGrid:
-    case CUPTI_DRIVER_TRACE_CBID_cuLaunchGridAsync:
-      // `CUfunction f` is the first member of each of these structs.
-      return reinterpret_cast<uintptr_t>(*static_cast<const CUfunction*>(p));
-    default: return 0;
-  }
-}
-
-// cuMemcpy/cuMemcpyAsync take unified addresses: host-to-device when the destination is device
-// memory and the source is not (unregistered host memory makes the query fail, which means host).
-bool host_to_device(uint32_t cbid, const void* p) {
-  const cuda_driver::Api* api = cuda_driver::api(nullptr);
-  if (api == nullptr || p == nullptr) return false;
-  CUdeviceptr dst = 0, src = 0;
-  if (cbid == CUPTI_DRIVER_TRACE_CBID_cuMemcpy || cbid == CUPTI_DRIVER_TRACE_CBID_cuMemcpy_ptds) {
-    auto* a = static_cast<const cuMemcpy_params*>(p);  // same layout as the _ptds struct
-    dst = a->dst, src = a->src;
-  } else {
-    auto* a = static_cast<const cuMemcpyAsync_params*>(p);  // same layout as the _ptsz struct
-    dst = a->dst, src = a->src;
-  }
-  unsigned int dst_type = 0, src_type = 0;
-  if (api->cuPointerGetAttribute(&dst_type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, dst) != CUDA_SUCCESS ||
-      dst_type != CU_MEMORYTYPE_DEVICE)
-    return false;
-  if (api->cuPointerGetAttribute(&src_type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, src) != CUDA_SUCCESS)
-    return true;
-  return src_type == CU_MEMORYTYPE_HOST;
-}
-
-handler::Event decode_driver(const table::Entry& en, uint32_t cbid, const CUpti_CallbackData* cb,
-                             uint64_t ticks, bool* skip) {
-  handler::Event e;
-  e.domain = CUPTI_CB_DOMAIN_DRIVER_API;
-  e.cbid = cbid;
-  e.ticks = ticks;
-  e.enter = cb->callbackSite == CUPTI_API_ENTER;
-  if (!e.enter && cb->functionReturnValue != nullptr)
-    e.failed = *static_cast<const CUresult*>(cb->functionReturnValue) != CUDA_SUCCESS;
-  e.value = bytes_of(cbid, cb->functionParams);
-  if (en.family == table::Family::kLaunch) {
-    e.kernel = kernel_of(cbid, cb->functionParams);
-    e.kernel_name = cb->symbolName;
-  } else if (en.family == table::Family::kCopyGeneric) {
-    // Decide the direction once, at enter; CUPTI keeps correlationData for the matching exit.
-    if (cb->correlationData == nullptr) {
-      *skip = !host_to_device(cbid, cb->functionParams);
-    } else {
-      if (e.enter) *cb->correlationData = host_to_device(cbid, cb->functionParams) ? 1 : 0;
-      *skip = *cb->correlationData == 0;
-    }
-  }
-  return e;
-}
-
 #if WARMPROF_CUPTI_SINCE(12, 2)
 // CUPTI_CB_DOMAIN_STATE: CUPTI says it hit a fatal error and finalizes itself right after.
 void on_state(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* data) {
@@ -178,31 +61,36 @@ void enable_state_domain(const Lib& l, CUpti_SubscriberHandle s) {
   (void)l.enable_domain(1, s, CUPTI_CB_DOMAIN_STATE);  // optional: an older libcupti lacks it
 }
 #else
-void on_state(CUpti_CallbackDomain, CUpti_CallbackId, const void*) {}
 void enable_state_domain(const Lib&, CUpti_SubscriberHandle) {}  // headers before 12.2 lack it
 #endif
 
-void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* data) {
-  const uint64_t ticks = clock::ticks();
+// One callback at `ticks`, through the handler. The thread must be prepared (prepare_thread).
+void deliver(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* data, uint64_t ticks) {
   const table::Entry* en = table::lookup(domain, cbid);
-  if (en == nullptr || data == nullptr) {  // the common case: a call warmprof ignores
+  if (en == nullptr || data == nullptr) return;  // not enabled by warmprof: nothing to do
+  const bool enter = domain == CUPTI_CB_DOMAIN_RESOURCE ||
+                     static_cast<const CUpti_CallbackData*>(data)->callbackSite == CUPTI_API_ENTER;
+  if (handler::absorb(*en, enter)) return;  // the runtime call around it is counted instead
+  if (domain == CUPTI_CB_DOMAIN_RESOURCE) {
+    handler::record(*en, decode::resource(*en, static_cast<const CUpti_ResourceData*>(data), ticks));
+    return;
+  }
+  bool skip = false;
+  const handler::Event e = decode::api(*en, static_cast<const CUpti_CallbackData*>(data), ticks, &skip);
+  if (!skip) handler::record(*en, e);
+}
+
+// The thread's buffer and state are set up before the clock is read: a thread's first callback
+// must not time its own registration as part of the call it records.
+void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* data) {
+#if WARMPROF_CUPTI_SINCE(12, 2)
+  if (domain == CUPTI_CB_DOMAIN_STATE) {  // enabled by subscribe(), apart from the table's ids
     on_state(domain, cbid, data);
     return;
   }
-  handler::Event e;
-  if (domain == CUPTI_CB_DOMAIN_DRIVER_API) {
-    bool skip = false;
-    e = decode_driver(*en, cbid, static_cast<const CUpti_CallbackData*>(data), ticks, &skip);
-    if (skip) return;
-  } else {
-    e.domain = domain;
-    e.cbid = cbid;
-    e.ticks = ticks;
-    auto* rd = static_cast<const CUpti_ResourceData*>(data);
-    if (cbid == CUPTI_CBID_RESOURCE_MODULE_LOADED && rd->resourceDescriptor != nullptr)
-      e.value = int64_t(static_cast<const CUpti_ModuleResourceData*>(rd->resourceDescriptor)->cubinSize);
-  }
-  handler::handle(e);
+#endif
+  handler::prepare_thread();
+  deliver(domain, cbid, data, clock::ticks());
 }
 
 #if WARMPROF_CUPTI_SINCE(13, 0)
@@ -279,6 +167,26 @@ std::string probe(const Lib& l, CUpti_SubscriberHandle s) {
   return "";
 }
 
+// Enables each callback the table maps, one id at a time (cuptiEnableCallback), never a whole
+// domain: the ~800 driver and ~500 runtime functions warmprof ignores then cost the instrumented
+// passes no dispatch. An id the installed libcupti refuses (older than the headers warmprof was
+// built with) is skipped and counted. Returns the number enabled; `last` keeps the last refusal.
+template <typename Enable>
+size_t enable_mapped(Enable&& enable, int64_t* refused, CUptiResult* last) {
+  size_t n = 0, enabled = 0;
+  const table::Key* keys = table::mapped(&n);
+  for (size_t i = 0; i < n; ++i) {
+    const CUptiResult r = enable(keys[i].domain, keys[i].cbid);
+    if (r == CUPTI_SUCCESS) {
+      ++enabled;
+    } else {
+      ++*refused;
+      *last = r;
+    }
+  }
+  return enabled;
+}
+
 }  // namespace
 
 bool compiled() { return true; }
@@ -310,17 +218,22 @@ std::string start() {
   if (!l.ok) return l.reason;
   if (g_subscriber != nullptr) return "warmprof's CUPTI subscriber is already active";
   (void)table::lookup(0, 0);  // build the table (interning names) outside the timed region
-  handler::reset_counts();
+  handler::reset_counts();    // and fault in the first-seen table and the name arena
   const uint64_t t0 = clock::ticks();
   std::string why = subscribe(l, &g_subscriber);
   if (!why.empty()) return why;
-  for (CUpti_CallbackDomain d : {CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_CB_DOMAIN_RESOURCE}) {
-    CUptiResult r = l.enable_domain(1, g_subscriber, d);
-    if (r != CUPTI_SUCCESS) {
-      l.unsubscribe(g_subscriber);
-      g_subscriber = nullptr;
-      return "cuptiEnableDomain(" + std::to_string(int(d)) + ") failed: " + result_text(r);
-    }
+  g_refused = 0;
+  CUptiResult last = CUPTI_SUCCESS;
+  const CUpti_SubscriberHandle sub = g_subscriber;
+  const size_t enabled = enable_mapped(
+      [&](uint32_t domain, uint32_t cbid) {
+        return l.enable_callback(1, sub, CUpti_CallbackDomain(domain), CUpti_CallbackId(cbid));
+      },
+      &g_refused, &last);
+  if (enabled == 0) {
+    l.unsubscribe(g_subscriber);
+    g_subscriber = nullptr;
+    return "cuptiEnableCallback failed for every callback warmprof maps: " + result_text(last);
   }
   g_subscribe_ns = double(clock::to_ns(clock::ticks()) - clock::to_ns(t0));
   return "";
@@ -359,11 +272,16 @@ std::string check() {
 
 PassStats stats() {
   PassStats s;
-  s.kernel_launches = handler::kernel_launches();
+  const handler::Counts c = handler::counts();
+  s.kernel_launches = c.kernel_launches;
+  s.new_kernel_count = c.new_kernels;
   s.new_kernels = handler::new_kernels();
-  s.callbacks = handler::callbacks();
+  s.callbacks = c.callbacks;
+  s.pool_hits = c.pool_hits;
+  s.untracked_kernels = c.untracked_kernels;
   std::lock_guard<std::mutex> lock(g_mu);
   s.subscribe_ns = g_subscribe_ns;
+  s.refused_callbacks = g_refused;
   return s;
 }
 
@@ -377,6 +295,95 @@ std::string callback_name(uint32_t domain, uint32_t cbid) {
   return en ? en->name : "";
 }
 
+std::vector<std::pair<uint32_t, uint32_t>> enabled_callbacks() {
+  std::vector<std::pair<uint32_t, uint32_t>> out;
+  int64_t refused = 0;
+  CUptiResult last = CUPTI_SUCCESS;
+  enable_mapped(
+      [&](uint32_t domain, uint32_t cbid) {
+        out.emplace_back(domain, cbid);
+        return CUPTI_SUCCESS;
+      },
+      &refused, &last);
+  return out;
+}
+
+namespace {
+
+// `pairs` enter/exit pairs of one driver call through the real callback entry (prepare, clock
+// read, lookup, decode, handler), with its own parameter struct: cuLaunchKernel of the function
+// `value`, or cuMemAlloc_v2 of `value` bytes.
+bool call_through_callback(uint32_t cbid, int64_t value, int pairs) {
+  cuLaunchKernel_params launch{};
+  cuMemAlloc_v2_params alloc{};
+  CUdeviceptr dptr = 0;
+  CUpti_CallbackData cb{};
+  if (cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel) {
+    launch.f = reinterpret_cast<CUfunction>(uintptr_t(value));
+    cb.functionParams = &launch;
+    cb.symbolName = nullptr;
+  } else if (cbid == CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2) {
+    alloc.dptr = &dptr;
+    alloc.bytesize = size_t(value);
+    cb.functionParams = &alloc;
+  } else {
+    return false;
+  }
+  CUresult ok = CUDA_SUCCESS;
+  uint64_t correlation = 0;
+  cb.functionReturnValue = &ok;
+  cb.correlationData = &correlation;
+  for (int i = 0; i < pairs; ++i) {
+    cb.callbackSite = CUPTI_API_ENTER;
+    on_callback(nullptr, CUPTI_CB_DOMAIN_DRIVER_API, cbid, &cb);
+    cb.callbackSite = CUPTI_API_EXIT;
+    on_callback(nullptr, CUPTI_CB_DOMAIN_DRIVER_API, cbid, &cb);
+  }
+  return true;
+}
+
+}  // namespace
+
+double handler_cost_ns(int iterations) {
+  if (iterations <= 0 || recorder::enabled() || active()) return 0.0;
+  // The common callback of a pass: a repeat launch (counted, no record), with the recorder on as
+  // in a pass. Its first launch (a span) is taken before the clock. The calibration kernel is an
+  // address no CUfunction has; its launches are taken out of the counts afterwards.
+  static const char kCalibrationKernel = 0;
+  const int64_t kernel = int64_t(reinterpret_cast<uintptr_t>(&kCalibrationKernel));
+  const handler::Counts saved = handler::counts();
+  recorder::start();
+  call_through_callback(CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, kernel, 1);
+  const uint64_t t0 = clock::monotonic_ns();
+  call_through_callback(CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, kernel, iterations);
+  const uint64_t t1 = clock::monotonic_ns();
+  recorder::stop();
+  recorder::release();
+  handler::restore_counts(saved);
+  return double(t1 - t0) / (2.0 * iterations);
+}
+
+bool call_now(uint32_t cbid, int64_t value, int pairs) { return call_through_callback(cbid, value, pairs); }
+
+int64_t launch_heap_bytes(int64_t first_kernel, int kernels, const std::string& name) {
+  // Heap in use on this thread's arena before and after `kernels` first launches through the
+  // handler (names kept): the hot path must take nothing from it.
+  const std::string full = name + std::string(64, 'x');  // past any small-string buffer
+  const size_t before = mallinfo2().uordblks;
+  for (int i = 0; i < kernels; ++i) {
+    handler::Event e;
+    e.domain = CUPTI_CB_DOMAIN_DRIVER_API;
+    e.cbid = CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel;
+    e.kernel = uintptr_t(first_kernel + i);
+    e.kernel_name = full.c_str();
+    e.enter = true;
+    handler::handle(e);
+    e.enter = false;
+    handler::handle(e);
+  }
+  return int64_t(mallinfo2().uordblks) - int64_t(before);
+}
+
 void inject(uint32_t domain, uint32_t cbid, bool enter, uint64_t ticks, int64_t value, bool failed) {
   handler::Event e;
   e.domain = domain;
@@ -387,6 +394,67 @@ void inject(uint32_t domain, uint32_t cbid, bool enter, uint64_t ticks, int64_t 
   e.failed = failed && !enter;
   e.kernel = uintptr_t(value);  // launches: the injected value stands for the CUfunction
   handler::handle(e);
+}
+
+bool inject_load(uint32_t domain, uint32_t cbid, bool enter, uint64_t ticks, const std::string& image, int arch) {
+  // The call's own parameter struct, pointing at `image` (a path for the file loads), delivered
+  // as CUPTI would, so the decoding of the parameters and of the image is the real one.
+  union {
+    cuModuleLoad_params module_file;
+    cuModuleLoadData_params module_data;
+    cuModuleLoadDataEx_params module_data_ex;
+    cuModuleLoadFatBinary_params module_fatbin;
+    cuLibraryLoadData_params library_data;
+    cuLibraryLoadFromFile_params library_file;
+#if WARMPROF_CUPTI_SINCE(12, 6)
+    cudaLibraryLoadData_v12060_params rt_library_data;
+    cudaLibraryLoadFromFile_v12060_params rt_library_file;
+#endif
+  } params{};
+  const void* bytes = image.data();
+  const char* path = image.c_str();
+  bool known = true;
+  if (domain == CUPTI_CB_DOMAIN_DRIVER_API) {
+    switch (cbid) {
+      case CUPTI_DRIVER_TRACE_CBID_cuModuleLoad: params.module_file.fname = path; break;
+      case CUPTI_DRIVER_TRACE_CBID_cuModuleLoadData: params.module_data.image = bytes; break;
+      case CUPTI_DRIVER_TRACE_CBID_cuModuleLoadDataEx: params.module_data_ex.image = bytes; break;
+      case CUPTI_DRIVER_TRACE_CBID_cuModuleLoadFatBinary: params.module_fatbin.fatCubin = bytes; break;
+      case CUPTI_DRIVER_TRACE_CBID_cuLibraryLoadData: params.library_data.code = bytes; break;
+      case CUPTI_DRIVER_TRACE_CBID_cuLibraryLoadFromFile: params.library_file.fileName = path; break;
+      default: known = false;
+    }
+#if WARMPROF_CUPTI_SINCE(12, 6)
+  } else if (domain == CUPTI_CB_DOMAIN_RUNTIME_API && cbid == CUPTI_RUNTIME_TRACE_CBID_cudaLibraryLoadData_v12060) {
+    params.rt_library_data.code = bytes;
+  } else if (domain == CUPTI_CB_DOMAIN_RUNTIME_API && cbid == CUPTI_RUNTIME_TRACE_CBID_cudaLibraryLoadFromFile_v12060) {
+    params.rt_library_file.fileName = path;
+#endif
+  } else if (!(domain == CUPTI_CB_DOMAIN_RESOURCE && cbid == CUPTI_CBID_RESOURCE_MODULE_LOADED)) {
+    known = false;
+  }
+  if (!known) return false;
+  decode::set_arch_override(arch);
+  handler::prepare_thread();
+  if (domain == CUPTI_CB_DOMAIN_RESOURCE) {
+    CUpti_ModuleResourceData module{};
+    module.cubinSize = image.size();
+    module.pCubin = image.data();
+    CUpti_ResourceData rd{};
+    rd.resourceDescriptor = &module;
+    deliver(CUPTI_CB_DOMAIN_RESOURCE, cbid, &rd, ticks);
+  } else {
+    CUresult ok = CUDA_SUCCESS;
+    uint64_t correlation = 0;
+    CUpti_CallbackData cb{};
+    cb.callbackSite = enter ? CUPTI_API_ENTER : CUPTI_API_EXIT;
+    cb.functionParams = &params;
+    cb.functionReturnValue = &ok;
+    cb.correlationData = &correlation;
+    deliver(CUpti_CallbackDomain(domain), cbid, &cb, ticks);
+  }
+  decode::set_arch_override(-1);
+  return true;
 }
 
 }  // namespace warmprof::backends::cupti

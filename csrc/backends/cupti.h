@@ -1,9 +1,11 @@
-// CUPTI subscriber: driver-API and resource callbacks mapped to causes, written into the recorder.
-// Real implementation in cupti.cpp (compiled when CUDA headers are found), stub in no_cupti.cpp.
-// libcuda and libcupti are opened at run time: a missing library becomes a reason, never a crash.
+// CUPTI subscriber: driver-API, runtime-API and resource callbacks mapped to causes, written into
+// the recorder. Real implementation in cupti.cpp (compiled when CUDA headers are found), stub in
+// no_cupti.cpp. libcuda and libcupti are opened at run time: a missing library becomes a reason,
+// never a crash.
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace warmprof::backends::cupti {
@@ -19,10 +21,11 @@ std::string library_path();        // the libcupti file in use, "" when none is 
 // (Python passes the CUDA wheels' lib folders). Takes effect while libcupti is not yet loaded.
 void set_search_path(std::vector<std::string> dirs);
 
-// Subscribes (driver + resource domains, activity for kernels). Returns "" on success, else why not
-// (no driver, another subscriber holds CUPTI, ...). stop() unsubscribes and flushes; safe to repeat.
-// stop() returns "" when it unsubscribed cleanly (or nothing was subscribed), else why not: the
-// subscription had been torn down (another tool called cuptiFinalize), which is not an error.
+// Subscribes and enables exactly the callbacks the table maps (enabled_callbacks()), in the
+// driver, runtime and resource domains. Returns "" on success, else why not (no driver, another
+// subscriber holds CUPTI, ...). stop() unsubscribes; safe to repeat. It returns "" when it
+// unsubscribed cleanly (or nothing was subscribed), else why not: the subscription had been torn
+// down (another tool called cuptiFinalize), which is not an error.
 std::string start();
 std::string stop();
 bool active();  // subscribed and not found torn down
@@ -35,10 +38,14 @@ bool active();  // subscribed and not found torn down
 std::string check();
 
 struct PassStats {
-  int64_t kernel_launches = 0;           // since start()
-  std::vector<std::string> new_kernels;  // kernels first seen in this process, since start()
+  int64_t kernel_launches = 0;           // since start(); a runtime launch and its driver launch count once
+  int64_t new_kernel_count = 0;          // kernels first seen in this process, since start()
+  std::vector<std::string> new_kernels;  // their names (the first 16384)
   double subscribe_ns = 0;               // CUPTI's own first-use cost (subscribe + enable)
   int64_t callbacks = 0;                 // callbacks delivered (real or injected) since start()
+  int64_t pool_hits = 0;                 // stream-ordered allocations served without pool growth
+  int64_t untracked_kernels = 0;         // launches past the first-seen table's room
+  int64_t refused_callbacks = 0;         // mapped callbacks the installed libcupti would not enable
 };
 PassStats stats();
 
@@ -46,10 +53,31 @@ PassStats stats();
 int classify(uint32_t domain, uint32_t cbid);
 std::string callback_name(uint32_t domain, uint32_t cbid);
 
+// The (domain, cbid) pairs start() enables, in order, from start()'s own enabling routine run
+// against a list instead of libcupti: the table's keys, one cuptiEnableCallback each.
+std::vector<std::pair<uint32_t, uint32_t>> enabled_callbacks();
+
+// ns warmprof's callback handler adds to one callback on this machine: a repeat launch, enter and
+// exit, through the real callback entry with the recorder on, `iterations` times. CUPTI's own
+// dispatch of a callback is not in it (that needs a GPU). 0 while recording or subscribed.
+double handler_cost_ns(int iterations);
+
 // Test-only: deliver one synthetic callback through the same handler the real subscriber uses.
 // `enter` true for API enter / resource event; `value` carries bytes where the callback has them
-// (for launches it stands for the CUfunction, so equal values are the same kernel); `failed` marks
-// an API exit whose CUresult was an error.
+// (for launches it stands for the CUfunction, so equal values are the same kernel; for
+// stream-ordered allocations it is the pool's reserved bytes at that callback); `failed` marks an
+// API exit whose result was an error.
 void inject(uint32_t domain, uint32_t cbid, bool enter, uint64_t ticks, int64_t value, bool failed);
+// Test-only: `pairs` enter/exit pairs of cuLaunchKernel (of the function `value`) or cuMemAlloc_v2
+// (of `value` bytes) through the real callback entry, the clock read inside, as CUPTI delivers
+// them. false for another cbid.
+bool call_now(uint32_t cbid, int64_t value, int pairs);
+// Test-only: heap bytes (this thread's malloc arena) taken by `kernels` first launches, named
+// `name`, through the handler: 0 when the hot path allocates nothing.
+int64_t launch_heap_bytes(int64_t first_kernel, int kernels, const std::string& name);
+// Test-only: a module load (or MODULE_LOADED) with its image (a path for the file loads), built
+// as CUPTI's own callback data and decoded by the real path; `arch` is the device's compute
+// capability to decode fatbins against (0: unknown). false when (domain, cbid) is not a load.
+bool inject_load(uint32_t domain, uint32_t cbid, bool enter, uint64_t ticks, const std::string& image, int arch);
 
 }  // namespace warmprof::backends::cupti

@@ -2,20 +2,44 @@
 // recorder records out. No libcupti or driver calls here, so it runs on machines without a GPU.
 //
 // Records (names interned as "cupti:<callback>"):
-// - driver API enter/exit -> begin/end of a span with the table's cause (bytes as the value);
-// - resource CONTEXT_CREATED / CU_INIT_FINISHED / MODULE_LOADED -> runtime_init instants;
+// - API enter/exit -> begin/end of a span with the table's cause (bytes as the value where the
+//   table says the call counts bytes: cuMemCreate counts an expandable segment's bytes once, the
+//   cuMemAddressReserve/cuMemMap/cuMemSetAccess steps are allocator_growth time with value 0);
+// - module/library loads -> runtime_init spans for a cubin, jit_compile for PTX (the driver
+//   compiles it); lookups (cuModuleGetFunction, cuLibraryGetKernel, ...) are runtime_init spans
+//   that never mark a lazy load;
+// - resource CONTEXT_CREATED / CU_INIT_FINISHED / MODULE_LOADED -> instants (MODULE_LOADED:
+//   cubin bytes, cause by its image like a load);
 // - cuStreamBeginCapture* enter .. cuStreamEndCapture* exit -> one graph_capture span
 //   "cupti:stream_capture" (closed at once when BeginCapture fails);
-// - kernel launches -> structure spans "cupti:<launch api>", value 1 for a kernel first seen.
-//   A launch is written at its exit, with its enter timestamp, because only then is it known
-//   whether a module load happened inside it (lazy loading): such a launch becomes a runtime_init
-//   span "cupti:lazy_load", so the whole launch, not just the load, counts as one-time set-up.
-//   The recorder's drain sorts by timestamp, so the late-written begin lands before its children.
+// - kernel launches are counted, not recorded: only a kernel's first launch (a structure span,
+//   value 1) and a launch inside which a module was loaded (lazy loading: the span
+//   "cupti:lazy_load", the load's cause, so the whole launch counts as one-time set-up) are spans,
+//   so a pass of 100k launches cannot fill the recorder and crowd out cause spans. A launch is
+//   written at its exit, with its enter timestamp, because only then is a load inside it known;
+//   the recorder's drain sorts by timestamp, so the late-written begin lands before its children.
+// - stream-ordered allocations (cuMemAllocAsync, cudaMallocAsync, ...) carry the pool's reserved
+//   bytes at enter and at exit: a pool hit (no growth) records nothing and is counted; a call in
+//   which the pool's reservation grew is an allocator_growth span valued at the growth.
+//
+// Runtime and driver: eager PyTorch calls the runtime (cudaLaunchKernel, cudaMalloc, ...), which
+// calls the driver inside; CUPTI may or may not report those inner driver calls. A driver call
+// made while a runtime call of the same operation (table::Op) is open on the thread is that
+// runtime call's implementation: it is absorbed (kept as a muted frame, never recorded or
+// counted as a launch), so each operation counts once whichever way CUPTI behaves. Driver calls
+// of another operation inside a runtime call (a module load inside cudaLaunchKernel) are recorded.
+//
+// The hot path allocates nothing, takes no lock and touches only pre-faulted memory: first-seen
+// kernels live in a fixed open-addressing table and their names in a fixed arena, both faulted in
+// by reset_counts() (at subscribe time); a thread's recorder buffer and handler state are set up by
+// prepare_thread() before the callback reads the clock, so that set-up is outside every span.
 // Per-thread state (open calls, open captures) is dropped when a new recording generation starts.
 #pragma once
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "backends/cupti_table.h"
 
 namespace warmprof::backends::cupti::handler {
 
@@ -23,19 +47,41 @@ struct Event {
   uint32_t domain = 0;
   uint32_t cbid = 0;
   bool enter = true;         // API enter, or a resource event
-  bool failed = false;       // API exit whose CUresult was not CUDA_SUCCESS
+  bool failed = false;       // API exit whose result was not success
   uint64_t ticks = 0;        // clock::ticks() at the callback
-  int64_t value = 0;         // bytes for allocations and copies, cubin bytes for MODULE_LOADED
-  uintptr_t kernel = 0;      // launches: the CUfunction (injected launches: the injected value)
+  // Allocations and copies: bytes. MODULE_LOADED: cubin bytes. Stream-ordered allocations: the
+  // pool's reserved bytes at this callback (-1 unknown).
+  int64_t value = 0;
+  uintptr_t kernel = 0;      // launches: the CUfunction or runtime entry (injected launches: the injected value)
   const char* kernel_name = nullptr;  // launches: the symbol name, when CUPTI gives one
+  uint8_t image = 0;         // loads and MODULE_LOADED: cuda_image::Kind of the image
 };
 
+// The calling thread's recorder buffer and handler state, ready before the clock is read.
+void prepare_thread();
+// Every callback first: counts it, and absorbs a driver call made inside a runtime call of the
+// same operation (true: nothing more to do, do not decode it).
+bool absorb(const table::Entry& en, bool enter);
+// The decoded callback (not absorbed) -> records.
+void record(const table::Entry& en, const Event& e);
+// All three, for injected callbacks (the real callback decodes between absorb and record).
 void handle(const Event& e);
 
 // Counters since the last reset (cupti::start()).
+struct Counts {
+  int64_t callbacks = 0;          // callbacks delivered (real or injected), absorbed ones included
+  int64_t kernel_launches = 0;    // launches counted once (a runtime launch and its driver launch: one)
+  int64_t new_kernels = 0;        // kernels first seen in this process
+  int64_t pool_hits = 0;          // stream-ordered allocations the pool served without growing
+  int64_t untracked_kernels = 0;  // launches of kernels past the first-seen table's room (not flagged)
+};
+Counts counts();
+// Zeroes the counters and the names since the last reset, and faults in the first-seen table and
+// the name arena, so that callbacks touch only mapped pages. Cold: call before subscribing.
 void reset_counts();
-int64_t kernel_launches();
-int64_t callbacks();
-std::vector<std::string> new_kernels();  // names of kernels first seen in this process since reset
+void restore_counts(const Counts& c);  // after a calibration loop: its callbacks are not the model's
+// Names of kernels first seen since reset (the first 16384; a kernel without a symbol name, or
+// past the arena's room, is "kernel#<id>"). Cold.
+std::vector<std::string> new_kernels();
 
 }  // namespace warmprof::backends::cupti::handler

@@ -1,7 +1,9 @@
-// The decoding table: CUPTI (domain, callback id) -> family, cause and interned record name.
-// Pure data built from the toolkit's headers (cupti_driver_cbid.h, cupti_callbacks.h); needs no
-// driver and no libcupti, so it is tested on machines without a GPU.
+// The decoding table: CUPTI (domain, callback id) -> family, operation, cause and interned record
+// name. Pure data built from the toolkit's headers (cupti_driver_cbid.h, cupti_runtime_cbid.h,
+// cupti_callbacks.h); needs no driver and no libcupti, so it is tested on machines without a GPU.
+// The subscriber enables exactly the callbacks listed here (mapped()), nothing else.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 
 namespace warmprof::backends::cupti::table {
@@ -9,27 +11,45 @@ namespace warmprof::backends::cupti::table {
 // How the handler treats a callback; the cause follows from the family.
 enum class Family : uint8_t {
   kRuntimeInit,    // cuInit, context creation, primary-context retain: a runtime_init span
-  kModuleLoad,     // module/library loads and function lookups: runtime_init, marks the open launch
-  kLaunch,         // kernel launch: a structure span, or runtime_init "lazy_load" if a load nests in it
-  kAlloc,          // device/pinned/managed/VMM allocations and pools: allocator_growth, bytes
+  kModuleLoad,     // an actual module/library load: runtime_init (cubin) or jit_compile (PTX), marks the open launch
+  kModuleLookup,   // function/kernel/module lookups: a runtime_init span that never marks a lazy load
+  kLaunch,         // kernel launch: counted; a span only for a kernel's first launch or a lazy load
+  kAlloc,          // device/pinned/managed/VMM allocations: allocator_growth
+  kAllocAsync,     // stream-ordered allocations: allocator_growth only when the pool grew
   kCaptureBegin,   // cuStreamBeginCapture*: opens the graph_capture "stream_capture" span
   kCaptureEnd,     // cuStreamEndCapture*: closes it
   kGraph,          // cuGraphInstantiate*, cuGraphUpload*: graph_capture span
   kCopyToDevice,   // host-to-device copies and unified-memory prefetch: data_transfer, bytes
-  kCopyGeneric,    // cuMemcpy/cuMemcpyAsync: data_transfer only when the direction is host-to-device
+  kCopyGeneric,    // cuMemcpy/cudaMemcpy...: data_transfer only when the direction is host-to-device
   kResourceInit,   // resource CONTEXT_CREATED, CU_INIT_FINISHED: runtime_init instant
-  kResourceModule, // resource MODULE_LOADED: runtime_init instant (cubin bytes), marks the open launch
+  kResourceModule, // resource MODULE_LOADED: instant (cubin bytes), marks the open launch
 };
+
+// The operation a call performs, whichever API it comes through: a driver call made while a
+// runtime call of the same operation is open on the thread is that runtime call's own
+// implementation, and is not counted again.
+enum class Op : uint8_t { kInit, kLoad, kLookup, kLaunch, kAlloc, kCapture, kGraph, kCopy, kResource };
 
 struct Entry {
   Family family;
-  uint8_t cause;     // warmprof::Cause
-  uint32_t name_id;  // interned "cupti:<callback name>"
-  const char* name;  // callback name without the prefix ("cuMemAlloc_v2", "MODULE_LOADED")
+  Op op;
+  uint8_t cause;     // warmprof::Cause (loads: the cause of a cubin load; a PTX load is jit_compile)
+  bool bytes;        // the decoded value counts bytes (cuMemMap/cuMemSetAccess/... map bytes cuMemCreate counted)
+  uint32_t domain;   // CUpti_CallbackDomain
+  uint32_t cbid;
+  uint32_t name_id;  // interned "cupti:<name>"
+  const char* name;  // the call's name without the prefix ("cuMemAlloc_v2", "cudaMalloc", "MODULE_LOADED")
 };
 
 // nullptr when warmprof ignores the callback. Thread-safe; the table is built on first use.
 const Entry* lookup(uint32_t domain, uint32_t cbid);
+
+// Every mapped (domain, cbid): the callbacks the subscriber enables, in table order.
+struct Key {
+  uint32_t domain;
+  uint32_t cbid;
+};
+const Key* mapped(size_t* count);
 
 // Interned names of the records the handler makes besides the per-callback ones.
 struct ExtraNames {

@@ -17,6 +17,11 @@ std::string check() { return ""; }
 PassStats stats() { return {}; }
 int classify(uint32_t, uint32_t) { return -1; }
 std::string callback_name(uint32_t, uint32_t) { return ""; }
+std::vector<std::pair<uint32_t, uint32_t>> enabled_callbacks() { return {}; }
+double handler_cost_ns(int) { return 0.0; }
 void inject(uint32_t, uint32_t, bool, uint64_t, int64_t, bool) {}
+bool call_now(uint32_t, int64_t, int) { return false; }
+int64_t launch_heap_bytes(int64_t, int, const std::string&) { return 0; }
+bool inject_load(uint32_t, uint32_t, bool, uint64_t, const std::string&, int) { return false; }
 
 }  // namespace warmprof::backends::cupti

@@ -67,6 +67,20 @@ inline ThreadBuffer* this_thread_buffer() {
   return tb;
 }
 
+// The calling thread's buffer, registered now if it has none in this generation (the slow path
+// of its first record: a lock, and a pre-faulted spare buffer when one is free), and the slots of
+// its next `records` records written once, so that a page not faulted in yet (a buffer made for a
+// thread that found no spare) faults now. A callback that times a call (CUPTI) calls it before
+// reading the clock: neither registration nor a first touch lands inside the span it records.
+// The slots are past `count`, so nothing reads them until append() fills them.
+inline void prepare_thread(size_t records = 2) {
+  if (!g_enabled.load(std::memory_order_relaxed)) return;
+  ThreadBuffer* tb = this_thread_buffer();
+  const size_t n = tb->count.load(std::memory_order_relaxed);
+  for (size_t i = n; i < n + records && i < tb->capacity; ++i)
+    *reinterpret_cast<volatile uint64_t*>(&tb->records[i].ticks) = 0;
+}
+
 // Hot path: no locks, no syscalls, no allocation after the thread's first record.
 inline bool append(uint8_t kind, uint8_t cause, uint32_t name, int64_t value, uint64_t ticks) {
   if (!g_enabled.load(std::memory_order_relaxed)) return false;

@@ -61,9 +61,13 @@ class _TapTaken(TypedDict):
 
 class _CuptiStats(TypedDict):
     kernel_launches: int
+    new_kernel_count: int
     new_kernels: list[str]
     subscribe_ns: float
     callbacks: int
+    pool_hits: int
+    untracked_kernels: int
+    refused_callbacks: int
 
 # Hot entry points (raw METH_FASTCALL: positional only).
 def begin(cause: int, name: int, /) -> None:
@@ -164,6 +168,8 @@ def cupti_classify(domain: int, cbid: int) -> int:
     """Cause id for a CUPTI (domain, callback id), or -1 when ignored."""
 
 def cupti_callback_name(domain: int, cbid: int) -> str: ...
+def cupti_handler_cost_ns(iterations: int) -> float:
+    """ns warmprof's handler adds to one CUPTI callback here (a repeat launch through the real callback entry; CUPTI's own dispatch not included); 0.0 when the backend is not compiled."""
 
 # CUDA events (driver API): failures raise RuntimeError with the reason.
 def cuda_event_record(stream: int = 0, device: int = -1) -> int:
@@ -211,6 +217,18 @@ class _TestingModule:
         domain: int, cbid: int, enter: bool, ticks: int, value: int = 0, failed: bool = False
     ) -> None:
         """Deliver a synthetic CUPTI callback through the real handler."""
+    @staticmethod
+    def cupti_inject_load(domain: int, cbid: int, enter: bool, ticks: int, image: bytes, arch: int = 0) -> None:
+        """A module load with its image (a path for file loads) as CUPTI's own callback data, decoded by the real path."""
+    @staticmethod
+    def cupti_call_now(cbid: int, value: int, pairs: int = 1) -> None:
+        """Enter/exit pairs of cuLaunchKernel (function `value`) or cuMemAlloc_v2 (`value` bytes) through the real callback entry, the clock read inside."""
+    @staticmethod
+    def cupti_launch_heap_bytes(first_kernel: int, kernels: int, name: str) -> int:
+        """Heap bytes taken by `kernels` first launches through the handler (0: the hot path allocates nothing)."""
+    @staticmethod
+    def cupti_enabled_callbacks() -> list[tuple[int, int]]:
+        """(domain, cbid) pairs the subscriber enables, from start()'s own enabling routine."""
     @staticmethod
     def tap_split(chunks: list[bytes], prefixes: list[bytes], marker: bytes) -> tuple[bytes, list[bytes], list[int]]:
         """The reader's splitter over chunks (b'' = the pipe is empty here): (passthrough, lines, segments)."""

@@ -12,6 +12,8 @@ the estimators in ESTIMATORS over it, each a pure function (context) -> parts:
   -> runtime_init (estimated).
 - module_hook_cost: module calls x the calibrated cost of warmprof's own hooks per call ->
   profiler_overhead (estimated): the instrumented passes pay it, the steady passes do not.
+- cupti_callback_cost: CUPTI callbacks taken in the pass x the calibrated cost of warmprof's
+  handler per callback -> profiler_overhead (estimated), the same reasoning.
 - inferred_figures: figures no span brackets (a clock ramp), added as the instruments gave them.
 
 Only the thread that ran the pass is attributed (other threads' spans overlap the pass's wall
@@ -33,7 +35,9 @@ from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
-from .timeline import BEGIN, COUNTER, END, STRUCTURE, Timeline, cause_name, source_of
+from .timeline import (
+    BEGIN, COUNTER, CUPTI_CALLBACKS, END, JIT_COMPILE, STRUCTURE, Timeline, cause_name, source_of,
+)
 
 FAULT_COUNTERS = ("host:minor_faults", "host:major_faults")
 THREAD_COUNTER = "host:threads"
@@ -66,6 +70,7 @@ class Calibration:
     fault_cost_ns: float = 0.0
     thread_start_ns: float = 0.0
     hook_cost_ns: float = 0.0  # what warmprof's module hooks add to one module call
+    cupti_handler_ns: float = 0.0  # what warmprof's CUPTI handler adds to one callback (CUPTI's dispatch not included)
 
 
 @dataclass
@@ -78,6 +83,7 @@ class Part:
     ns: float = 0.0
     count: int = 0
     by_module: dict[str, float] = field(default_factory=dict)
+    detail: str = ""  # what the figure holds or leaves out, where a reader would otherwise guess
 
     @property
     def ms(self) -> float:
@@ -423,7 +429,33 @@ def cause_spans(ctx: PassContext) -> list[Part]:
         if id(span) not in counted:
             counted.add(id(span))
             p.count += 1
+    for key, detail in _loads_in_compiles(ctx).items():
+        if key in parts:
+            parts[key].detail = detail
     return list(parts.values())
+
+
+_MODULE_LOADS = ("cupti:lazy_load", "cupti:cuModuleLoad", "cupti:cuLibraryLoad", "cupti:cudaLibraryLoad")
+
+
+def _loads_in_compiles(ctx: PassContext) -> dict[tuple[str, str], str]:
+    """Module loads (CUPTI) nested in another source's jit_compile span, e.g. Triton loading the
+    cubin it just built inside inductor's compile: the innermost span wins, so the load's time is
+    the load's cause (runtime_init for a cubin), not the compile's. Said in the part's detail."""
+    compiles = [s for s in ctx.spans if s.cause == JIT_COMPILE and source_of(s.name) != "cupti"]
+    if not compiles:
+        return {}
+    nested: dict[tuple[str, str], int] = {}
+    for s in ctx.spans:
+        if s.cause == STRUCTURE or not s.name.startswith(_MODULE_LOADS):
+            continue
+        if any(c.start_ns <= s.start_ns and s.end_ns <= c.end_ns for c in compiles):
+            key = (cause_name(s.cause), source_of(s.name))
+            nested[key] = nested.get(key, 0) + 1
+    return {key: (f"{n} module load{'s' if n > 1 else ''} inside a compile span (e.g. Triton loading the "
+                  f"kernel it built inside inductor's compile) counted here as {key[0]}, not as the compile's "
+                  "jit_compile: the innermost span wins")
+            for key, n in nested.items()}
 
 
 def host_faults(ctx: PassContext) -> list[Part]:
@@ -481,6 +513,46 @@ def module_hook_cost(ctx: PassContext) -> list[Part]:
     return [p]
 
 
+def _counter_change(tl: Timeline, name: str, t0: int, t1: int) -> int:
+    """How much a cumulative counter sampled around a window grew across it: the last sample at or
+    before t0 to the first at or after t1 (samples inside the window stand in when there are none
+    outside it); 0 without two samples."""
+    ids = [i for i, n in enumerate(tl.names) if n == name]
+    if not ids or len(tl) == 0:
+        return 0
+    mask = (tl.kind == COUNTER) & (tl.name == ids[0])
+    ts, val = tl.ts_ns[mask].tolist(), tl.value[mask].tolist()
+    if len(ts) < 2:
+        return 0
+    before = bisect.bisect_right(ts, t0) - 1
+    if before < 0 and ts[0] <= t1:
+        before = 0
+    after = bisect.bisect_left(ts, t1)
+    if after == len(ts) and ts[-1] >= t0:
+        after = len(ts) - 1
+    if before < 0 or after >= len(ts) or after <= before:
+        return 0
+    return max(0, int(val[after]) - int(val[before]))
+
+
+def cupti_callback_cost(ctx: PassContext) -> list[Part]:
+    """Estimated profiler_overhead: the CUPTI callbacks taken during the pass (the counter the CUPTI
+    instrument samples at the pass's start and end) x the calibrated cost of warmprof's handler per
+    callback. The instrumented passes pay it, the steady passes do not. The cost is the handler's
+    alone, measured on this machine; CUPTI's own dispatch per callback comes on top and is not in
+    the estimate (it can only be measured with a GPU). Not placed by module (the count is per pass)."""
+    cost = ctx.calibration.cupti_handler_ns
+    if cost <= 0 or ctx.timeline is None:
+        return []
+    n = _counter_change(ctx.timeline, CUPTI_CALLBACKS, *ctx.window)
+    if n <= 0:
+        return []
+    detail = (f"{n} CUPTI callbacks x {cost:.0f} ns, warmprof's handler cost per callback measured here; "
+              "CUPTI's own dispatch per callback is not included (measurable only on a GPU)")
+    return [Part("profiler_overhead", "cupti_callbacks", "estimated", ns=n * cost, count=n,
+                 by_module={"": n * cost}, detail=detail)]
+
+
 def inferred_figures(ctx: PassContext) -> list[Part]:
     """Figures no span brackets (a clock ramp inferred from clock samples), added as given; entries
     of the same (cause, source) add up."""
@@ -497,7 +569,8 @@ def inferred_figures(ctx: PassContext) -> list[Part]:
 
 # Run in this order; parts of the same (cause, source) from several estimators add up, and the
 # first one's evidence stands.
-ESTIMATORS: tuple[Estimator, ...] = (cause_spans, host_faults, thread_starts, module_hook_cost, inferred_figures)
+ESTIMATORS: tuple[Estimator, ...] = (cause_spans, host_faults, thread_starts, module_hook_cost, cupti_callback_cost,
+                                     inferred_figures)
 
 
 # -- The loop ----------------------------------------------------------------------------------
@@ -530,6 +603,7 @@ def _merge_into(merged: dict[tuple[str, str], Part], p: Part) -> None:
         return
     have.ns += p.ns
     have.count += p.count
+    have.detail = have.detail or p.detail
     for mod, ns in p.by_module.items():
         have.by_module[mod] = have.by_module.get(mod, 0.0) + ns
 

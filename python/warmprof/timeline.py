@@ -46,6 +46,9 @@ begin_section = _native.begin_section
 # Instant written by the recorder when module calls step down to fewer modules (value: the new
 # level: 1 = coarse modules only, 0 = none), because a buffer's module budget was spent.
 THINNED = "warmprof:thinned"
+# Counter written by the CUPTI instrument at the start and end of each instrumented pass: the
+# callbacks warmprof's CUPTI handler has taken so far (attribution books them as its overhead).
+CUPTI_CALLBACKS = "cupti:callbacks"
 
 _name_ids: dict[str, int] = {}
 

@@ -1,21 +1,36 @@
 """CUPTI decoding and nesting, fed with synthetic callbacks through the real handler.
 
-The callback ids are parsed from this machine's toolkit headers (cupti_driver_cbid.h,
-cupti_callbacks.h), so the test checks the decoder against the real ids, not against copies.
-Each family goes through `_native._testing.cupti_inject` -> the same handler the CUPTI callback calls ->
-the recorder, and is read back from a drained Recording.
+The callback ids are parsed from this machine's toolkit headers (cupti_calls.py), so the test checks
+the decoder against the real ids, not against copies. Each family goes through
+`_native._testing.cupti_inject` -> the same handler the CUPTI callback calls -> the recorder, and is
+read back from a drained Recording. The runtime domain, module images, the hot path and the
+allocator rules have files of their own (test_cupti_*.py).
 """
 
 from __future__ import annotations
 
 import itertools
-import os
-import re
-from pathlib import Path
 
 import pytest
-
-import warmprof
+from cupti_calls import (
+    DOMAIN,
+    DRIVER,
+    DRIVER_HEADER,
+    RESOURCE,
+    RT,
+    RUNTIME,
+    Clock,
+    D,
+    R,
+    drained,
+    inject_call,
+    inject_resource,
+    kernel_ids,
+    records,
+    runtime_id,
+    skip_without_cupti,
+    span,
+)
 from warmprof import _native, timeline
 from warmprof.attribution import attribute_pass, build_spans
 from warmprof.timeline import (
@@ -31,40 +46,25 @@ from warmprof.timeline import (
     Recording,
 )
 
-CUDA_INCLUDE = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "include"
-DRIVER_HEADER = CUDA_INCLUDE / "cupti_driver_cbid.h"
-CALLBACKS_HEADER = CUDA_INCLUDE / "cupti_callbacks.h"
-
-if not warmprof.backends()["cupti"]["compiled"]:
-    pytest.skip("the CUPTI backend is not compiled into this build: " + warmprof.backends()["cupti"]["reason"],
-                allow_module_level=True)
-if not DRIVER_HEADER.exists() or not CALLBACKS_HEADER.exists():
-    pytest.skip(f"CUPTI headers not found under {CUDA_INCLUDE} (set CUDA_HOME)", allow_module_level=True)
-
-
-def _parse(path: Path, prefix: str) -> dict[str, int]:
-    pattern = re.compile(rf"\b{prefix}(\w+)\s*=\s*(\d+)")
-    return {m.group(1): int(m.group(2)) for m in pattern.finditer(path.read_text())}
-
-
-DRIVER = _parse(DRIVER_HEADER, "CUPTI_DRIVER_TRACE_CBID_")
-RESOURCE = _parse(CALLBACKS_HEADER, "CUPTI_CBID_RESOURCE_")
-DOMAIN = _parse(CALLBACKS_HEADER, "CUPTI_CB_DOMAIN_")
-D, R = DOMAIN["DRIVER_API"], DOMAIN["RESOURCE"]
+skip_without_cupti()
+_kernel_ids = kernel_ids
 
 # Every callback family the backend decodes, by header name -> expected cause.
 RUNTIME_INIT_CALLS = ["cuInit", "cuCtxCreate", "cuCtxCreate_v2", "cuCtxCreate_v3", "cuCtxCreate_v4",
                       "cuDevicePrimaryCtxRetain"]
-MODULE_CALLS = ["cuModuleLoad", "cuModuleLoadData", "cuModuleLoadDataEx", "cuModuleLoadFatBinary",
-                "cuModuleGetFunction", "cuLibraryLoadData", "cuLibraryLoadFromFile", "cuLibraryGetModule",
-                "cuLibraryGetKernel", "cuKernelGetFunction"]
+LOAD_CALLS = ["cuModuleLoad", "cuModuleLoadData", "cuModuleLoadDataEx", "cuModuleLoadFatBinary",
+              "cuLibraryLoadData", "cuLibraryLoadFromFile"]
+LOOKUP_CALLS = ["cuModuleGetFunction", "cuLibraryGetModule", "cuLibraryGetKernel", "cuKernelGetFunction"]
+MODULE_CALLS = LOAD_CALLS + LOOKUP_CALLS
 LAUNCH_CALLS = ["cuLaunch", "cuLaunchGrid", "cuLaunchGridAsync", "cuLaunchKernel", "cuLaunchKernel_ptsz",
                 "cuLaunchCooperativeKernel", "cuLaunchCooperativeKernel_ptsz", "cuLaunchKernelEx",
                 "cuLaunchKernelEx_ptsz"]
-ALLOC_CALLS = ["cuMemAlloc", "cuMemAlloc_v2", "cuMemAllocPitch", "cuMemAllocPitch_v2", "cuMemAllocManaged",
-               "cuMemAllocHost", "cuMemAllocHost_v2", "cuMemHostAlloc", "cuMemHostAlloc_v2", "cuMemCreate",
-               "cuMemMap", "cuMemAddressReserve", "cuMemAllocAsync", "cuMemAllocAsync_ptsz",
-               "cuMemAllocFromPoolAsync", "cuMemAllocFromPoolAsync_ptsz", "cuMemPoolCreate"]
+BYTE_ALLOC_CALLS = ["cuMemAlloc", "cuMemAlloc_v2", "cuMemAllocPitch", "cuMemAllocPitch_v2", "cuMemAllocManaged",
+                    "cuMemAllocHost", "cuMemAllocHost_v2", "cuMemHostAlloc", "cuMemHostAlloc_v2", "cuMemCreate"]
+VMM_STEP_CALLS = ["cuMemAddressReserve", "cuMemMap", "cuMemSetAccess", "cuMemPoolCreate"]
+ASYNC_ALLOC_CALLS = ["cuMemAllocAsync", "cuMemAllocAsync_ptsz", "cuMemAllocFromPoolAsync",
+                     "cuMemAllocFromPoolAsync_ptsz"]
+ALLOC_CALLS = BYTE_ALLOC_CALLS + VMM_STEP_CALLS + ASYNC_ALLOC_CALLS
 CAPTURE_BEGIN_CALLS = ["cuStreamBeginCapture", "cuStreamBeginCapture_ptsz", "cuStreamBeginCapture_v2",
                        "cuStreamBeginCapture_v2_ptsz", "cuStreamBeginCaptureToGraph",
                        "cuStreamBeginCaptureToGraph_ptsz"]
@@ -86,48 +86,6 @@ FAMILIES = {
     GRAPH_CAPTURE: CAPTURE_BEGIN_CALLS + CAPTURE_END_CALLS + GRAPH_CALLS,
     DATA_TRANSFER: COPY_CALLS,
 }
-
-_tick = itertools.count(1)
-_kernel_ids = itertools.count(10_000)
-
-
-class Clock:
-    """Strictly increasing synthetic ticks, well apart (ties would make the drained order ambiguous)."""
-
-    def __init__(self) -> None:
-        self.t = _native.now_ticks()
-
-    def __call__(self) -> int:
-        self.t += 1000 + next(_tick)
-        return self.t
-
-
-def inject_call(clock: Clock, name: str, value: int = 0, body=None, failed: bool = False) -> None:
-    cbid = DRIVER[name]
-    _native._testing.cupti_inject(D, cbid, True, clock(), value)
-    if body:
-        body()
-    _native._testing.cupti_inject(D, cbid, False, clock(), value, failed)
-
-
-def inject_resource(clock: Clock, name: str, value: int = 0) -> None:
-    _native._testing.cupti_inject(R, RESOURCE[name], True, clock(), value)
-
-
-def records(tl: timeline.Timeline) -> list[tuple[int, int, str, int]]:
-    """(kind, cause, name, value) of the cupti records, in drained order."""
-    return [(int(tl.kind[i]), int(tl.cause[i]), tl.name_of(i), int(tl.value[i]))
-            for i in range(len(tl)) if tl.name_of(i).startswith("cupti:")]
-
-
-def drained(body) -> timeline.Timeline:
-    with Recording() as rec:
-        body(Clock())
-    return rec.drain()
-
-
-def span(cause: int, name: str, value: int = 0) -> list[tuple[int, int, str, int]]:
-    return [(BEGIN, cause, name, value), (END, cause, name, value)]
 
 
 # --- the table: every id family, against the header's ids ----------------------------------------
@@ -154,7 +112,8 @@ def test_ignored_and_out_of_range_ids():
         assert _native.cupti_callback_name(D, DRIVER[name]) == ""
     assert _native.cupti_classify(D, DRIVER["SIZE"]) == -1
     assert _native.cupti_classify(D, 2**32 - 1) == -1
-    assert _native.cupti_classify(DOMAIN["RUNTIME_API"], DRIVER["cuMemAlloc_v2"]) == -1
+    assert _native.cupti_classify(RT, RUNTIME["SIZE"]) == -1
+    assert _native.cupti_classify(RT, runtime_id("cudaFree")) == -1
     assert _native.cupti_classify(DOMAIN["NVTX"], 1) == -1
 
 
@@ -166,7 +125,7 @@ def test_runtime_init_calls_are_spans(name):
     assert records(tl) == span(RUNTIME_INIT, f"cupti:{name}")
 
 
-@pytest.mark.parametrize("name", ALLOC_CALLS)
+@pytest.mark.parametrize("name", BYTE_ALLOC_CALLS)
 def test_allocations_carry_bytes(name):
     tl = drained(lambda c: inject_call(c, name, value=3 << 20))
     assert records(tl) == span(ALLOCATOR_GROWTH, f"cupti:{name}", 3 << 20)
@@ -217,23 +176,24 @@ def test_resource_init_events_are_instants(name):
     assert records(tl) == [(INSTANT, RUNTIME_INIT, f"cupti:{name}", 0)]
 
 
-# --- kernel launches: structure spans, counted, first-seen names ---------------------------------
+# --- kernel launches: counted, a span for a kernel's first launch only ----------------------------
 
 @pytest.mark.parametrize("name", LAUNCH_CALLS)
-def test_launch_is_a_structure_span_flagged_when_first_seen(name):
+def test_launch_is_counted_and_only_the_first_launch_of_a_kernel_is_a_span(name):
     kernel = next(_kernel_ids)
     before = _native.cupti_stats()
 
     def body(c):
-        inject_call(c, name, value=kernel)
-        inject_call(c, name, value=kernel)
+        for _ in range(3):
+            inject_call(c, name, value=kernel)
 
     got = records(drained(body))
-    assert got == span(STRUCTURE, f"cupti:{name}", 1) + span(STRUCTURE, f"cupti:{name}", 0)
+    assert got == span(STRUCTURE, f"cupti:{name}", 1)  # the repeat launches are counted, not recorded
     after = _native.cupti_stats()
-    assert after["kernel_launches"] - before["kernel_launches"] == 2
+    assert after["kernel_launches"] - before["kernel_launches"] == 3
+    assert after["new_kernel_count"] - before["new_kernel_count"] == 1
     assert after["new_kernels"][len(before["new_kernels"]):] == [f"kernel#{kernel}"]
-    assert after["callbacks"] - before["callbacks"] == 4
+    assert after["callbacks"] - before["callbacks"] == 6
 
 
 def test_launch_that_loads_a_module_is_runtime_init_lazy_load():
@@ -251,7 +211,7 @@ def test_launch_that_loads_a_module_is_runtime_init_lazy_load():
     ]
 
 
-@pytest.mark.parametrize("load", ["cuLibraryGetModule", "cuModuleLoadData", "cuKernelGetFunction"])
+@pytest.mark.parametrize("load", LOAD_CALLS)
 def test_launch_containing_a_load_call_is_lazy_load(load):
     def body(c):
         kernel = next(_kernel_ids)
@@ -264,6 +224,37 @@ def test_launch_containing_a_load_call_is_lazy_load(load):
         *span(RUNTIME_INIT, f"cupti:{load}"),
         (END, RUNTIME_INIT, "cupti:lazy_load", 1),
     ]
+
+
+@pytest.mark.parametrize("lookup", LOOKUP_CALLS)
+def test_a_lookup_inside_a_launch_is_not_a_lazy_load(lookup):
+    """cuModuleGetFunction, cuLibraryGetKernel, ... find what is loaded; they load nothing of their own."""
+    kernel = next(_kernel_ids)
+
+    def body(c):
+        _native._testing.cupti_inject(D, DRIVER["cuLaunchKernelEx"], True, c(), kernel)
+        inject_call(c, lookup)
+        _native._testing.cupti_inject(D, DRIVER["cuLaunchKernelEx"], False, c(), kernel)
+
+    assert records(drained(body)) == [
+        (BEGIN, STRUCTURE, "cupti:cuLaunchKernelEx", 1),  # a first launch, not runtime_init
+        *span(RUNTIME_INIT, f"cupti:{lookup}"),
+        (END, STRUCTURE, "cupti:cuLaunchKernelEx", 1),
+    ]
+
+
+def test_a_lookup_that_loads_is_marked_by_the_load_not_by_itself():
+    """With lazy loading the driver may load inside a lookup; MODULE_LOADED says so, and the launch
+    around it is a lazy load then."""
+    kernel = next(_kernel_ids)
+
+    def body(c):
+        _native._testing.cupti_inject(D, DRIVER["cuLaunchKernel"], True, c(), kernel)
+        inject_call(c, "cuKernelGetFunction", body=lambda: inject_resource(c, "MODULE_LOADED", value=4096))
+        _native._testing.cupti_inject(D, DRIVER["cuLaunchKernel"], False, c(), kernel)
+
+    got = records(drained(body))
+    assert got[0] == (BEGIN, RUNTIME_INIT, "cupti:lazy_load", 1) and got[-1] == (END, RUNTIME_INIT, "cupti:lazy_load", 1)
 
 
 def test_module_load_inside_launch_inside_compile_nests_and_attributes():

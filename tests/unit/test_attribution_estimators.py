@@ -5,9 +5,9 @@ import pytest
 
 from warmprof.attribution import (
     ESTIMATORS, Calibration, CounterStep, Part, PassContext, SpanRec, attribute_pass, build_context,
-    cause_spans, host_faults, inferred_figures, module_hook_cost, thread_starts,
+    cause_spans, cupti_callback_cost, host_faults, inferred_figures, module_hook_cost, thread_starts,
 )
-from warmprof.timeline import BEGIN, COUNTER, END, JIT_COMPILE, STRUCTURE, Timeline
+from warmprof.timeline import BEGIN, COUNTER, CUPTI_CALLBACKS, END, JIT_COMPILE, RUNTIME_INIT, STRUCTURE, Timeline
 
 MS = 1_000_000
 
@@ -85,6 +85,61 @@ def test_module_hook_cost_is_module_calls_times_the_hook_cost():
     assert p.by_module == {"M": 2000.0, "M.a": 4000.0, "M.b": 2000.0} and p.ns == 8000.0
     assert module_hook_cost(context(spans=spans)) == []  # no calibrated cost
     assert module_hook_cost(context(spans=spans[-1:], calibration=Calibration(hook_cost_ns=1.0))) == []
+
+
+def _callback_samples(*samples):
+    """A timeline holding only "cupti:callbacks" counter samples: (t_ms, cumulative callbacks)."""
+    return Timeline.from_records([(int(t * MS), COUNTER, STRUCTURE, 0, v) for t, v in samples], [CUPTI_CALLBACKS])
+
+
+def test_cupti_callback_cost_is_the_pass_callbacks_times_the_handler_cost():
+    # Sampled before the pass starts and after it ends (the instrument's mark_pass / end_pass), then
+    # again around the next pass, whose callbacks are not this pass's.
+    tl = _callback_samples((-0.5, 500), (100.5, 2500), (150, 2600), (300, 9000))
+    (p,) = cupti_callback_cost(context(timeline=tl, calibration=Calibration(cupti_handler_ns=30.0)))
+    assert (p.cause, p.source, p.evidence, p.count) == ("profiler_overhead", "cupti_callbacks", "estimated", 2000)
+    assert p.ns == pytest.approx(2000 * 30.0) and p.by_module == {"": pytest.approx(60_000.0)}
+    assert "CUPTI's own dispatch" in p.detail and "not included" in p.detail  # the handler's cost only
+    assert cupti_callback_cost(context(timeline=tl)) == []  # no calibrated cost
+    one_sample = context(timeline=_callback_samples((-1, 5)), calibration=Calibration(cupti_handler_ns=1.0))
+    assert cupti_callback_cost(one_sample) == []
+    assert cupti_callback_cost(context(calibration=Calibration(cupti_handler_ns=1.0))) == []  # no timeline
+    assert cupti_callback_cost in ESTIMATORS
+
+
+def test_cupti_callback_cost_takes_samples_inside_the_pass_when_none_lie_outside():
+    tl = _callback_samples((10, 100), (90, 400))
+    (p,) = cupti_callback_cost(context(timeline=tl, calibration=Calibration(cupti_handler_ns=10.0)))
+    assert p.count == 300
+
+
+def test_cupti_callback_cost_goes_through_attribute_pass_as_profiler_overhead():
+    names = ["pass:first", CUPTI_CALLBACKS]
+    recs = [(0, BEGIN, STRUCTURE, 0, 0, 0), (100 * MS, END, STRUCTURE, 0, 0, 0),
+            (0, COUNTER, STRUCTURE, 1, 1000, 0), (100 * MS, COUNTER, STRUCTURE, 1, 101_000, 0)]
+    att = attribute_pass(Timeline.from_records(recs, names), "first", calibration=Calibration(cupti_handler_ns=50.0))
+    p = by_key(att.parts)[("profiler_overhead", "cupti_callbacks")]
+    assert (p.count, p.ms) == (100_000, pytest.approx(5.0))
+    assert att.unexplained_by_module == {"": pytest.approx(95 * MS)}  # an estimate: it leaves free time
+
+
+def test_cause_spans_says_when_a_module_load_sits_inside_a_compile_span():
+    """Triton loads the cubin it built inside inductor's compile: the load's time is runtime_init
+    (innermost wins), and the part says so."""
+    compile_span = span("torch.compile:compile", 10, 70, JIT_COMPILE, depth=1)
+    load = span("cupti:cuModuleLoadData", 30, 40, RUNTIME_INIT, depth=2)
+    lazy = span("cupti:lazy_load", 80, 90, RUNTIME_INIT, depth=1)  # outside the compile: not counted
+    segments = ((0, 10 * MS, None, None, ""), (10 * MS, 30 * MS, compile_span, None, ""),
+                (30 * MS, 40 * MS, load, None, ""), (40 * MS, 70 * MS, compile_span, None, ""),
+                (70 * MS, 80 * MS, None, None, ""), (80 * MS, 90 * MS, lazy, None, ""),
+                (90 * MS, 100 * MS, None, None, ""))
+    parts = by_key(cause_spans(context(spans=(compile_span, load, lazy), segments=segments)))
+    cupti = parts[("runtime_init", "cupti")]
+    assert cupti.ns == 20 * MS and "1 module load inside a compile span" in cupti.detail
+    assert "innermost span wins" in cupti.detail and "runtime_init" in cupti.detail
+    assert parts[("jit_compile", "torch.compile")].detail == ""
+    alone = by_key(cause_spans(context(spans=(load,), segments=((30 * MS, 40 * MS, load, None, ""),))))
+    assert alone[("runtime_init", "cupti")].detail == ""
 
 
 def test_inferred_figures_are_added_as_given():

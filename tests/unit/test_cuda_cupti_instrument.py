@@ -87,9 +87,18 @@ def launch(n: int, kernel: int | None = None) -> None:
 
 
 def test_pass_delta_is_pure():
-    before = {"kernel_launches": 10, "new_kernels": ["a", "b"]}
-    after = {"kernel_launches": 25, "new_kernels": ["a", "b", "c"]}
-    assert cuda.pass_delta(before, after) == {"kernel_launches": 15, "new_kernels": 1, "new_kernel_names": ["c"]}
+    before = {"kernel_launches": 10, "new_kernel_count": 2, "new_kernels": ["a", "b"], "callbacks": 40, "pool_hits": 1}
+    after = {"kernel_launches": 25, "new_kernel_count": 3, "new_kernels": ["a", "b", "c"], "callbacks": 70,
+             "pool_hits": 4}
+    assert cuda.pass_delta(before, after) == {"kernel_launches": 15, "new_kernels": 1, "new_kernel_names": ["c"],
+                                              "callbacks": 30, "pool_hits": 3}
+
+
+def test_new_kernels_are_counted_past_the_names_kept():
+    before = {"kernel_launches": 0, "new_kernel_count": 16384, "new_kernels": ["k"] * 16384, "callbacks": 0,
+              "pool_hits": 0}
+    after = dict(before, new_kernel_count=16390)  # the names stop at the arena's room, the count does not
+    assert cuda.pass_delta(before, after)["new_kernels"] == 6
 
 
 def test_subscribe_cost_is_a_profiler_overhead_span(fake):
@@ -119,7 +128,31 @@ def test_per_pass_launches_and_first_seen_kernels(fake):
     passes = inst.summary()["passes"]
     assert passes["first"]["kernel_launches"] == 5
     assert passes["first"]["new_kernels"] == 4
-    assert passes["seen_rerun"] == {"kernel_launches": 4, "new_kernels": 0, "new_kernel_names": []}
+    assert passes["seen_rerun"] == {"kernel_launches": 4, "new_kernels": 0, "new_kernel_names": [], "callbacks": 8,
+                                    "pool_hits": 0}
+
+
+def test_each_pass_samples_the_callback_counter_at_its_start_and_end(fake):
+    """The counter attribution's cupti_callback_cost reads: cumulative callbacks, two samples a pass."""
+    with Recording() as rec:
+        with cuda.Cupti() as inst:
+            inst.mark_pass("first")
+            launch(6)
+            inst.end_pass("first")
+    tl = rec.drain()
+    samples = [int(tl.value[i]) for i in range(len(tl))
+               if tl.kind[i] == timeline.COUNTER and tl.name_of(i) == timeline.CUPTI_CALLBACKS]
+    assert len(samples) == 2 and samples[1] - samples[0] == 12
+    assert inst.summary()["passes"]["first"]["callbacks"] == 12
+
+
+def test_callbacks_an_older_libcupti_refused_are_noted(fake, monkeypatch):
+    real = fake.cupti_stats
+    monkeypatch.setattr(fake, "cupti_stats", lambda: dict(real(), refused_callbacks=3))
+    with Recording():
+        with cuda.Cupti() as inst:
+            pass
+    assert any("refused 3 of the callbacks" in n for n in inst.summary()["notes"])
 
 
 def test_stop_runs_even_when_the_pass_raises(fake):
@@ -237,34 +270,15 @@ class FakeEvents(FakeNative):
         self.released += 1
 
 
-def test_cuda_events_time_each_pass_on_the_given_stream(monkeypatch):
-    fake = FakeEvents()
-    monkeypatch.setattr(cuda, "_native", fake)
-    with cuda.CudaEvents(stream=lambda: 1234) as inst:
-        inst.mark_pass("first")
-        inst.end_pass("first")
-    assert inst.summary()["gpu_ms"] == {"first": 1.5}
-    assert set(fake.streams) == {1234}
-    assert fake.released == 2  # after the pool warm-up, and on exit
+def test_the_calibration_measures_the_cupti_handler_and_hands_it_to_attribution():
+    from warmprof.traces import calibrate
 
-
-def test_cuda_events_failing_at_enter_turn_the_instrument_off(monkeypatch):
-    monkeypatch.setattr(cuda, "_native", FakeEvents(fail_record_after=0))
-    with cuda.CudaEvents(stream=0) as inst:
-        inst.mark_pass("first")
-        inst.end_pass("first")
-    assert "cuEventRecord failed" in inst.reason
-    assert "gpu_ms" not in inst.summary()
-
-
-def test_cuda_events_failing_mid_trace_leave_a_note(monkeypatch):
-    monkeypatch.setattr(cuda, "_native", FakeEvents(fail_record_after=3))
-    with cuda.CudaEvents(stream=0) as inst:
-        inst.mark_pass("first")
-        inst.end_pass("first")
-    summary = inst.summary()
-    assert summary["gpu_ms"] == {}
-    assert any("cuEventRecord failed" in n for n in summary["notes"])
+    cost = calibrate.cupti_handler_cost(pairs=2000, batches=3)
+    assert cost > 0
+    costs = calibrate.MachineCosts(timer_overhead_ns=20.0, fault_cost_ns=500.0, fault_cost_per_page_ns=500.0,
+                                   thread_start_ns=20_000.0, hook_cost_ns=4000.0, cupti_handler_ns=cost)
+    assert costs.for_attribution().cupti_handler_ns == cost
+    assert costs.to_dict()["cupti_handler_ns"] == cost  # kept in the report's protocol
 
 
 def test_no_recording_left_behind():

@@ -32,6 +32,12 @@ def test_parts_under_a_microsecond_are_left_out():
     assert [e.source for e in _entries(_att(5.0, 0.0005), excess_ms=10.0)] == ["src0"]
 
 
+def test_a_part_detail_becomes_the_cause_entry_detail():
+    att = _att(5.0)
+    att.parts[0].detail = "1 module load inside a compile span ... the innermost span wins"
+    assert _entries(att, excess_ms=10.0)[0].detail == att.parts[0].detail
+
+
 def test_causes_overshooting_the_excess_are_noted_with_what_shares_then_mean():
     from warmprof.traces.build import overshoot_note
 

@@ -68,7 +68,7 @@ def _entries(att: PassAttribution, excess_ms: float) -> list[CauseEntry]:
     denom = max(excess_ms, att.attributed_ms)
     return [
         CauseEntry(cause=p.cause, ms=p.ms, share=max(0.0, p.ms / denom) if excess_ms > 0 and denom > 0 else 0.0,
-                   evidence=p.evidence, source=p.source, module=p.top_module, count=p.count)
+                   evidence=p.evidence, source=p.source, module=p.top_module, count=p.count, detail=p.detail)
         for p in att.parts if p.ns >= 1000  # under a microsecond: nothing to report
     ]
 

@@ -1,6 +1,6 @@
 """This machine's unit costs, measured once per process: timer overhead, page-fault cost, thread
-start and module hook cost. A trace measures them after its passes (they would warm what the first
-pass measures cold); attribution multiplies counts by them."""
+start, module hook cost and the CUPTI handler's cost per callback. A trace measures them after its
+passes (they would warm what the first pass measures cold); attribution multiplies counts by them."""
 
 from __future__ import annotations
 
@@ -30,11 +30,15 @@ class MachineCosts:
     # What warmprof's module hooks add to one module call: the first pass and the seen re-run run
     # with them, the steady passes without (an estimated profiler_overhead).
     hook_cost_ns: float
+    # What warmprof's CUPTI handler adds to one callback (a repeat launch through the real callback
+    # entry, no driver needed; 0 when the backend is not compiled). CUPTI's own dispatch of the
+    # callback comes on top and is not measured here: the estimate built on this is a floor.
+    cupti_handler_ns: float = 0.0
     clock: dict[str, Any] = field(default_factory=dict)  # the native clock's calibration
 
     def for_attribution(self) -> Calibration:
         return Calibration(fault_cost_ns=self.fault_cost_ns, thread_start_ns=self.thread_start_ns,
-                           hook_cost_ns=self.hook_cost_ns)
+                           hook_cost_ns=self.hook_cost_ns, cupti_handler_ns=self.cupti_handler_ns)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -77,9 +81,19 @@ def measure() -> MachineCosts:
             fault_cost_per_page_ns=float(fault["ns_per_page"]),
             thread_start_ns=float(_native.thread_start_ns(9)),
             hook_cost_ns=float(ModuleHooks.calibrate_cost()),
+            cupti_handler_ns=cupti_handler_cost(),
             clock=dict(_native.clock_info()),
         )
     return _calibration
+
+
+def cupti_handler_cost(pairs: int = 20000, batches: int = 7) -> float:
+    """ns warmprof's CUPTI handler adds to one callback: the median of `batches` native loops of
+    `pairs` launch enter/exit callbacks (0.0 when the CUPTI backend is not compiled)."""
+    if not _native.backends()["cupti"]["compiled"]:
+        return 0.0
+    runs = sorted(float(_native.cupti_handler_cost_ns(pairs)) for _ in range(batches))
+    return runs[batches // 2]
 
 
 def cached() -> MachineCosts | None:
@@ -87,4 +101,4 @@ def cached() -> MachineCosts | None:
     return _calibration
 
 
-__all__ = ["MachineCosts", "busy", "cached", "calibrate", "measure"]
+__all__ = ["MachineCosts", "busy", "cached", "calibrate", "cupti_handler_cost", "measure"]
