@@ -6,6 +6,8 @@ recording) and carry the native reason into their summaries.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from libcuda_probe import has_libcuda
 
@@ -47,11 +49,11 @@ def test_cupti_start_returns_the_reason_and_subscribes_nothing():
 
 def test_cuda_event_calls_raise_the_reason():
     reason = warmprof.backends()["cuda_events"]["reason"]
-    with pytest.raises(RuntimeError, match="no NVIDIA driver"):
+    assert reason  # "no NVIDIA driver: ..." here; "built without CUDA headers ..." in a build without them
+    with pytest.raises(RuntimeError, match=re.escape(reason.split(":")[0])):
         _native.cuda_event_record()
-    with pytest.raises(RuntimeError, match="no NVIDIA driver"):
+    with pytest.raises(RuntimeError, match=re.escape(reason.split(":")[0])):
         _native.cuda_event_elapsed_ms(0, 1)
-    assert reason
     _native.cuda_events_release()
     assert _native.cuda_events_pool_size() == 0
 
