@@ -54,8 +54,9 @@ def cupti_reason(native: Any) -> str:
     """'' when warmprof's CUPTI subscriber can subscribe here, else why not (it subscribes once and
     unsubscribes: a refusal shows at cuptiSubscribe/cuptiEnableDomain, not at load)."""
     entry = native.backends()["cupti"]
-    if not entry["available"]:
+    if not entry["available"] and not entry.get("path"):  # nothing loaded: no driver or no libcupti
         return entry["reason"]
+    # Loaded: `available` turns true only once a subscribe succeeded, so try one (and undo it).
     why = native.cupti_start()
     if not why:
         native.cupti_stop()

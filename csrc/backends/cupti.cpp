@@ -217,6 +217,8 @@ std::string start() {
   const Lib l = lib();
   if (!l.ok) return l.reason;
   if (g_subscriber != nullptr) return "warmprof's CUPTI subscriber is already active";
+  if (l.enable_callback == nullptr)  // optional for the loader; warmprof enables nothing without it
+    return "libcupti " + l.path + " has no cuptiEnableCallback: warmprof enables callbacks one by one";
   (void)table::lookup(0, 0);  // build the table (interning names) outside the timed region
   handler::reset_counts();    // and fault in the first-seen table and the name arena
   const uint64_t t0 = clock::ticks();
@@ -233,7 +235,9 @@ std::string start() {
   if (enabled == 0) {
     l.unsubscribe(g_subscriber);
     g_subscriber = nullptr;
-    return "cuptiEnableCallback failed for every callback warmprof maps: " + result_text(last);
+    g_subscribed = Subscribed::kNo;  // subscribed, but nothing to see: not available
+    g_subscribe_failure = "cuptiEnableCallback failed for every callback warmprof maps: " + result_text(last);
+    return g_subscribe_failure;
   }
   g_subscribe_ns = double(clock::to_ns(clock::ticks()) - clock::to_ns(t0));
   return "";

@@ -93,9 +93,12 @@ int64_t runtime_bytes_of(uint32_t cbid, const void* p) {
     case WP_RT(cudaMallocManaged_v6000):
     case WP_RT(cudaMemPrefetchAsync_v8000):
     case WP_RT(cudaMemPrefetchAsync_ptsz_v8000):
-#if WARMPROF_CUPTI_SINCE(12, 2)
+#if WARMPROF_CUPTI_SINCE(13, 0)
     case WP_RT(cudaMemPrefetchAsync_v12020):
     case WP_RT(cudaMemPrefetchAsync_ptsz_v12020):
+#elif WARMPROF_CUPTI_SINCE(12, 2)  // the same ids, named _v2 before CUDA 13
+    case WP_RT(cudaMemPrefetchAsync_v2_v12020):
+    case WP_RT(cudaMemPrefetchAsync_v2_ptsz_v12020):
 #endif
       return int64_t(static_cast<const SizeSecond*>(p)->size);
     case WP_RT(cudaMallocPitch_v3020): {
@@ -146,6 +149,13 @@ uintptr_t runtime_kernel_of(uint32_t cbid, const void* p) {
     case WP_RT(cudaLaunchCooperativeKernel_ptsz_v9000):
       // `const void* func` is the first member of each of these structs.
       return reinterpret_cast<uintptr_t>(*static_cast<const void* const*>(p));
+#if WARMPROF_CUPTI_SINCE(13, 0)
+    case WP_RT(__cudaLaunchKernel_v13000):
+    case WP_RT(__cudaLaunchKernel_ptsz_v13000):
+      // No params struct in the CUDA 13.0 meta header: the call's first argument is the kernel's
+      // cudaKernel_t handle (crt/host_runtime.h), read as the first pointer. Unproven on a GPU.
+      return reinterpret_cast<uintptr_t>(*static_cast<const void* const*>(p));
+#endif
     default: return 0;
   }
 }

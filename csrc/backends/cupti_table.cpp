@@ -148,6 +148,12 @@ constexpr Row kRows[] = {
     WP_RUNTIME(cudaLaunchCooperativeKernel_ptsz, v9000, F::kLaunch),
     WP_RUNTIME(cudaLaunchKernelExC, v11060, F::kLaunch),
     WP_RUNTIME(cudaLaunchKernelExC_ptsz, v11060, F::kLaunch),
+#if WARMPROF_CUPTI_SINCE(13, 0)
+    // nvcc 13 compiles <<<...>>> to __cudaLaunchKernel(_ptsz) on a cudaKernel_t (crt/host_runtime.h,
+    // unless __NV_LEGACY_LAUNCH): a cu13 torch launches its own kernels through these.
+    WP_RUNTIME(__cudaLaunchKernel, v13000, F::kLaunch),
+    WP_RUNTIME(__cudaLaunchKernel_ptsz, v13000, F::kLaunch),
+#endif
     WP_RUNTIME(cudaMalloc, v3020, F::kAlloc),
     WP_RUNTIME(cudaMallocPitch, v3020, F::kAlloc),
     WP_RUNTIME(cudaMallocHost, v3020, F::kAlloc),
@@ -175,9 +181,12 @@ constexpr Row kRows[] = {
     WP_RUNTIME(cudaGraphUpload_ptsz, v10000, F::kGraph),
     WP_RUNTIME(cudaMemPrefetchAsync, v8000, F::kCopyToDevice),
     WP_RUNTIME(cudaMemPrefetchAsync_ptsz, v8000, F::kCopyToDevice),
-#if WARMPROF_CUPTI_SINCE(12, 2)
+#if WARMPROF_CUPTI_SINCE(13, 0)
     WP_RUNTIME(cudaMemPrefetchAsync, v12020, F::kCopyToDevice),
     WP_RUNTIME(cudaMemPrefetchAsync_ptsz, v12020, F::kCopyToDevice),
+#elif WARMPROF_CUPTI_SINCE(12, 2)  // the same ids (449, 450): CUDA 12.x names them _v2, 13 dropped it
+    WP_RUNTIME(cudaMemPrefetchAsync_v2, v12020, F::kCopyToDevice),
+    WP_RUNTIME(cudaMemPrefetchAsync_v2_ptsz, v12020, F::kCopyToDevice),
 #endif
     WP_RUNTIME(cudaMemcpy, v3020, F::kCopyGeneric),
     WP_RUNTIME(cudaMemcpy_ptds, v7000, F::kCopyGeneric),

@@ -82,6 +82,8 @@ CUptiResult cuptiEnableDomain(unsigned int enable, void* sub, int domain) {
 }
 CUptiResult cuptiEnableCallback(unsigned int enable, void* sub, int domain, unsigned int cbid) {
   (void)cbid;
+  CUptiResult refused = env_int("FAKE_CUPTI_ENABLE", 0);  /* nonzero: every id refused with it */
+  if (refused) return refused;
   return cuptiEnableDomain(enable, sub, domain);
 }
 #ifndef NO_CALLBACK_STATE

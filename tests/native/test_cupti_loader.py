@@ -93,6 +93,17 @@ print(json.dumps({"before": before, "why": why, "after": after, "stopped": stopp
     assert out["later"]["available"] is True  # a subscribe succeeded in this process
 
 
+def test_a_subscribe_whose_every_callback_is_refused_is_not_available(libs):
+    code = """
+why = _native.cupti_start()
+print(json.dumps({"why": why, "entry": warmprof.backends()["cupti"], "active": _native.cupti_active()}))
+"""
+    out = child(libs, code, env={"FAKE_CUPTI_ENABLE": "1"})
+    assert out["why"].startswith("cuptiEnableCallback failed for every callback warmprof maps")
+    assert out["entry"]["available"] is False and out["entry"]["reason"] == out["why"]
+    assert out["active"] is False
+
+
 def test_a_libcupti_newer_than_the_driver_loads_but_is_not_available(libs):
     code = """
 why = _native.cupti_start()

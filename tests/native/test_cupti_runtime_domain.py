@@ -29,7 +29,7 @@ RUNTIME_FAMILIES = {
     RUNTIME_INIT: ["cudaInitDevice_v12000", "cudaLibraryLoadData_v12060", "cudaLibraryLoadFromFile_v12060"],
     STRUCTURE: ["cudaLaunchKernel_v7000", "cudaLaunchKernel_ptsz_v7000", "cudaLaunchCooperativeKernel_v9000",
                 "cudaLaunchCooperativeKernel_ptsz_v9000", "cudaLaunchKernelExC_v11060",
-                "cudaLaunchKernelExC_ptsz_v11060"],
+                "cudaLaunchKernelExC_ptsz_v11060", "__cudaLaunchKernel_v13000", "__cudaLaunchKernel_ptsz_v13000"],
     ALLOCATOR_GROWTH: ["cudaMalloc_v3020", "cudaMallocPitch_v3020", "cudaMallocHost_v3020", "cudaHostAlloc_v3020",
                        "cudaMallocManaged_v6000", "cudaMemPoolCreate_v11020", "cudaMallocAsync_v11020",
                        "cudaMallocAsync_ptsz_v11020", "cudaMallocFromPoolAsync_v11020",

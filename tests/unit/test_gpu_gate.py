@@ -43,12 +43,21 @@ def test_a_platform_refusal_skips_and_says_what_refused(reason, named):
     assert gate.message.startswith("CUPTI refused by the platform: ") and named in gate.message and reason in gate.message
 
 
+LOADED = "loaded, not yet subscribed (libcupti /x/libcupti.so.13): CUPTI is known to work ..."
+
+
 class FakeNative(types.SimpleNamespace):
-    def __init__(self, available: bool, start: str) -> None:
+    """`available`: True (subscribed before), "loaded" (a libcupti loaded, no subscribe yet: the
+    state of a fresh process on a GPU machine) or False (nothing loaded)."""
+
+    def __init__(self, available, start: str) -> None:
         super().__init__(available=available, start=start, calls=[])
 
     def backends(self):
-        return {"cupti": {"compiled": True, "available": self.available, "reason": "" if self.available else NO_LIB}}
+        if self.available == "loaded":
+            return {"cupti": {"compiled": True, "available": False, "reason": LOADED, "path": "/x/libcupti.so.13"}}
+        return {"cupti": {"compiled": True, "available": self.available, "reason": "" if self.available else NO_LIB,
+                          "path": "/x/libcupti.so.13" if self.available else ""}}
 
     def cupti_start(self) -> str:
         self.calls.append("start")
@@ -62,6 +71,9 @@ class FakeNative(types.SimpleNamespace):
     (False, "", NO_LIB, []),
     (True, "", "", ["start", "stop"]),
     (True, "cuptiSubscribe failed: CUPTI_ERROR_NOT_SUPPORTED", "cuptiSubscribe failed: CUPTI_ERROR_NOT_SUPPORTED", ["start"]),
+    # A fresh process: loaded but never subscribed is not "cannot work": the gate tries a subscribe.
+    ("loaded", "", "", ["start", "stop"]),
+    ("loaded", "cuptiSubscribe failed: CUPTI error 35", "cuptiSubscribe failed: CUPTI error 35", ["start"]),
 ])
 def test_cupti_reason_asks_the_subscriber_not_only_the_loader(available, start, reason, calls):
     native = FakeNative(available, start)

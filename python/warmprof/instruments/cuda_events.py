@@ -44,6 +44,9 @@ def _torch_stream(device: Any) -> Callable[[], int]:
     return current
 
 
+PASSES_AHEAD = 4  # instrumented passes a trace may time: first, seen re-run, and a margin
+
+
 class CudaEvents(Instrument):
     """device: the CUDA device the model runs on (int, "cuda:N", torch.device, None = torch's
     current one). stream: a CUstream handle (int), a callable returning one at each pass start, or
@@ -76,9 +79,10 @@ class CudaEvents(Instrument):
         if self.reason:
             return self
         self._index = device_index(self._device)
-        # Create the pool's events now, outside the passes they time.
+        # Create the pool's events now, outside the passes they time: two per instrumented pass
+        # (slots are only given back at exit, so each pass takes fresh ones from the pool).
         stream = self._stream()
-        slots = [self._record(stream), self._record(stream)]
+        slots = [self._record(stream) for _ in range(2 * PASSES_AHEAD)]
         if None in slots:
             self.reason = self.notes.pop() if self.notes else "CUDA events could not be recorded"
         _native.cuda_events_release()
