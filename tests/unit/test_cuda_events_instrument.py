@@ -100,7 +100,7 @@ def test_failing_at_enter_turns_the_instrument_off(monkeypatch):
 
 
 def test_failing_mid_trace_leaves_a_note(monkeypatch):
-    monkeypatch.setattr(cuda_events, "_native", FakeEvents([], fail_record_after=3))
+    monkeypatch.setattr(cuda_events, "_native", FakeEvents([], fail_record_after=2 * cuda_events.PASSES_AHEAD + 1))  # the pass end fails
     with cuda_events.CudaEvents(device=0, stream=0) as inst:
         inst.mark_pass("first")
         inst.before_sync("first")
