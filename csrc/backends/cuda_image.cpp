@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstring>
 
 namespace warmprof::backends::cuda_image {
@@ -76,7 +77,9 @@ Kind fatbin(const Reader& r, uint64_t at, int arch) {
   unsigned char h[16];
   if (!r.read(at, h, sizeof(h))) return Kind::kUnknown;
   const uint64_t header = load<uint16_t>(h + 6);
-  const uint64_t end = at + header + load<uint64_t>(h + 8);
+  const uint64_t size = load<uint64_t>(h + 8);
+  if (size > UINT64_MAX - at - header) return Kind::kUnknown;  // a corrupt size: no end to trust
+  const uint64_t end = at + header + size;
   bool cubin_any = false, cubin_here = false, ptx_any = false, ptx_here = false;
   uint64_t off = at + header;
   for (int i = 0; i < kMaxEntries && off + 32 <= end; ++i) {
@@ -86,7 +89,8 @@ Kind fatbin(const Reader& r, uint64_t at, int arch) {
     const uint32_t entry_header = load<uint32_t>(e + 4);
     const uint64_t payload = load<uint64_t>(e + 8);
     const int entry_arch = int(load<uint32_t>(e + 28));
-    if (entry_header < 32 || payload > end) break;  // not a layout we know: stop reading
+    // Not a layout we know, or an entry running past the fatbin's end: stop reading.
+    if (entry_header < 32 || entry_header > end - off || payload > end - off - entry_header) break;
     if (kind == kEntryElf || kind == kEntryElfAlt) {
       cubin_any = true;
       cubin_here |= arch > 0 && entry_arch / 10 == arch / 10 && entry_arch <= arch;

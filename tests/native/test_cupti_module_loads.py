@@ -174,3 +174,18 @@ def test_images_the_toolkit_builds_decode_as_the_driver_would_load_them(toolkit_
     for arch, cause in by_arch.items():
         assert cause_of("cuModuleLoadData", path.read_bytes(), arch) == cause, (image, arch)
         assert cause_of("cuModuleLoad", bytes(path), arch) == cause, (image, arch)
+
+
+def test_a_fatbin_entry_running_past_the_fatbins_end_is_not_read():
+    """Corrupt sizes (an entry overrunning the fatbin, a fatbin size that wraps around) stop the
+    reading and claim no JIT. A guard for untrusted image bytes: the loop's bound already held
+    before the explicit check was added, so this does not fail on the earlier code."""
+    good = fatbin((ELF, 80), (PTX, 80))
+    first = 16  # the fatbin header
+    overrun = bytearray(good)
+    struct.pack_into("<Q", overrun, first + 8, 64 * 5)  # the cubin entry's payload: past the end, but < end
+    assert cause_of("cuModuleLoadData", bytes(good), 90) == JIT_COMPILE  # intact: no sm_9x cubin, PTX 8.0
+    assert cause_of("cuModuleLoadData", bytes(overrun), 90) == RUNTIME_INIT  # nothing trusted: no JIT claimed
+    huge = bytearray(good)
+    struct.pack_into("<Q", huge, 8, 2**64 - 8)  # a fatbin size that wraps the end around
+    assert cause_of("cuModuleLoadData", bytes(huge), 90) == RUNTIME_INIT
