@@ -436,6 +436,8 @@ def op_rows(callbacks: dict, attribution: dict) -> list[Row]:
         result, note = judge(fired, got)
         if attribution.get("cupti"):
             note = f"warmprof CUPTI off: {attribution['cupti']}" + (f"; {note}" if note else "")
+            if result == "PASS":  # "nothing attributed" proves nothing when nothing was subscribed
+                result = "N/A"
         note = "; ".join(filter(None, [note, why_unknown]))
         rows.append(Row("op", label, fired_text(fired), attributed_text(got), expect, result, note))
     return rows

@@ -86,6 +86,15 @@ def test_a_warmprof_that_does_what_is_expected_passes_every_row(m):
     assert m.exit_code(rows) == 0
 
 
+def test_nothing_attributed_with_cupti_off_is_not_a_pass(m):
+    """The "no one-time cause on a repeat" rows hold trivially when warmprof never subscribed."""
+    phases = good_phases()
+    phases["attribution"]["cupti"] = "another CUPTI subscriber holds the process"
+    rows = {r.item: r.result for r in m.op_rows(phases["callbacks"], phases["attribution"])}
+    for op in ("kernel_second", "matmul_second", "graph_replay", "compile_second"):
+        assert rows[m.OPS[op]] != "PASS", op
+
+
 @pytest.mark.parametrize("op,change,why", [
     ("new_segment", {"parts": [], "bytes": {}}, "cuMemAlloc fired, nothing attributed"),
     ("h2d_copy", {"bytes": {"data_transfer": MIB}}, "fewer bytes than copied"),
