@@ -609,12 +609,12 @@ def host_faults(ctx: PassContext) -> list[Part]:
 def _anon_detail(ctx: PassContext, faults: float, huge: float) -> str:
     cal = ctx.calibration
     if not ctx.fault_bytes:
-        how = "x the calibrated cost of one small-page fault (no memory samples to split faults by kind)"
+        how = "each taken as one small page (no memory samples to split faults by kind)"
     elif cal.touch_ns_per_byte or cal.huge_touch_ns_per_byte:
         how = ("split from file-backed faults by the anonymous and file bytes each step grew, and priced by "
                "the bytes touched at the first-touch cost calibrated for that size")
     else:
-        how = "x the calibrated cost of one small-page fault"
+        how = "split by the bytes each step grew, x the calibrated cost of one small-page fault"
     out = f"{faults:.0f} anonymous first-touch faults{f' ({huge:.0f} of huge pages)' if huge >= 1 else ''} {how}"
     if "first_touch" in cal.unusable:
         out += f"; first-touch calibration not used ({cal.unusable['first_touch']}): counted without time"
