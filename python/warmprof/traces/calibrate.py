@@ -202,7 +202,9 @@ class MachineCosts:
                            unusable=dict(self.unusable))
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        d["first_touch"] = [dict(p) for p in self.first_touch]  # as JSON gives it back
+        return d
 
 
 _calibration: MachineCosts | None = None
