@@ -5,6 +5,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <atomic>
 #include <cmath>
 
 #include "backends/cuda_events.h"
@@ -25,6 +26,10 @@ uint32_t g_minor_faults_name = 0;
 uint32_t g_major_faults_name = 0;
 uint32_t g_rss_name = 0;
 uint32_t g_threads_name = 0;
+uint32_t g_file_bytes_name = 0;
+// The fault count (minor + major) at the last read of /proc/self/statm: RSS only moves when a fault
+// does (or memory is given back), so a module boundary reads it only when faults moved since.
+std::atomic<int64_t> g_faults_at_memory{-1};
 
 // Parses a non-negative int argument below `limit`; sets a Python error and returns false otherwise.
 inline bool arg_index(PyObject* o, unsigned long limit, const char* what, unsigned long* out) {
@@ -112,9 +117,18 @@ PyObject* fast_counter(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   Py_RETURN_NONE;
 }
 
+// RSS and its file-backed part (one pread of /proc/self/statm, about 1.1 us), as two counters at `t`.
+inline void append_memory(int64_t faults_now, uint64_t t) {
+  host::Memory m = host::memory();
+  g_faults_at_memory.store(faults_now, std::memory_order_relaxed);
+  recorder::append(kCounter, kStructure, g_rss_name, m.resident, t);
+  recorder::append(kCounter, kStructure, g_file_bytes_name, m.file, t);
+}
+
 // Records the process's fault counters and thread count (getrusage, and an fstat of a kept-open
-// /proc/self/task: about 1.5 us) and, unless rss is False, RSS (a pread of /proc/self/statm, about
-// 1.5 us more). Module boundaries leave RSS out; pass boundaries take it.
+// /proc/self/task: about 1.5 us) and, unless rss is False, RSS and its file-backed bytes (a pread of
+// /proc/self/statm, about 1.1 us more). Pass boundaries take them; module boundaries take them only
+// when faults moved since the last read (append_host_counters).
 PyObject* fast_sample_host(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (nargs > 1) {
     PyErr_Format(PyExc_TypeError, "sample_host() takes at most 1 argument (%zd given)", nargs);
@@ -134,7 +148,7 @@ PyObject* fast_sample_host(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     uint64_t t = clock::ticks();
     recorder::append(kCounter, kStructure, g_minor_faults_name, f.minor, t);
     recorder::append(kCounter, kStructure, g_major_faults_name, f.major, t);
-    if (with_rss) recorder::append(kCounter, kStructure, g_rss_name, host::rss_bytes(), t);
+    if (with_rss) append_memory(f.minor + f.major, t);
     recorder::append(kCounter, kStructure, g_threads_name, host::thread_count(), t);
   }
   Py_RETURN_NONE;
@@ -143,11 +157,16 @@ PyObject* fast_sample_host(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 // The module hooks' two calls: each records the fault and thread counters and a begin (end) of
 // the module's span, in one native call, unless the module budget says the call is thinned
 // (recorder::module_admit); an exit is recorded exactly when its enter was.
+// RSS and file-backed bytes come too when faults moved since the last statm read: then attribution
+// can split the faults between anonymous memory (the allocator) and file pages (code and data of
+// libraries loaded lazily); a boundary with no new fault costs no read.
 inline void append_host_counters() {
   host::Faults f = host::faults();
   uint64_t t = clock::ticks();
   recorder::append(kCounter, kStructure, g_minor_faults_name, f.minor, t);
   recorder::append(kCounter, kStructure, g_major_faults_name, f.major, t);
+  const int64_t total = f.minor + f.major;
+  if (total != g_faults_at_memory.load(std::memory_order_relaxed)) append_memory(total, t);
   recorder::append(kCounter, kStructure, g_threads_name, host::thread_count(), t);
 }
 
@@ -208,7 +227,7 @@ PyMethodDef g_fast_methods[] = {
     {"counter", (PyCFunction)(void (*)(void))fast_counter, METH_FASTCALL,
      "counter(name: int, value: int) -> None\nRecord a counter sample."},
     {"sample_host", (PyCFunction)(void (*)(void))fast_sample_host, METH_FASTCALL,
-     "sample_host(rss=True) -> None\nRecord host counters (minor/major faults, threads, and RSS unless rss is False) now."},
+     "sample_host(rss=True) -> None\nRecord host counters (minor/major faults, threads, and RSS and file-backed bytes unless rss is False) now."},
     {"module_enter", (PyCFunction)(void (*)(void))fast_module_enter, METH_FASTCALL,
      "module_enter(name: int, coarse: bool) -> bool\nA module call opens: host counters and a begin, unless thinned; whether it was recorded."},
     {"module_exit", (PyCFunction)(void (*)(void))fast_module_exit, METH_FASTCALL,
@@ -283,6 +302,7 @@ PYBIND11_MODULE(_native, m) {
   g_major_faults_name = recorder::intern("host:major_faults");
   g_rss_name = recorder::intern("host:rss_bytes");
   g_threads_name = recorder::intern("host:threads");
+  g_file_bytes_name = recorder::intern("host:file_bytes");
 
   // Recorder (cold).
   m.def("start", [](long long spare_buffers) {
@@ -359,6 +379,8 @@ PYBIND11_MODULE(_native, m) {
     return py::make_tuple(f.minor, f.major);
   }, "(minor, major) page faults of this process so far.");
   m.def("rss_bytes", &host::rss_bytes);
+  m.def("file_bytes", [] { return host::memory().file; },
+        "Resident file-backed or shared bytes (RssFile + RssShmem, /proc/self/statm); 0 where unavailable.");
   m.def("thread_count", &host::thread_count);
   m.def("page_size", &host::page_size);
   m.def("calibrate_fault_cost", [](long long bytes, int trials) {
@@ -383,6 +405,36 @@ PYBIND11_MODULE(_native, m) {
     py::gil_scoped_release nogil;
     return host::fresh_allocation_ns(size_t(bytes), trials);
   }, py::arg("bytes"), py::arg("trials") = 5);
+  m.def("first_touch", [](long long bytes, int trials, bool huge) {
+    check_positive(bytes, "bytes");
+    check_positive(trials, "trials");
+    std::vector<host::TouchTrial> got;
+    {
+      py::gil_scoped_release nogil;
+      got = host::first_touch_trials(size_t(bytes), trials, huge);
+    }
+    py::list cpu_ns, faults;
+    for (const auto& g : got) {
+      cpu_ns.append(g.cpu_ns);
+      faults.append(g.faults);
+    }
+    py::dict d;
+    d["bytes"] = bytes;
+    d["cpu_ns"] = cpu_ns;
+    d["faults"] = faults;
+    return d;
+  }, py::arg("bytes"), py::arg("trials") = 5, py::arg("huge") = false,
+     "First touch of `bytes` of fresh memory, `trials` times (MADV_HUGEPAGE if huge, else MADV_NOHUGEPAGE): "
+     "{'bytes', 'cpu_ns': [...], 'faults': [...]}, one entry per trial, in thread CPU time.");
+  m.def("thread_start_samples", [](int trials) {
+    check_positive(trials, "trials");
+    std::vector<double> got;
+    {
+      py::gil_scoped_release nogil;
+      got = host::thread_start_samples(trials);
+    }
+    return got;
+  }, py::arg("trials") = 31, "ns of each of `trials` thread starts and joins (wall), in the order taken.");
   m.def("thread_start_ns", [](int trials) {
     check_positive(trials, "trials");
     py::gil_scoped_release nogil;

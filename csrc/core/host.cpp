@@ -86,16 +86,20 @@ ProcFiles& proc() {
 
 }  // namespace
 
-int64_t rss_bytes() {
+Memory memory() {
   ProcFiles& f = proc();
-  if (f.statm < 0) return 0;
+  if (f.statm < 0) return {};
   char buf[128];
   const ssize_t n = pread(f.statm, buf, sizeof(buf) - 1, 0);
-  if (n <= 0) return 0;
+  if (n <= 0) return {};
   buf[n] = 0;
-  long long size = 0, resident = 0;
-  return std::sscanf(buf, "%lld %lld", &size, &resident) == 2 ? int64_t(resident) * page_size() : 0;
+  // statm: size resident shared text lib data dt, in pages; `shared` is RssFile + RssShmem.
+  long long size = 0, resident = 0, shared = 0;
+  if (std::sscanf(buf, "%lld %lld %lld", &size, &resident, &shared) != 3) return {};
+  return {int64_t(resident) * page_size(), int64_t(shared) * page_size()};
 }
+
+int64_t rss_bytes() { return memory().resident; }
 
 int64_t thread_count() {
   ProcFiles& f = proc();
@@ -147,6 +151,30 @@ FaultCost calibrate_fault_cost(size_t bytes, int trials) {
   return out;
 }
 
+std::vector<TouchTrial> first_touch_trials(size_t bytes, int trials, bool huge) {
+  std::vector<TouchTrial> out;
+  if (bytes == 0 || trials <= 0) return out;
+  const size_t ps = size_t(page_size());
+  const size_t len = ((bytes + ps - 1) / ps) * ps;
+  const size_t align = size_t(2) << 20;  // where the kernel can place a huge page
+  for (int t = 0; t < trials; ++t) {
+    void* raw = mmap(nullptr, len + align, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED) continue;
+    char* mem = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(raw) + align - 1) & ~uintptr_t(align - 1));
+    // Said either way: with THP "always" an unadvised mapping may get huge pages too.
+    madvise(mem, len, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+    volatile char* p = mem;
+    Faults f0 = faults();
+    uint64_t t0 = thread_cpu_ns();
+    for (size_t i = 0; i < len; i += ps) p[i] = 1;
+    uint64_t t1 = thread_cpu_ns();
+    Faults f1 = faults();
+    munmap(raw, len + align);
+    out.push_back({double(t1 - t0), (f1.minor - f0.minor) + (f1.major - f0.major)});
+  }
+  return out;
+}
+
 double fresh_allocation_ns(size_t bytes, int trials) {
   // mmap, not malloc: glibc would recycle a freed block after the first trial, and the
   // question is the cost of memory the process has never touched.
@@ -166,7 +194,7 @@ double fresh_allocation_ns(size_t bytes, int trials) {
   return clock::median(times);
 }
 
-double thread_start_ns(int trials) {
+std::vector<double> thread_start_samples(int trials) {
   std::vector<double> times;
   for (int t = 0; t < trials; ++t) {
     uint64_t t0 = clock::monotonic_ns();
@@ -174,7 +202,9 @@ double thread_start_ns(int trials) {
     th.join();
     times.push_back(double(clock::monotonic_ns() - t0));
   }
-  return clock::median(times);
+  return times;
 }
+
+double thread_start_ns(int trials) { return clock::median(thread_start_samples(trials)); }
 
 }  // namespace warmprof::host

@@ -2,6 +2,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace warmprof::host {
 
@@ -12,6 +13,11 @@ struct Faults {
 Faults faults();            // getrusage(RUSAGE_SELF)
 // Both read /proc files kept open (reopened after a fork): cheap enough for every module boundary.
 int64_t rss_bytes();        // resident set size, from /proc/self/statm (0 where unavailable)
+struct Memory {
+  int64_t resident = 0;  // bytes resident (RssAnon + RssFile + RssShmem)
+  int64_t file = 0;      // of which file-backed or shared (RssFile + RssShmem): library code and data paged in
+};
+Memory memory();            // both from one read of /proc/self/statm (about 1.1 us); zeros where unavailable
 int64_t thread_count();     // threads of this process: links of /proc/self/task, else /proc/self/stat (0 where unavailable)
 int64_t page_size();
 
@@ -27,10 +33,22 @@ struct FaultCost {
 // Maps `bytes` of fresh anonymous memory `trials` times, touches one byte per page, times it.
 FaultCost calibrate_fault_cost(size_t bytes, int trials);
 
+// One first touch of fresh anonymous memory: the thread's CPU time and the faults it took.
+struct TouchTrial {
+  double cpu_ns = 0;
+  int64_t faults = 0;
+};
+// `trials` fresh mappings of `bytes`, each advised MADV_HUGEPAGE (huge) or MADV_NOHUGEPAGE (not) and
+// aligned to 2 MiB, one byte written per page and the touch timed in thread CPU time. A failed map is
+// left out of the result.
+std::vector<TouchTrial> first_touch_trials(size_t bytes, int trials, bool huge);
+
 // Median ns of malloc(bytes) + first touch of every page + free, over `trials` fresh allocations.
 double fresh_allocation_ns(size_t bytes, int trials);
 
 // Median ns of starting and joining one thread.
 double thread_start_ns(int trials);
+// Each of `trials` thread starts and joins, in ns (wall), in the order taken.
+std::vector<double> thread_start_samples(int trials);
 
 }  // namespace warmprof::host

@@ -46,6 +46,11 @@ class _FaultCost(TypedDict):
     pages: int
     trials: int
 
+class _FirstTouch(TypedDict):
+    bytes: int
+    cpu_ns: list[float]  # one per trial, in thread CPU time
+    faults: list[int]
+
 class _Backend(TypedDict):
     compiled: bool
     available: bool
@@ -83,7 +88,7 @@ def counter(name: int, value: int, /) -> None:
     """Record a counter sample."""
 
 def sample_host(rss: bool = True, /) -> None:
-    """Record host counters (minor/major faults, threads, and RSS unless rss is False) now."""
+    """Record host counters (minor/major faults, threads, and RSS and file-backed bytes unless rss is False) now."""
 
 def module_enter(name: int, coarse: bool, /) -> bool:
     """A module call opens: host counters and a begin, unless thinned; whether it was recorded."""
@@ -140,10 +145,19 @@ def faults() -> tuple[int, int]:
     """(minor, major) page faults of this process so far."""
 
 def rss_bytes() -> int: ...
+def file_bytes() -> int:
+    """Resident file-backed or shared bytes (RssFile + RssShmem, /proc/self/statm); 0 where unavailable."""
+
 def thread_count() -> int: ...
 def page_size() -> int: ...
 def calibrate_fault_cost(bytes: int = 33554432, trials: int = 5) -> _FaultCost: ...
 def fresh_allocation_ns(bytes: int, trials: int = 5) -> float: ...
+def first_touch(bytes: int, trials: int = 5, huge: bool = False) -> _FirstTouch:
+    """First touch of `bytes` of fresh memory, `trials` times (MADV_HUGEPAGE if huge, else MADV_NOHUGEPAGE): {'bytes', 'cpu_ns': [...], 'faults': [...]}, one entry per trial, in thread CPU time."""
+
+def thread_start_samples(trials: int = 31) -> list[float]:
+    """ns of each of `trials` thread starts and joins (wall), in the order taken."""
+
 def thread_start_ns(trials: int = 9) -> float: ...
 
 # Backends.

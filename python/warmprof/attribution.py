@@ -6,10 +6,13 @@ the estimators in ESTIMATORS over it, each a pure function (context) -> parts:
 - cause_spans: time inside nested or overlapping cause spans goes to the innermost one (latest
   start), so nothing is counted twice (measured). Structure spans (passes, modules) say where,
   not why.
-- host_faults: page faults outside every cause span, minus what a steady pass also takes and
-  what warmprof's own buffers took, x the calibrated fault cost -> allocator_growth (estimated).
+- host_faults: page faults outside every cause span, split by what grew between the samples:
+  anonymous memory -> allocator_growth (source host_faults), file-backed pages (a library's code
+  and data paged in on first use) -> runtime_init (source file_pages); each priced by the bytes
+  grown at the first-touch cost calibrated for that size (small or huge pages, by bytes per
+  fault). Anonymous faults a steady pass also takes, and warmprof's own, are left out (estimated).
 - thread_starts: threads started outside every cause span x the calibrated thread start cost
-  -> runtime_init (estimated).
+  -> runtime_init (estimated); a calibration too spread to trust gives the count without time.
 - module_hook_cost: module calls x the calibrated cost of warmprof's own hooks per call ->
   profiler_overhead (estimated): the instrumented passes pay it, the steady passes do not.
 - cupti_callback_cost: CUPTI callbacks taken in the pass x the calibrated cost of warmprof's
@@ -29,6 +32,7 @@ band of the steady passes (summarize).
 from __future__ import annotations
 
 import bisect
+import math
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
@@ -41,6 +45,8 @@ from .timeline import (
 
 FAULT_COUNTERS = ("host:minor_faults", "host:major_faults")
 THREAD_COUNTER = "host:threads"
+RSS_COUNTER = "host:rss_bytes"
+FILE_COUNTER = "host:file_bytes"  # resident file-backed (and shared) bytes: RSS less this is anonymous
 MODULE_PREFIX = "module:"
 
 
@@ -65,12 +71,24 @@ class SpanRec:
 
 @dataclass
 class Calibration:
-    """Unit costs measured on this machine (estimates multiply counts by these)."""
+    """Unit costs measured on this machine (estimates multiply counts by these). A cost of 0 is
+    one not measured, or too spread to use (`unusable` says which, and why)."""
 
-    fault_cost_ns: float = 0.0
+    fault_cost_ns: float = 0.0  # one first-touch fault of a small page (where no bytes are known)
     thread_start_ns: float = 0.0
     hook_cost_ns: float = 0.0  # what warmprof's module hooks add to one module call
     cupti_handler_ns: float = 0.0  # what warmprof's CUPTI handler adds to one callback (CUPTI's dispatch not included)
+    # First touch of fresh anonymous memory, ns per byte at the sizes calibrated: ((bytes, ns), ...)
+    # by size, small pages and huge pages (empty: none, e.g. THP "never").
+    touch_ns_per_byte: tuple[tuple[int, float], ...] = ()
+    huge_touch_ns_per_byte: tuple[tuple[int, float], ...] = ()
+    huge_page_bytes: int = 2 << 20
+    page_bytes: int = 4096
+    # Mapping file pages already in the page cache: ns per byte, and faults per byte (the kernel
+    # maps several pages a fault, "fault-around").
+    file_ns_per_byte: float = 0.0
+    file_faults_per_byte: float = 0.0
+    unusable: Mapping[str, str] = field(default_factory=dict)  # calibration -> why it is not used
 
 
 @dataclass
@@ -289,6 +307,36 @@ def _counter_steps(tl: Timeline, names: Iterable[str], segs: Sequence[Segment], 
     return tuple(steps)
 
 
+def _counter_series(tl: Timeline, name: str) -> tuple[list[int], list[int]]:
+    """(timestamps, values) of one counter, in time order; empty if never sampled."""
+    ids = [i for i, n in enumerate(tl.names) if n == name]
+    if not ids or len(tl) == 0:
+        return [], []
+    mask = (tl.kind == COUNTER) & (tl.name == ids[0])
+    return tl.ts_ns[mask].tolist(), tl.value[mask].tolist()
+
+
+def _memory_growth(tl: Timeline, steps: Sequence[CounterStep]) -> tuple[tuple[int, int], ...]:
+    """(anonymous, file-backed) bytes grown across each fault step: the RSS and file-bytes samples
+    at or before its end less those at or before its start. Memory is read wherever faults moved
+    since the last read, so the sample at or before a boundary holds at that boundary. Empty when
+    the timeline has no file-bytes samples (one recorded before they existed)."""
+    rss_t, rss_v = _counter_series(tl, RSS_COUNTER)
+    file_t, file_v = _counter_series(tl, FILE_COUNTER)
+    if not steps or not file_t or len(rss_t) != len(file_t):
+        return ()
+
+    def at(t: int) -> tuple[int, int] | None:
+        k = bisect.bisect_right(file_t, t) - 1
+        return None if k < 0 else (rss_v[k] - file_v[k], file_v[k])
+
+    out = []
+    for st in steps:
+        a, b = at(st.start_ns), at(st.end_ns)
+        out.append((0, 0) if a is None or b is None else (b[0] - a[0], b[1] - a[1]))
+    return tuple(out)
+
+
 def _pass_span(all_spans: list[SpanRec], tl: Timeline, pass_name: str,
                window: tuple[int, int] | None) -> SpanRec | None:
     """The pass's span. Its times are the pass's own clock reads when given (`window`), so a
@@ -324,6 +372,9 @@ class PassContext:
     spans: tuple[SpanRec, ...]
     segments: tuple[Segment, ...]
     fault_steps: tuple[CounterStep, ...] = ()
+    # For each fault step, (anonymous, file-backed) bytes grown across it (RSS samples at the same
+    # boundaries); empty when the timeline has no memory samples (then faults alone are priced).
+    fault_bytes: tuple[tuple[int, int], ...] = ()
     thread_steps: tuple[CounterStep, ...] = ()
     own_faults: int = 0
     off_thread_ns: int = 0  # cause spans of other threads, clipped to the window
@@ -391,11 +442,13 @@ def build_context(
                         if s.thread != th and s.cause != STRUCTURE)
     segs = _segments(mine, t0, t1)
     starts = [sg[0] for sg in segs]
+    fault_steps = _counter_steps(tl, FAULT_COUNTERS, segs, starts, t0, t1)
     return PassContext(
         pass_span=ps,
         spans=tuple(mine),
         segments=tuple(segs),
-        fault_steps=_counter_steps(tl, FAULT_COUNTERS, segs, starts, t0, t1),
+        fault_steps=fault_steps,
+        fault_bytes=_memory_growth(tl, fault_steps),
         thread_steps=_counter_steps(tl, (THREAD_COUNTER,), segs, starts, t0, t1),
         own_faults=int(np.count_nonzero((tl.own_fault_ns >= t0) & (tl.own_fault_ns <= t1))),
         off_thread_ns=off_thread_ns,
@@ -458,37 +511,130 @@ def _loads_in_compiles(ctx: PassContext) -> dict[tuple[str, str], str]:
             for key, n in nested.items()}
 
 
+def per_byte_at(points: Sequence[tuple[int, float]], nbytes: float) -> float:
+    """ns per byte of a first touch of `nbytes`, from calibrated (bytes, ns per byte) points sorted
+    by size: interpolated on log(bytes) between points, the end point's outside them; 0 without points."""
+    if not points:
+        return 0.0
+    if nbytes <= points[0][0]:
+        return points[0][1]
+    for (b0, c0), (b1, c1) in zip(points, points[1:]):
+        if nbytes <= b1:
+            w = (math.log(nbytes) - math.log(b0)) / (math.log(b1) - math.log(b0))
+            return c0 + w * (c1 - c0)
+    return points[-1][1]
+
+
+class FaultSplit(NamedTuple):
+    """One fault step priced by kind: anonymous (small and huge pages) and file-backed."""
+
+    anon_faults: float
+    anon_ns: float
+    file_faults: float
+    file_ns: float
+    huge_faults: float
+
+
+def split_faults(faults: int, anon_bytes: int, file_bytes: int, cal: Calibration) -> FaultSplit:
+    """Prices one fault step from what it grew. File-backed bytes are priced at the page-cache
+    mapping cost and take the faults that mapping takes per byte (at most the step's); the other
+    faults are anonymous: as many huge-page faults as the anonymous bytes need beyond one small page
+    a fault, the rest small pages, each kind at the first-touch cost per byte for the bytes it
+    touched. Faults with no growth (memory given back and touched again) are small pages too."""
+    file_bytes = max(0, file_bytes)
+    anon_bytes = max(0, anon_bytes)
+    file_faults = min(float(faults), file_bytes * cal.file_faults_per_byte)
+    anon_faults = faults - file_faults
+    ps, hs = cal.page_bytes, cal.huge_page_bytes
+    huge = 0.0
+    if cal.huge_touch_ns_per_byte and anon_bytes > anon_faults * ps and hs > ps:
+        huge = min(anon_faults, (anon_bytes - anon_faults * ps) / (hs - ps))
+    small_bytes = (anon_faults - huge) * ps
+    huge_bytes = huge * hs
+    if cal.touch_ns_per_byte:
+        anon_ns = small_bytes * per_byte_at(cal.touch_ns_per_byte, small_bytes)
+    else:
+        anon_ns = (anon_faults - huge) * cal.fault_cost_ns
+    anon_ns += huge_bytes * per_byte_at(cal.huge_touch_ns_per_byte, huge_bytes)
+    return FaultSplit(anon_faults, anon_ns, file_faults, file_bytes * cal.file_ns_per_byte, huge)
+
+
 def host_faults(ctx: PassContext) -> list[Part]:
-    """Estimated allocator_growth: page faults outside every cause span (faults inside one belong
-    to that cause, via ctx.fault_steps' cover), less a steady pass's faults and warmprof's own,
-    x the calibrated fault cost; spread over modules in proportion to their faults."""
-    outside_by_module: dict[str, int] = {}
-    for step in ctx.fault_steps:
-        if step.cause_span is None:
-            outside_by_module[step.module] = outside_by_module.get(step.module, 0) + step.delta
-    outside = sum(outside_by_module.values())
-    extra = max(0.0, outside - ctx.steady_faults - ctx.own_faults)
-    cost = ctx.calibration.fault_cost_ns
-    if extra <= 0 or cost <= 0:
-        return []
-    scale = extra / outside
-    p = Part("allocator_growth", "host_faults", "estimated", count=int(round(extra)))
-    for mod, d in outside_by_module.items():
-        p.add(mod, d * scale * cost)
-    return [p]
+    """Estimated: page faults outside every cause span (faults inside one belong to that cause, via
+    ctx.fault_steps' cover), split per step by what grew (split_faults): anonymous memory ->
+    allocator_growth (host_faults), file pages -> runtime_init (file_pages, lazy loading of a
+    library's code and data). Anonymous faults a steady pass also takes, and warmprof's own, are
+    taken off the anonymous time in proportion; each part is placed in the modules its steps were in.
+    Without memory samples (ctx.fault_bytes empty) every fault is anonymous at fault_cost_ns."""
+    cal = ctx.calibration
+    anon = Part("allocator_growth", "host_faults", "estimated")
+    files = Part("runtime_init", "file_pages", "estimated")
+    anon_faults = huge_faults = 0.0
+    file_faults = 0.0
+    file_bytes = 0
+    anon_by_module: dict[str, float] = {}
+    for k, step in enumerate(ctx.fault_steps):
+        if step.cause_span is not None or step.delta <= 0:
+            continue
+        grown = ctx.fault_bytes[k] if ctx.fault_bytes else (0, 0)
+        sp = split_faults(step.delta, grown[0], grown[1] if ctx.fault_bytes else 0, cal)
+        anon_faults += sp.anon_faults
+        huge_faults += sp.huge_faults
+        anon_by_module[step.module] = anon_by_module.get(step.module, 0.0) + sp.anon_ns
+        if sp.file_faults > 0 or grown[1] > 0:
+            file_faults += sp.file_faults
+            file_bytes += max(0, grown[1])
+            files.add(step.module, sp.file_ns)
+    parts = []
+    extra = max(0.0, anon_faults - ctx.steady_faults - ctx.own_faults)
+    priced = sum(anon_by_module.values()) > 0 or "first_touch" in cal.unusable
+    if extra > 0 and priced:
+        scale = extra / anon_faults
+        for mod, ns in anon_by_module.items():
+            anon.add(mod, ns * scale)
+        anon.count = int(round(extra))
+        anon.detail = _anon_detail(ctx, extra, huge_faults * scale)
+        parts.append(anon)
+    if file_bytes > 0 and (cal.file_ns_per_byte > 0 or "file_pages" in cal.unusable):
+        files.count = int(round(file_faults))
+        files.detail = (f"{file_bytes / 2**20:.1f} MiB of file-backed pages (library code and data) paged in "
+                        f"outside any cause span, about {files.count} of the faults, at the cost of mapping "
+                        "page-cache pages measured here; a read from disk (major fault) costs more")
+        if "file_pages" in cal.unusable:
+            files.detail += f"; file-page calibration not used ({cal.unusable['file_pages']}): counted without time"
+        parts.append(files)
+    return parts
+
+
+def _anon_detail(ctx: PassContext, faults: float, huge: float) -> str:
+    cal = ctx.calibration
+    if not ctx.fault_bytes:
+        how = "each taken as one small page (no memory samples to split faults by kind)"
+    elif cal.touch_ns_per_byte or cal.huge_touch_ns_per_byte:
+        how = ("split from file-backed faults by the anonymous and file bytes each step grew, and priced by "
+               "the bytes touched at the first-touch cost calibrated for that size")
+    else:
+        how = "split by the bytes each step grew, x the calibrated cost of one small-page fault"
+    out = f"{faults:.0f} anonymous first-touch faults{f' ({huge:.0f} of huge pages)' if huge >= 1 else ''} {how}"
+    if "first_touch" in cal.unusable:
+        out += f"; first-touch calibration not used ({cal.unusable['first_touch']}): counted without time"
+    return out
 
 
 def thread_starts(ctx: PassContext) -> list[Part]:
     """Estimated runtime_init: threads started outside every cause span (the runtime's pools
     starting inside the pass) x the calibrated thread start cost, in the module they started in."""
     cost = ctx.calibration.thread_start_ns
-    if cost <= 0:
+    why = ctx.calibration.unusable.get("thread_start")
+    if cost <= 0 and why is None:
         return []
     p = Part("runtime_init", "thread_pool", "estimated")
     for step in ctx.thread_steps:
         if step.delta > 0 and step.cause_span is None:
-            p.add(step.module, step.delta * cost)
+            p.add(step.module, step.delta * max(cost, 0.0))
             p.count += step.delta
+    if why is not None:
+        p.detail = f"{p.count} thread starts counted without time: the thread-start calibration was too spread to use ({why})"
     return [p] if p.count else []
 
 

@@ -198,7 +198,7 @@ def test_nothing_is_calibrated_before_the_first_pass(monkeypatch):
     events: list[str] = []
     monkeypatch.setattr(calibration, "_calibration", None)  # as in a fresh process
     real = calibration.measure  # what trace() calls while it holds the one-trace lock
-    monkeypatch.setattr(calibration, "measure", lambda: (events.append("calibrate"), real())[1])
+    monkeypatch.setattr(calibration, "measure", lambda **kw: (events.append("calibrate"), real(**kw))[1])
     r = warmprof.trace(nn.Sequential(nn.Linear(8, 8)), (1, 8), steady=3, progress=events.append)
     assert events.index("calibrate") > events.index("steady passes") > events.index("first pass")
     assert r.protocol.calibration["hook_cost_ns"] > 0

@@ -34,6 +34,87 @@ def test_rss_is_page_aligned_and_grows_with_touched_memory():
     assert after - before >= 32 * MIB
 
 
+def test_file_bytes_grow_with_a_mapped_file_and_anonymous_memory_does_not_move_them(tmp_path):
+    """statm's `shared` field: file pages paged in count there (lazy loading of a library's code and
+    data looks like this); anonymous memory touched first does not."""
+    import mmap
+
+    ps = _native.page_size()
+    path = tmp_path / "data.bin"
+    path.write_bytes(b"x" * (8 * MIB))  # in the page cache now: mapping it takes minor faults only
+    assert _native.file_bytes() % ps == 0
+    anon_before = _native.file_bytes()
+    touched = np.ones(32 * MIB, dtype=np.uint8)
+    assert touched[0] == 1
+    assert _native.file_bytes() - anon_before < 4 * MIB
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+        before = _native.file_bytes()
+        total = sum(m[i] for i in range(0, len(m), ps))  # one read per page
+        after = _native.file_bytes()
+    assert total == ord("x") * (8 * MIB // ps)
+    assert after - before >= 6 * MIB
+
+
+def test_module_boundaries_read_memory_only_when_faults_moved():
+    import mmap
+
+    """The module hooks' native entry records RSS and file bytes at a boundary only when the fault
+    count moved since the last read: a boundary after fresh pages were touched has them, a quiet one not."""
+    from warmprof import timeline
+    from warmprof.timeline import COUNTER, Recording
+
+    nid = timeline.name_id("module:test_quiet")
+    with Recording() as rec:
+        timeline.sample_host()  # reads memory: the baseline
+        for _ in range(20):
+            _native.module_enter(nid, True)
+            _native.module_exit(nid)
+    tl = rec.drain()
+    names = [tl.names[n] for n, k in zip(tl.name.tolist(), tl.kind.tolist()) if k == COUNTER]
+    # 40 boundaries, each with the fault counters; memory read at the pass boundary and at most at a
+    # few boundaries where a stray fault landed (the first calls of the hook path itself may fault).
+    assert names.count("host:minor_faults") == 41
+    assert names.count("host:file_bytes") == names.count("host:rss_bytes") < 12
+    with Recording() as rec:
+        timeline.sample_host()
+        _native.module_enter(nid, True)
+        fresh = mmap.mmap(-1, 8 * MIB)  # never the allocator's recycled memory: fresh pages
+        for i in range(0, 8 * MIB, _native.page_size()):
+            fresh[i] = 1
+        _native.module_exit(nid)
+    fresh.close()
+    tl = rec.drain()
+    names = [tl.names[n] for n, k in zip(tl.name.tolist(), tl.kind.tolist()) if k == COUNTER]
+    assert names.count("host:file_bytes") >= 2  # the pass boundary and the exit after the touch
+
+
+def test_first_touch_probe_gives_one_time_and_fault_count_per_trial():
+    got = _native.first_touch(4 * MIB, 3)
+    assert got["bytes"] == 4 * MIB and len(got["cpu_ns"]) == len(got["faults"]) == 3
+    pages = 4 * MIB // _native.page_size()
+    assert all(t > 0 for t in got["cpu_ns"])
+    assert all(0.9 * pages <= f <= 1.1 * pages for f in got["faults"])  # MADV_NOHUGEPAGE: one fault a page
+
+
+def test_huge_first_touch_takes_fewer_faults_where_the_kernel_gives_huge_pages():
+    with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+        thp = f.read()
+    got = _native.first_touch(16 * MIB, 2, huge=True)
+    assert len(got["cpu_ns"]) == 2 and all(t > 0 for t in got["cpu_ns"])
+    pages = 16 * MIB // _native.page_size()
+    if "[never]" in thp:
+        assert all(0.9 * pages <= f <= 1.1 * pages for f in got["faults"])
+    else:
+        # Huge pages are a best effort (none free: small pages), so only "no more faults than pages"
+        # is promised; a THP machine usually gives about one fault per 2 MiB.
+        assert all(f <= 1.1 * pages for f in got["faults"])
+
+
+def test_thread_start_samples_are_one_per_trial():
+    got = _native.thread_start_samples(7)
+    assert len(got) == 7 and all(t > 0 for t in got)
+
+
 def test_thread_count_sees_a_new_thread():
     before = _native.thread_count()
     assert before >= 1

@@ -140,7 +140,7 @@ def test_record_span_ns_refuses_a_span_that_ends_before_it_starts():
 
 
 def test_sample_host_records_the_host_counters_and_rss_only_when_asked():
-    names = {"host:minor_faults", "host:major_faults", "host:rss_bytes", "host:threads"}
+    names = {"host:minor_faults", "host:major_faults", "host:rss_bytes", "host:file_bytes", "host:threads"}
     with Recording() as rec:
         timeline.sample_host()
     recs = _own_records(rec.drain(), names)
@@ -148,9 +148,10 @@ def test_sample_host_records_the_host_counters_and_rss_only_when_asked():
     assert all(r[0] == COUNTER and r[3] >= 0 for r in recs)
     values = dict((r[2], r[3]) for r in recs)
     assert values["host:rss_bytes"] > 0 and values["host:threads"] >= 1
+    assert 0 < values["host:file_bytes"] < values["host:rss_bytes"]  # the loaded libraries' pages, part of RSS
     with Recording() as rec:
         timeline.sample_host(False)  # module boundaries: faults and threads only
-    assert sorted(r[2] for r in _own_records(rec.drain(), names)) == sorted(names - {"host:rss_bytes"})
+    assert sorted(r[2] for r in _own_records(rec.drain(), names)) == sorted(names - {"host:rss_bytes", "host:file_bytes"})
 
 
 def test_recording_is_not_reentrant():

@@ -279,7 +279,7 @@ def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, devic
     # Calibration runs after the passes: it starts threads, faults fresh pages and calls a torch
     # module, any of which would warm what the first pass is there to measure cold.
     say("calibrating (timer, page-fault cost, thread start, hook cost)")
-    costs = calibration.measure()
+    costs = calibration.measure(touched_bytes=calibration.largest_anonymous_growth(timeline))
     say("attributing")
     first, rerun = (
         attribute_pass(timeline, name, calibration=costs.for_attribution(),

@@ -87,6 +87,21 @@ def overshoot_note(attributed_ms: float, excess_ms: float, noise_band_ms: float)
 _LEVELS = {1: "coarse modules only (the root and two levels below it)", 0: "no modules"}
 
 
+_CALIBRATION_EFFECT = {
+    "first_touch": "anonymous page faults are counted without time",
+    "thread_start": "thread starts are counted without time",
+    "file_pages": "file-backed page faults are counted without time",
+}
+
+
+def calibration_notes(calibration: dict[str, Any]) -> list[str]:
+    """One note per calibration too spread to use (MachineCosts.unusable): what it measured, and
+    what the attribution does without it."""
+    return [f"{name.replace('_', ' ')} calibration too spread to use ({why}): "
+            f"{_CALIBRATION_EFFECT.get(name, 'not used')}; a quieter machine gives a usable one"
+            for name, why in sorted(calibration.get("unusable", {}).items())]
+
+
 def recorder_notes(tl: Timeline, passes: dict[str, PassAttribution]) -> list[str]:
     """What the recorder thinned or lost, pass by pass: module calls are thinned first (the
     'warmprof:thinned' instants say when and to what), cause spans and pass times are kept."""
@@ -164,6 +179,7 @@ def build_report(facts: TraceFacts) -> Report:
     if f.warm_reasons:
         notes.append("runtime already warm: " + "; ".join(f.warm_reasons) + " (run in a fresh process for a true first pass)")
     notes.extend(recorder_notes(f.timeline, {"first_pass": first, "seen_rerun": rerun}))
+    notes.extend(calibration_notes(f.calibration))
     if first.unmatched:
         notes.append(f"{first.unmatched} spans never closed in the first pass (closed at its end)")
     overshoot = overshoot_note(summary.attributed_ms, summary.excess_ms, stats.noise_band)
@@ -219,4 +235,5 @@ def build_report(facts: TraceFacts) -> Report:
     return report
 
 
-__all__ = ["IN_PROCESS_NOTE", "InstrumentSummary", "TraceFacts", "build_report", "overshoot_note", "recorder_notes"]
+__all__ = ["IN_PROCESS_NOTE", "InstrumentSummary", "TraceFacts", "build_report", "calibration_notes", "overshoot_note",
+           "recorder_notes"]
