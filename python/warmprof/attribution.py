@@ -18,6 +18,9 @@ the estimators in ESTIMATORS over it, each a pure function (context) -> parts:
 - cupti_callback_cost: CUPTI callbacks taken in the pass x the calibrated cost of warmprof's
   handler per callback -> profiler_overhead (estimated), the same reasoning.
 - inferred_figures: figures no span brackets (a clock ramp), added as the instruments gave them.
+- instrument_cost: when the protocol measured every instrument's cost per pass on the model
+  (instrumented steady passes less clean ones) -> profiler_overhead (estimated), in place of the
+  two calibrated per-call figures above, never below them.
 
 Only the thread that ran the pass is attributed (other threads' spans overlap the pass's wall
 time and would double count it); their spans are counted in `off_thread_ms`. Counters are
@@ -89,6 +92,32 @@ class Calibration:
     file_ns_per_byte: float = 0.0
     file_faults_per_byte: float = 0.0
     unusable: Mapping[str, str] = field(default_factory=dict)  # calibration -> why it is not used
+
+
+@dataclass(frozen=True)
+class InstrumentCost:
+    """What every instrument together cost one pass of this model, measured on it: the median of a
+    few steady passes run with every instrument on (as the first pass and the seen re-run) less the
+    median of the clean steady passes. `calls` holds each module's calls in one instrumented pass
+    (the placement); `noise_ns` is the clean passes' noise band."""
+
+    instrumented_ms: tuple[float, ...]
+    clean_median_ms: float
+    noise_ns: float = 0.0
+    calls: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def instrumented_median_ms(self) -> float:
+        return float(np.median(self.instrumented_ms)) if self.instrumented_ms else 0.0
+
+    @property
+    def per_pass_ns(self) -> float:
+        """The measured difference per pass, never below 0."""
+        return max(0.0, (self.instrumented_median_ms - self.clean_median_ms) * 1e6)
+
+    @property
+    def within_noise(self) -> bool:
+        return self.per_pass_ns <= self.noise_ns
 
 
 @dataclass
@@ -383,6 +412,9 @@ class PassContext:
     evidence: Mapping[str, str] = field(default_factory=dict)  # source -> evidence of its spans
     inferred: tuple[Mapping, ...] = ()  # figures no span brackets: {"cause", "source", "ms", ...}
     timeline: Timeline | None = None
+    # The instruments' cost per pass measured on this model (instrumented steady passes); when
+    # set, it stands in for the per-call and per-callback estimates (module hooks, CUPTI callbacks).
+    instrument_cost: InstrumentCost | None = None
 
     @property
     def window(self) -> tuple[int, int]:
@@ -429,6 +461,7 @@ def build_context(
     evidence: Mapping[str, str] | None = None,
     inferred: Iterable[Mapping] | None = None,
     window: tuple[int, int] | None = None,
+    instrument_cost: InstrumentCost | None = None,
 ) -> PassContext | None:
     """The context of the pass `pass:<pass_name>` (None: no such pass). Arguments as attribute_pass."""
     all_spans = build_spans(tl)
@@ -457,6 +490,7 @@ def build_context(
         evidence=evidence or {},
         inferred=tuple(inferred or ()),
         timeline=tl,
+        instrument_cost=instrument_cost,
     )
 
 
@@ -482,7 +516,7 @@ def cause_spans(ctx: PassContext) -> list[Part]:
         if id(span) not in counted:
             counted.add(id(span))
             p.count += 1
-    for key, detail in _loads_in_compiles(ctx).items():
+    for key, detail in (*_loads_in_compiles(ctx).items(), *_imports_in_compiles(ctx).items()):
         if key in parts:
             parts[key].detail = detail
     return list(parts.values())
@@ -557,6 +591,22 @@ def split_faults(faults: int, anon_bytes: int, file_bytes: int, cal: Calibration
         anon_ns = (anon_faults - huge) * cal.fault_cost_ns
     anon_ns += huge_bytes * per_byte_at(cal.huge_touch_ns_per_byte, huge_bytes)
     return FaultSplit(anon_faults, anon_ns, file_faults, file_bytes * cal.file_ns_per_byte, huge)
+
+
+def _imports_in_compiles(ctx: PassContext) -> dict[tuple[str, str], str]:
+    """Python imports run inside a jit_compile span (inductor importing its own modules as it
+    compiles): the innermost span wins, so their time is runtime_init; said in the part's detail."""
+    compiles = [s for s in ctx.spans if s.cause == JIT_COMPILE]
+    imports = [s for s in ctx.spans if s.cause != STRUCTURE and s.name.startswith("python_import:")]
+    if not compiles or not imports:
+        return {}
+    inside = [s for s in imports if any(c.start_ns <= s.start_ns and s.end_ns <= c.end_ns for c in compiles)]
+    if not inside:
+        return {}
+    key = (cause_name(inside[0].cause), "python_import")
+    return {key: (f"{len(inside)} of these imports ran inside a compile span (the compiler importing its own "
+                  f"modules): counted here as {key[0]}, not as the compile's jit_compile; the innermost span wins, "
+                  "and importing them before the first pass would save this part")}
 
 
 def host_faults(ctx: PassContext) -> list[Part]:
@@ -641,9 +691,10 @@ def thread_starts(ctx: PassContext) -> list[Part]:
 def module_hook_cost(ctx: PassContext) -> list[Part]:
     """Estimated profiler_overhead: warmprof's own module hooks, which instrumented passes pay and
     steady passes do not. Each module call (a module span on the pass thread) x the calibrated
-    cost per call, in that module."""
+    cost per call, in that module. Not when the instruments' cost was measured on the model
+    (ctx.instrument_cost: instrument_cost books it, this figure included)."""
     cost = ctx.calibration.hook_cost_ns
-    if cost <= 0:
+    if cost <= 0 or ctx.instrument_cost is not None:
         return []
     calls: dict[str, int] = {}
     for s in ctx.spans:
@@ -688,7 +739,7 @@ def cupti_callback_cost(ctx: PassContext) -> list[Part]:
     alone, measured on this machine; CUPTI's own dispatch per callback comes on top and is not in
     the estimate (it can only be measured with a GPU). Not placed by module (the count is per pass)."""
     cost = ctx.calibration.cupti_handler_ns
-    if cost <= 0 or ctx.timeline is None:
+    if cost <= 0 or ctx.timeline is None or ctx.instrument_cost is not None:  # measured: instrument_cost
         return []
     n = _counter_change(ctx.timeline, CUPTI_CALLBACKS, *ctx.window)
     if n <= 0:
@@ -713,10 +764,50 @@ def inferred_figures(ctx: PassContext) -> list[Part]:
     return list(parts.values())
 
 
+def instrument_cost(ctx: PassContext) -> list[Part]:
+    """Estimated profiler_overhead, measured on the model: what every instrument (module hooks,
+    oneDNN's verbose output, samplers, CUPTI callbacks) added to a steady pass run with all of them
+    on, over a clean one (ctx.instrument_cost), booked in this instrumented pass. Never below the
+    calibrated floor (module calls x hook cost, CUPTI callbacks x handler cost: what the pass is
+    known to pay even when the measured difference is lost in the noise). Placed by module in
+    proportion to each module's calls in the instrumented steady passes (the hooks cost per call;
+    oneDNN's lines come one per primitive run, inside the modules that run them, so this placement
+    spreads their part over every module called)."""
+    cost = ctx.instrument_cost
+    if cost is None:
+        return []
+    bare = replace(ctx, instrument_cost=None)
+    floor = [p for est in (module_hook_cost, cupti_callback_cost) for p in est(bare)]
+    floor_ns = sum(p.ns for p in floor)
+    measured = cost.per_pass_ns
+    n = len(cost.instrumented_ms)
+    head = (f"{n} steady passes with every instrument on (after one uncounted warm-up pass): median {cost.instrumented_median_ms:.3f} ms, clean steady "
+            f"median {cost.clean_median_ms:.3f} ms, so {measured / 1e6:.3f} ms per pass")
+    p = Part("profiler_overhead", "instrumented_steady", "estimated", count=n)
+    if measured >= floor_ns and measured > 0:
+        calls = {m: c for m, c in cost.calls.items() if c > 0}
+        total = sum(calls.values())
+        for mod, c in (calls.items() if total else [("", 1)]):
+            p.add(mod, measured * c / (total or 1))
+        noise = (f"; within the noise band ({cost.noise_ns / 1e6:.3f} ms), so a rough figure"
+                 if cost.within_noise else "")
+        p.detail = f"{head}{noise}; placed by module in proportion to module calls"
+    elif floor_ns > 0:
+        for f in floor:
+            for mod, ns in f.by_module.items():
+                p.add(mod, ns)
+        p.detail = (f"{head}, below the calibrated floor (module calls x hook cost, CUPTI callbacks x handler cost: "
+                    f"{floor_ns / 1e6:.3f} ms), which stands; the difference is within the noise "
+                    f"({cost.noise_ns / 1e6:.3f} ms band)")
+    else:
+        return []
+    return [p]
+
+
 # Run in this order; parts of the same (cause, source) from several estimators add up, and the
 # first one's evidence stands.
 ESTIMATORS: tuple[Estimator, ...] = (cause_spans, host_faults, thread_starts, module_hook_cost, cupti_callback_cost,
-                                     inferred_figures)
+                                     inferred_figures, instrument_cost)
 
 
 # -- The loop ----------------------------------------------------------------------------------
@@ -726,7 +817,7 @@ def attribute_pass(tl: Timeline, pass_name: str, *, estimators: Sequence[Estimat
                    **context_args: Any) -> PassAttribution:
     """Attribute one recorded pass (the span named `pass:<pass_name>`) to causes: the pass's
     context (build_context, given `context_args`: calibration, steady_faults, evidence, inferred,
-    window) with each of `estimators` run on it in order, their parts merged by (cause, source).
+    window, instrument_cost) with each of `estimators` run on it in order, their parts merged by (cause, source).
 
     window: the pass's own clock reads (start_ns, end_ns); they give the pass time even if the
     recorder lost records. Faults warmprof's own buffers took in the pass (Timeline.own_fault_ns)

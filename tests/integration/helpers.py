@@ -3,7 +3,9 @@ check that a trace left nothing behind."""
 
 from __future__ import annotations
 
+import importlib
 import os
+import sys
 import time
 
 import torch
@@ -57,6 +59,57 @@ class RaisesOnSecond(Counting):
         return super().forward(x)
 
 
+class RaisesOnCall(Counting):
+    """Raises on its n-th call (1-based), e.g. inside the instrumented steady passes."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.n = n
+
+    def forward(self, x):
+        if self.calls + 1 == self.n:
+            self.calls += 1
+            raise RuntimeError(f"call {self.n} fails")
+        return super().forward(x)
+
+
+class FirstCallPython(nn.Module):
+    """Spends `ms` of pure Python (no torch, no import, no allocation to speak of) on its first call only."""
+
+    def __init__(self, ms: float = 50.0) -> None:
+        super().__init__()
+        self.ms = ms
+        self.done = False
+
+    def forward(self, x):
+        if not self.done:
+            self.done = True
+            end, n = time.perf_counter() + self.ms / 1e3, 0
+            while time.perf_counter() < end:
+                n += 1
+        return x + 1
+
+
+class ImportsInForward(nn.Module):
+    """Imports module `name` in every forward (a lazy import: executed on the first call only)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__()
+        self.name = name
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        importlib.import_module(self.name)
+        return self.lin(x)
+
+
+def write_slow_modules(folder, name: str, outer_ms: int = 30, inner_ms: int = 10) -> None:
+    """Two modules in `folder`: `name` sleeps outer_ms at import and imports `name`_inner, which
+    sleeps inner_ms."""
+    (folder / f"{name}.py").write_text(f"import time\ntime.sleep({outer_ms / 1e3})\nimport {name}_inner\n")
+    (folder / f"{name}_inner.py").write_text(f"import time\ntime.sleep({inner_ms / 1e3})\n")
+
+
 def hook_count(model: nn.Module) -> int:
     return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
 
@@ -70,6 +123,7 @@ class Leftovers:
         self.callbacks = registered_callbacks()
         self.fd1 = os.fstat(1)
         self.env = os.environ.get("ONEDNN_VERBOSE_TIMESTAMP")
+        self.finders = [id(f) for f in sys.meta_path]
 
     def check(self) -> None:
         assert not timeline.active(), "recording left on"
@@ -79,3 +133,10 @@ class Leftovers:
         now = os.fstat(1)
         assert (now.st_dev, now.st_ino) == (self.fd1.st_dev, self.fd1.st_ino), "stdout (fd 1) not restored"
         assert os.environ.get("ONEDNN_VERBOSE_TIMESTAMP") == self.env, "oneDNN env flag not restored"
+        # The model's own imports may add finders (inductor does); warmprof's must be gone, and
+        # every finder that was there must still be there, in order.
+        from warmprof.instruments.python_imports import _ImportFinder
+
+        assert not any(isinstance(f, _ImportFinder) for f in sys.meta_path), "import finder left on sys.meta_path"
+        kept = [id(f) for f in sys.meta_path if id(f) in set(self.finders)]
+        assert kept == self.finders, "sys.meta_path's finders changed"

@@ -37,12 +37,19 @@ def test_demo_trace_structure_and_round_trip(tmp_path):
     steady = [e for e in ChromeTraceRenderer().events(r)["traceEvents"] if e["ph"] == "X" and e["pid"] == 3]
     assert [e["name"] for e in steady] == ["steady pass (median of 5)"]
     assert any(s.name == "module:DemoLM.blocks.0.attn" for s in r.spans)
-    # warmprof's own hooks: every module call in the first pass x the calibrated cost per call
-    (hooks,) = [c for c in r.causes if c.cause == "profiler_overhead"]
+    # warmprof's own cost, measured on the model: steady passes with every instrument on less the
+    # clean ones, never below the calibrated floor (module calls x hook cost per call)
+    (own,) = [c for c in r.causes if c.cause == "profiler_overhead"]
+    instrumented = r.protocol.instrumented_steady_ms
+    assert 3 <= len(instrumented) <= 5 and r.steady_passes == 5 == len(r.protocol.steady_ms)
+    assert (own.source, own.evidence, own.count) == ("instrumented_steady", "estimated", len(instrumented))
     module_calls = sum(1 for s in r.spans if s.pass_ == "first" and s.name.startswith("module:") and s.thread == 0)
-    assert (hooks.source, hooks.evidence, hooks.count) == ("module_hooks", "estimated", module_calls)
-    cost_ms = r.protocol.calibration["hook_cost_ns"] / 1e6
-    assert cost_ms > 0 and hooks.ms == pytest.approx(module_calls * cost_ms)
+    floor_ms = module_calls * r.protocol.calibration["hook_cost_ns"] / 1e6
+    measured_ms = sorted(instrumented)[len(instrumented) // 2] if len(instrumented) % 2 else None
+    assert floor_ms > 0 and own.ms >= floor_ms * (1 - 1e-9)
+    if measured_ms is not None and measured_ms - r.steady_median_ms > floor_ms:
+        assert own.ms == pytest.approx(measured_ms - r.steady_median_ms)
+    assert [c.source for c in r.seen_rerun_causes if c.cause == "profiler_overhead"] == ["instrumented_steady"]
     names = {f"DemoLM.{n}" if n else "DemoLM" for n, _ in model.named_modules()} | {"(outside modules)"}
     where = [(w["module"], w["ms"]) for w in r.unattributed_where]
     assert all(m in names and ms > 0 for m, ms in where), where
@@ -136,7 +143,17 @@ def test_compile_inside_a_module_inside_a_module_counts_once():
     total = sum(c.ms for c in jit)
     compile_info = r.instruments["torch_compile"]
     spans = sum(c["span_ms"] for c in compile_info["compiles"] if c["pass"] == "first")
-    assert total == pytest.approx(spans, rel=0.02)  # counted once, not once per enclosing module
+    # Python imports the compiler runs inside its compile span are their own (runtime_init) spans:
+    # the innermost span wins. Outermost imports inside a compile span hold all of that time.
+    compiles = [s for s in r.spans if s.pass_ == "first" and s.cause == "jit_compile"]
+    imports = [s for s in r.spans if s.pass_ == "first" and s.source == "python_import" and s.thread == 0]
+
+    def within(s, others):
+        return any(o is not s and o.start_ms <= s.start_ms and s.start_ms + s.dur_ms <= o.start_ms + o.dur_ms
+                   for o in others)
+
+    imported = sum(s.dur_ms for s in imports if within(s, compiles) and not within(s, imports))
+    assert total + imported == pytest.approx(spans, rel=0.02)  # counted once, not once per enclosing module
     assert total <= r.first_pass_ms
     assert {c.module for c in jit} == {"Outer.inner"}  # the innermost module
     assert not [c for c in r.seen_rerun_causes if c.cause == "jit_compile"]

@@ -4,8 +4,8 @@ the loop in attribute_pass (the one place estimators run; an appended estimator 
 import pytest
 
 from warmprof.attribution import (
-    ESTIMATORS, Calibration, CounterStep, Part, PassContext, SpanRec, attribute_pass, build_context,
-    cause_spans, cupti_callback_cost, host_faults, inferred_figures, module_hook_cost, thread_starts,
+    ESTIMATORS, Calibration, CounterStep, InstrumentCost, Part, PassContext, SpanRec, attribute_pass, build_context,
+    cause_spans, cupti_callback_cost, host_faults, inferred_figures, instrument_cost, module_hook_cost, thread_starts,
 )
 from warmprof.timeline import BEGIN, COUNTER, CUPTI_CALLBACKS, END, JIT_COMPILE, RUNTIME_INIT, STRUCTURE, Timeline
 
@@ -213,3 +213,56 @@ def test_parts_of_one_cause_and_source_from_two_estimators_add_up():
     assert (given.ns, given.count, given.by_module) == (1 * MS, 1, {"": 1 * MS})  # the estimator's part is untouched
     # A cause span's (cause, source) was measured inside the span: it never takes free time.
     assert att.unexplained_by_module == {"M": 50 * MS, "": 10 * MS}
+
+
+HOOKED = (M, span("module:M.a", 10, 20, depth=1), M_A, span("module:M.b", 50, 60, depth=1))
+
+
+def test_instrument_cost_books_the_measured_difference_placed_by_module_calls():
+    cost = InstrumentCost((12.0, 13.0, 11.0), clean_median_ms=10.0, noise_ns=0.5 * MS, calls={"M": 1, "M.a": 2, "M.b": 1})
+    ctx = context(spans=HOOKED, calibration=Calibration(hook_cost_ns=2000.0), instrument_cost=cost)
+    (p,) = instrument_cost(ctx)
+    assert (p.cause, p.source, p.evidence, p.count) == ("profiler_overhead", "instrumented_steady", "estimated", 3)
+    assert p.ns == pytest.approx(2 * MS)  # median 12 ms less the clean median 10 ms
+    assert p.by_module == pytest.approx({"M": 0.5 * MS, "M.a": 1 * MS, "M.b": 0.5 * MS})
+    assert "12.000 ms" in p.detail and "noise" not in p.detail
+    # It stands in for the calibrated per-call figures: no double counting.
+    assert module_hook_cost(ctx) == [] and module_hook_cost(context(spans=HOOKED, calibration=ctx.calibration))
+    assert instrument_cost(context(spans=HOOKED)) == []  # nothing measured: nothing here
+
+
+def test_instrument_cost_never_goes_below_the_calibrated_floor_and_says_when_noisy():
+    floor_cal = Calibration(hook_cost_ns=0.3 * MS)  # 4 calls: 1.2 ms
+    below = InstrumentCost((10.2, 9.0, 10.5), clean_median_ms=10.0, noise_ns=0.8 * MS, calls={"M": 1})
+    (p,) = instrument_cost(context(spans=HOOKED, calibration=floor_cal, instrument_cost=below))
+    assert p.ns == pytest.approx(1.2 * MS) and p.by_module == pytest.approx({"M": 0.3 * MS, "M.a": 0.6 * MS,
+                                                                              "M.b": 0.3 * MS})
+    assert "below the calibrated floor" in p.detail
+    negative = InstrumentCost((9.0,), clean_median_ms=10.0)
+    assert negative.per_pass_ns == 0.0 and negative.within_noise
+    assert instrument_cost(context(spans=HOOKED, instrument_cost=negative)) == []  # no floor, nothing measured
+    noisy = InstrumentCost((10.6,), clean_median_ms=10.0, noise_ns=1.0 * MS)  # no module calls: outside modules
+    (q,) = instrument_cost(context(instrument_cost=noisy))
+    assert q.by_module == pytest.approx({"": 0.6 * MS}) and "within the noise band" in q.detail
+
+
+def test_instrument_cost_is_the_last_estimator_and_leaves_free_time():
+    assert ESTIMATORS[-1] is instrument_cost
+    cost = InstrumentCost((14.0,), clean_median_ms=10.0, calls={"M": 2})
+    att = attribute_pass(_timeline(), "first", calibration=Calibration(hook_cost_ns=1000.0), instrument_cost=cost)
+    parts = by_key(att.parts)
+    assert ("profiler_overhead", "module_hooks") not in parts
+    assert parts[("profiler_overhead", "instrumented_steady")].ns == pytest.approx(4 * MS)
+    assert att.unexplained_by_module == {"M": 46 * MS, "": 10 * MS}
+
+
+def test_cause_spans_says_when_python_imports_ran_inside_a_compile_span():
+    imp = span("python_import:torch._inductor.codegen", 20, 30, RUNTIME_INIT, depth=2)
+    outside = span("python_import:json", 80, 85, RUNTIME_INIT, depth=1)
+    segs = ((0, 10, None, M, "M"), (10, 20, COMPILE, M, "M"), (20, 30, imp, M, "M"), (30, 70, COMPILE, M, "M"),
+            (70, 80, None, M, "M"), (80, 85, outside, M, "M"), (85, 100, None, None, ""))
+    segs = tuple((a * MS, b * MS, c, d, e) for a, b, c, d, e in segs)
+    parts = by_key(cause_spans(context(spans=(M, COMPILE, imp, outside), segments=segs)))
+    p = parts[("runtime_init", "python_import")]
+    assert p.ns == 15 * MS and p.count == 2 and p.detail.startswith("1 of these imports ran inside a compile span")
+    assert parts[("jit_compile", "torch.compile")].ns == 50 * MS and not parts[("jit_compile", "torch.compile")].detail

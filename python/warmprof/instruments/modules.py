@@ -4,8 +4,9 @@ Each boundary also samples the host counters (faults, threads), so counter delta
 the right module and cause (attribution.py). Module calls are the one kind of record the recorder
 may thin: when a pass's share of a buffer is spent it records only coarse modules (the root and
 two levels below it), then none, and never drops a cause span or a pass boundary for them. The
-hooks' own cost per module call is calibrated (traces/calibrate.py) and reported as an estimated
-profiler_overhead (attribution.py). Hooks are removed on exit, even if the model raised.
+hooks' own cost per module call is calibrated (traces/calibrate.py): the floor of the estimated
+profiler_overhead, which the trace measures on the model itself (instrumented steady passes,
+attribution.instrument_cost). Hooks are removed on exit, even if the model raised.
 """
 
 from __future__ import annotations

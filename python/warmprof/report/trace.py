@@ -115,6 +115,12 @@ class Protocol:
     attribution_thread_only: bool = True  # cause spans on other threads are noted, not counted
     recorder: RecorderStats = field(default_factory=RecorderStats)
     run: RunContext = field(default_factory=RunContext)
+    # Steady passes with every instrument on (after the clean ones): their median less the clean
+    # median is warmprof's own cost per pass on this model (the profiler_overhead entry).
+    instrumented_steady_ms: list[float] = field(default_factory=list)
+    # What the seen re-run took over a steady pass beyond its attributed causes: warm-up that takes
+    # more than one call (interpreter specialisation, cold caches), an inferred residual.
+    seen_rerun_residual_ms: float | None = None
     # A loaded file's protocol is written back as it was: keys this class does not name (a newer
     # writer's) are kept in `extra`, and named keys the file did not have are in `absent`, so they
     # are not written back with defaults that would state facts nobody recorded.
@@ -192,7 +198,7 @@ _PROTOCOL = S.Obj(optional={
     "input": S.STR, "steady_ms": S.ListOf(S.NUM), "calibration": S.MapOf(S.ANY), "runtime_warm": S.BOOL,
     "warm_reasons": S.ListOf(S.STR), "unattributed_within_noise": S.BOOL, "attribution_thread_only": S.BOOL,
     "recorder": _RECORDER, "fresh_process": S.BOOL, "cache": S.STR, "threads": S.Nullable(S.POSITIVE_INT),
-    "caches": S.MapOf(S.STR),
+    "caches": S.MapOf(S.STR), "instrumented_steady_ms": S.ListOf(S.NUM), "seen_rerun_residual_ms": S.Nullable(S.NUM),
 })
 SCHEMA = S.Obj(
     {

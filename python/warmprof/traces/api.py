@@ -1,6 +1,7 @@
 """warmprof.trace: the trace protocol (ARCHITECTURE.md, method).
 
 first pass (all instruments) -> seen-shape re-run (instruments on) -> steady passes (clean, timed)
+-> a few steady passes with every instrument on again (warmprof's own cost on this model)
 -> calibrate (once per process) -> attribution (pure) -> Report (build.py).
 """
 
@@ -15,17 +16,18 @@ import weakref
 from typing import Any, Callable
 
 from .. import _native
-from ..attribution import attribute_pass
+from ..attribution import InstrumentCost, attribute_pass, steady_stats
 from ..errors import InputError, ModelError, WarmprofError
 from ..inputs import check_model, make_inputs, parse_device
 from ..instruments.host import HostCounters
 from ..instruments.modules import ModuleHooks
+from ..instruments.python_imports import PythonImports
 from ..platform import cuda_index, fingerprint
 from ..process_state import ProcessState
 from ..progress import progress_printer
 from ..report import Report
 from ..report.trace import RunContext
-from ..timeline import STRUCTURE, Recording, begin, begin_section, end, name_id
+from ..timeline import BEGIN, STRUCTURE, Recording, Timeline, begin, begin_section, end, name_id
 from . import calibrate as calibration
 from .build import InstrumentSummary, TraceFacts, build_report, steady_fault_median
 from .compile_options import check_compile, compile_label, compile_model
@@ -86,7 +88,7 @@ def _instruments(model: Any, device, compiled: bool) -> list:
     from ..instruments.onednn import OneDNN
     from ..instruments.torch_compile import TorchCompile
 
-    inst = [HostCounters(), ModuleHooks(model, top_level_only=compiled)]
+    inst = [HostCounters(), ModuleHooks(model, top_level_only=compiled), PythonImports()]
     # Also when the model compiles something inside itself (dynamo already imported).
     if compiled or "torch._dynamo" in sys.modules:
         inst.append(TorchCompile())
@@ -104,13 +106,25 @@ def _instruments(model: Any, device, compiled: bool) -> list:
 
 PASSES = ("first", "seen_rerun")  # the instrumented passes, in order
 SPARE_BUFFERS = 4  # recording buffers pre-faulted for threads that start recording inside a pass
+# Steady passes with every instrument on, after the clean ones: their median less the clean median
+# is the instruments' cost per pass on this model (attribution.instrument_cost). At least the first
+# figure, at most the second, after one more that is not counted (fresh hooks, pipe and recorder
+# pages warm up on it, as the first pass's did before the seen re-run); past the minimum they stop
+# once they have taken SELF_COST_SHARE of the trace's time so far.
+INSTRUMENTED_STEADY = "instrumented_steady"
+SELF_COST_PASSES = (3, 5)
+SELF_COST_SHARE = 0.1
 
 
-def _run_pass(model, args, kwargs, pass_name: str, instruments: list, sync) -> tuple[int, int]:
+def _run_pass(model, args, kwargs, pass_name: str, instruments: list, sync,
+              sections_left: int | None = None) -> tuple[int, int]:
     """One instrumented pass; returns its own clock reads (start_ns, end_ns), which give the pass
-    time whatever the recorder kept. Each pass gets its own share of the recorder's module budget."""
+    time whatever the recorder kept. Each pass gets its own share of the recorder's module budget:
+    1/sections_left of what is left (by default, PASSES says how many passes follow this one)."""
     nid = name_id(f"pass:{pass_name}")
-    begin_section(len(PASSES) - PASSES.index(pass_name))
+    if sections_left is None:
+        sections_left = len(PASSES) - PASSES.index(pass_name) if pass_name in PASSES else 1
+    begin_section(sections_left)
     for i in instruments:
         i.mark_pass(pass_name)
     begin(STRUCTURE, nid)
@@ -157,6 +171,51 @@ def _steady(model, args, kwargs, sync, min_passes: int, max_passes: int, budget_
         if len(times) >= min_passes and time.monotonic() > deadline:
             break
     return times, faults
+
+
+def _instrumented_steady(runner, args, kwargs, dev, compiled: bool, sync, passes: tuple[int, int],
+                         budget_s: float) -> tuple[list[float], dict[str, int]]:
+    """Steady passes with every instrument on, set up afresh exactly as for the first pass (hooks,
+    oneDNN's verbose capture, samplers, imports, CUDA callbacks) in a recording of their own, so
+    nothing of theirs reaches the first pass's timeline or the clean steady statistics. Returns
+    each counted pass's time (ms, its own clock reads) and each module's calls per pass (their mean).
+    The first pass is run and not counted: it warms the fresh instruments."""
+    least, most = passes[0] + 1, passes[1] + 1
+    instruments = _instruments(runner, dev, compiled)
+    windows: list[tuple[int, int]] = []
+    deadline = time.monotonic() + budget_s
+    with Recording(spare_buffers=SPARE_BUFFERS) as rec:
+        with contextlib.ExitStack() as stack:
+            for inst in instruments:
+                stack.enter_context(inst)
+            while len(windows) < most:
+                windows.append(_run_pass(runner, args, kwargs, INSTRUMENTED_STEADY, instruments, sync,
+                                         most - len(windows)))
+                if len(windows) >= least and time.monotonic() > deadline:
+                    break
+        timeline = rec.drain()
+    counted = windows[1:]
+    return [(t1 - t0) / 1e6 for t0, t1 in counted], _module_calls(timeline, counted)
+
+
+def _module_calls(tl: Timeline, windows: list[tuple[int, int]]) -> dict[str, int]:
+    """Each module's recorded calls per pass (mean over the windows, rounded) on the passes' thread."""
+    import numpy as np
+
+    ids = np.asarray([i for i, n in enumerate(tl.names) if n.startswith("module:")], dtype=np.int64)
+    pass_ids = [i for i, n in enumerate(tl.names) if n == f"pass:{INSTRUMENTED_STEADY}"]
+    if not ids.size or not windows or len(tl) == 0:
+        return {}
+    begins = (tl.kind == BEGIN) & np.isin(tl.name, ids)
+    on_pass = (tl.kind == BEGIN) & np.isin(tl.name, pass_ids)
+    if on_pass.any():  # the thread that ran the passes: other threads' module calls overlap them
+        begins &= tl.thread == tl.thread[on_pass][0]
+    inside = np.zeros(len(tl), dtype=bool)
+    for t0, t1 in windows:
+        inside |= (tl.ts_ns >= t0) & (tl.ts_ns <= t1)
+    names, counts = np.unique(tl.name[begins & inside], return_counts=True)
+    return {tl.names[int(n)][len("module:"):]: max(1, round(int(c) / len(windows)))
+            for n, c in zip(names.tolist(), counts.tolist())}
 
 
 def _shape_of(x: Any) -> list[int] | None:
@@ -237,6 +296,7 @@ def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, devic
            steady_budget_s: float, compile: Any, progress: Any, no_grad: bool, label: str | None,
            run: RunContext) -> Report:
     say = progress_printer(progress)
+    started = time.monotonic()
     check_model(model)
     dev = parse_device(device)
     min_steady, max_steady = _parse_steady(steady)
@@ -271,6 +331,15 @@ def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, devic
             steady_ms, steady_faults = _steady(runner, args, kwargs, sync, min_steady, max_steady, steady_budget_s)
         except Exception as e:
             raise ModelError(f"the model raised during the steady passes: {type(e).__name__}: {e}") from e
+        say("steady passes with the instruments on (warmprof's own cost on this model)")
+        passes = (min(SELF_COST_PASSES[0], min_steady), min(SELF_COST_PASSES[1], max_steady))
+        try:
+            instrumented_ms, module_calls = _instrumented_steady(
+                runner, args, kwargs, dev, compiled, sync, passes, SELF_COST_SHARE * (time.monotonic() - started))
+        except WarmprofError:
+            raise
+        except Exception as e:
+            raise ModelError(f"the model raised during the instrumented steady passes: {type(e).__name__}: {e}") from e
 
     try:
         _traced_models.add(getattr(model, "_orig_mod", model))
@@ -281,12 +350,14 @@ def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, devic
     say("calibrating (timer, page-fault cost, thread start, hook cost)")
     costs = calibration.measure(touched_bytes=calibration.largest_anonymous_growth(timeline))
     say("attributing")
+    clean = steady_stats(steady_ms)
+    own_cost = InstrumentCost(tuple(instrumented_ms), clean.median, clean.noise_band * 1e6, module_calls)
     first, rerun = (
         attribute_pass(timeline, name, calibration=costs.for_attribution(),
                        steady_faults=steady_fault_median(steady_faults),
                        inferred=[e for i in instruments for e in i.inferred(name)],
                        evidence={src: ev for i in instruments for src, ev in i.span_evidence.items()},
-                       window=windows[name])
+                       window=windows[name], instrument_cost=own_cost)
         for name in PASSES
     )
     return build_report(TraceFacts(
@@ -300,6 +371,7 @@ def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, devic
         rerun=rerun,
         steady_ms=steady_ms,
         steady_faults=steady_faults,
+        instrumented_steady_ms=instrumented_ms,
         timeline=timeline,
         instruments=[InstrumentSummary(i.name, i.summary(), list(i.notes), i.reason) for i in instruments],
         calibration=costs.to_dict(),

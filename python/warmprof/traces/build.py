@@ -55,6 +55,8 @@ class TraceFacts:
     platform: dict[str, Any]  # platform.fingerprint()
     run: RunContext
     created: str
+    # steady passes with every instrument on (their median less the clean one: warmprof's own cost)
+    instrumented_steady_ms: list[float] = field(default_factory=list)
 
 
 def steady_fault_median(steady_faults: list[int]) -> int:
@@ -82,6 +84,24 @@ def overshoot_note(attributed_ms: float, excess_ms: float, noise_band_ms: float)
     why = " (an estimate is high, or the steady median is)" if where == "outside" else ""
     return (f"the causes add up to {attributed_ms:.2f} ms, {over:.2f} ms more than the excess ({excess_ms:.2f} ms; "
             f"{where} the noise band): shares are fractions of the attributed time, not of the excess{why}")
+
+
+def first_call_residual_note(unattributed_ms: float, rerun_residual_ms: float, noise_band_ms: float) -> str:
+    """What no instrument brackets in a first call, and how large it looks: said, never booked as a cause."""
+    if rerun_residual_ms < -noise_band_ms:
+        rerun = (f"the seen re-run took {-rerun_residual_ms:.2f} ms less than a steady pass plus its attributed causes "
+                 f"(noise band {noise_band_ms:.2f} ms): an attributed figure is high by about that much (warmprof's own "
+                 "cost is measured on other passes than the re-run), so no warm-up that takes more than one call shows")
+    elif abs(rerun_residual_ms) <= noise_band_ms:
+        rerun = (f"the seen re-run took {rerun_residual_ms:.2f} ms over a steady pass beyond its attributed causes, "
+                 f"within the noise band ({noise_band_ms:.2f} ms): no sign of warm-up that takes more than one call")
+    else:
+        rerun = (f"the seen re-run still took {rerun_residual_ms:.2f} ms over a steady pass beyond its attributed causes "
+                 f"(warmprof's own measured cost included; noise band {noise_band_ms:.2f} ms): warm-up of that kind "
+                 "that takes more than one call, or noise the band does not show (an inferred residual)")
+    return ("first-call work no instrument brackets (the interpreter specialising the bytecode it runs, cold CPU "
+            "caches and branch predictors, Python-side caches filled on first use) is not measured one by one: it is "
+            f"part of the unattributed {unattributed_ms:.2f} ms, placed by module under unattributed_where; {rerun}")
 
 
 _LEVELS = {1: "coarse modules only (the root and two levels below it)", 0: "no modules"}
@@ -185,6 +205,8 @@ def build_report(facts: TraceFacts) -> Report:
     overshoot = overshoot_note(summary.attributed_ms, summary.excess_ms, stats.noise_band)
     if overshoot:
         notes.append(overshoot)
+    residual = rerun.pass_ms - stats.median - rerun.attributed_ms
+    notes.append(first_call_residual_note(summary.unattributed_ms, residual, stats.noise_band))
     if first.off_thread_ms > 0:
         notes.append(f"{first.off_thread_ms:.1f} ms of cause spans on other threads (overlapping the pass, not counted)")
     if not f.run.fresh_process:  # what ran in the caller's process before the trace is unknown to it
@@ -220,7 +242,7 @@ def build_report(facts: TraceFacts) -> Report:
             unattributed_within_noise=summary.within_noise, attribution_thread_only=True,
             recorder=RecorderStats(records=len(tl), dropped=tl.dropped, thinned_modules=tl.thinned,
                                    own_faults=tl.own_faults),
-            run=f.run,
+            run=f.run, instrumented_steady_ms=list(f.instrumented_steady_ms), seen_rerun_residual_ms=residual,
         ),
         instruments=inst,
         torch_compile=TorchCompileFigures.from_summary(inst.get("torch_compile")),
@@ -235,5 +257,5 @@ def build_report(facts: TraceFacts) -> Report:
     return report
 
 
-__all__ = ["IN_PROCESS_NOTE", "InstrumentSummary", "TraceFacts", "build_report", "calibration_notes", "overshoot_note",
-           "recorder_notes"]
+__all__ = ["IN_PROCESS_NOTE", "InstrumentSummary", "TraceFacts", "build_report", "calibration_notes",
+           "first_call_residual_note", "overshoot_note", "recorder_notes"]

@@ -1,0 +1,121 @@
+"""warmprof's own cost measured on the model (instrumented steady passes), Python imports inside a
+pass, and first-call Python work no instrument brackets, on real torch models on the CPU."""
+
+import contextlib
+import statistics
+import sys
+import time
+import uuid
+
+import pytest
+import torch
+from torch import nn
+
+import warmprof
+from warmprof.errors import ModelError
+
+from .helpers import FirstCallPython, ImportsInForward, Leftovers, RaisesOnCall, write_slow_modules
+
+
+class Tiny(nn.Sequential):
+    """Many tiny modules: warmprof's hooks cost about as much as the model's own work."""
+
+    def __init__(self, n: int = 300) -> None:
+        super().__init__(*(nn.Identity() if i % 2 else nn.ReLU() for i in range(n)))
+
+
+def _own_cost_ms(model, x, passes: int = 15) -> float:
+    """The instruments' cost per pass measured here, apart from the trace: every instrument the
+    trace uses, in a recording of its own, median of `passes` against a clean median."""
+    from warmprof.timeline import Recording
+    from warmprof.traces.api import _instruments
+
+    def median_ms() -> float:
+        times = []
+        for _ in range(passes):
+            a = time.perf_counter_ns()
+            model(x)
+            times.append((time.perf_counter_ns() - a) / 1e6)
+        return statistics.median(times)
+
+    with torch.no_grad():
+        clean = median_ms()
+        with Recording(spare_buffers=4), contextlib.ExitStack() as stack:
+            for inst in _instruments(model, torch.device("cpu"), False):
+                stack.enter_context(inst)
+            model(x)  # the fresh instruments' warm-up, as the trace's own
+            instrumented = median_ms()
+    return instrumented - clean
+
+
+def test_expensive_hooks_are_measured_on_the_model_not_on_identity():
+    model = Tiny()
+    left = Leftovers(model)
+    r = warmprof.trace(model, (1, 16), steady=(10, 20))
+    left.check()
+    (own,) = [c for c in r.causes if c.cause == "profiler_overhead"]
+    assert own.source == "instrumented_steady" and own.evidence == "estimated"
+    apart = _own_cost_ms(model, torch.randn(1, 16))
+    assert apart > 0
+    assert apart / 2 <= own.ms <= apart * 2, (own.ms, apart, own.detail)
+    # The calibrated floor (module calls x hook cost on nn.Identity) is what it replaces; the seen
+    # re-run books the same figure.
+    calls = len(list(model.modules()))
+    assert own.ms >= calls * r.protocol.calibration["hook_cost_ns"] / 1e6 * (1 - 1e-9)
+    (again,) = [c for c in r.seen_rerun_causes if c.cause == "profiler_overhead"]
+    assert again.ms == pytest.approx(own.ms)
+    # The clean steady passes keep their meaning: the instrumented ones are kept apart.
+    assert r.steady_passes == len(r.protocol.steady_ms) and 10 <= r.steady_passes <= 20
+    assert r.steady_median_ms == pytest.approx(statistics.median(r.protocol.steady_ms))
+    assert 3 <= len(r.protocol.instrumented_steady_ms) <= 5
+    assert statistics.median(r.protocol.instrumented_steady_ms) > r.steady_median_ms
+    assert {s.pass_ for s in r.spans} == {"first", "seen_rerun"}
+
+
+def test_an_import_inside_forward_is_runtime_init_in_that_module(tmp_path):
+    name = f"warmprof_slow_{uuid.uuid4().hex[:8]}"
+    write_slow_modules(tmp_path, name, outer_ms=30, inner_ms=10)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        model = nn.Sequential(nn.Linear(4, 4), ImportsInForward(name))
+        left = Leftovers(model)
+        r = warmprof.trace(model, (2, 4), steady=5)
+        left.check()
+        imported = sys.modules[name]
+        assert type(imported.__loader__).__name__ == "SourceFileLoader"  # no wrapper left on the module
+        assert imported.__spec__.loader is imported.__loader__
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop(name, None)
+        sys.modules.pop(f"{name}_inner", None)
+    (imp,) = [c for c in r.causes if c.source == "python_import"]
+    assert (imp.cause, imp.evidence, imp.count) == ("runtime_init", "measured", 2)
+    assert 35 <= imp.ms <= r.first_pass_ms and imp.module == "Sequential.1"
+    spans = {s.name: s for s in r.spans if s.source == "python_import"}
+    assert set(spans) == {f"python_import:{name}", f"python_import:{name}_inner"}
+    assert spans[f"python_import:{name}_inner"].depth > spans[f"python_import:{name}"].depth  # nested
+    assert not [c for c in r.seen_rerun_causes if c.source == "python_import"]  # cached from then on
+    assert r.instruments["python_imports"]["imports"] >= 2
+
+
+def test_first_call_python_work_is_placed_in_its_module_and_left_unattributed():
+    model = nn.Sequential(nn.Linear(8, 8), FirstCallPython(50.0), nn.ReLU())
+    left = Leftovers(model)
+    r = warmprof.trace(model, (4, 8), steady=5)
+    left.check()
+    top = r.unattributed_where[0]
+    assert top["module"] == "Sequential.1" and top["ms"] >= 40, r.unattributed_where
+    assert r.unattributed_ms >= 40
+    assert not [c for c in r.causes if c.module == "Sequential.1" and c.cause != "profiler_overhead"
+                and c.ms > 5]  # no cause claims it
+    assert r.protocol.seen_rerun_residual_ms is not None
+    assert any(n.startswith("first-call work no instrument brackets") for n in r.notes)
+
+
+def test_a_model_raising_in_the_instrumented_steady_passes_leaves_nothing_behind():
+    model = RaisesOnCall(2 + 3 + 1)  # first, seen re-run, 3 steady, then the first instrumented one
+    left = Leftovers(model)
+    with pytest.raises(ModelError, match="instrumented steady passes"):
+        warmprof.trace(model, (2, 4), steady=3)
+    left.check()
+    assert model.calls == 6
