@@ -13,6 +13,8 @@ import math
 import sys
 import time
 import weakref
+
+import numpy as np
 from typing import Any, Callable
 
 from .. import _native
@@ -351,7 +353,9 @@ def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, devic
     costs = calibration.measure(touched_bytes=calibration.largest_anonymous_growth(timeline))
     say("attributing")
     clean = steady_stats(steady_ms)
-    own_cost = InstrumentCost(tuple(instrumented_ms), clean.median, clean.noise_band * 1e6, module_calls)
+    clean_low = (float(np.quantile(steady_ms, 1.0 / (len(instrumented_ms) + 1)))
+                 if steady_ms and instrumented_ms else None)
+    own_cost = InstrumentCost(tuple(instrumented_ms), clean.median, clean.noise_band * 1e6, module_calls, clean_low)
     first, rerun = (
         attribute_pass(timeline, name, calibration=costs.for_attribution(),
                        steady_faults=steady_fault_median(steady_faults),
