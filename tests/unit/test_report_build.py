@@ -110,3 +110,13 @@ def test_a_fresh_process_gets_no_in_process_note_and_records_its_caches():
                        "attribution_thread_only", "instrumented_steady_ms", "seen_rerun_residual_ms", "recorder",
                        "fresh_process", "cache", "threads", "caches"]
     assert d["fresh_process"] is True and d["threads"] == 2 and d["caches"] == {"TMPDIR": "fresh (removed after)"}
+
+
+def test_the_first_call_note_does_not_call_a_negative_residual_a_place_for_work():
+    from warmprof.traces.build import first_call_residual_note
+
+    positive = first_call_residual_note(2.5, 0.1, 0.3)
+    assert "part of the unattributed 2.50 ms, placed by module" in positive
+    negative = first_call_residual_note(-0.36, 0.1, 0.3)
+    assert "part of the unattributed" not in negative
+    assert "causes already add up to more than the excess (unattributed -0.36 ms)" in negative

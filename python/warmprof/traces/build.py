@@ -99,9 +99,12 @@ def first_call_residual_note(unattributed_ms: float, rerun_residual_ms: float, n
         rerun = (f"the seen re-run still took {rerun_residual_ms:.2f} ms over a steady pass beyond its attributed causes "
                  f"(warmprof's own measured cost included; noise band {noise_band_ms:.2f} ms): warm-up of that kind "
                  "that takes more than one call, or noise the band does not show (an inferred residual)")
+    where = (f"part of the unattributed {unattributed_ms:.2f} ms, placed by module under unattributed_where"
+             if unattributed_ms > 0 else
+             f"not visible here: the causes already add up to more than the excess (unattributed {unattributed_ms:.2f} ms)")
     return ("first-call work no instrument brackets (the interpreter specialising the bytecode it runs, cold CPU "
-            "caches and branch predictors, Python-side caches filled on first use) is not measured one by one: it is "
-            f"part of the unattributed {unattributed_ms:.2f} ms, placed by module under unattributed_where; {rerun}")
+            f"caches and branch predictors, Python-side caches filled on first use) is not measured one by one: it is "
+            f"{where}; {rerun}")
 
 
 _LEVELS = {1: "coarse modules only (the root and two levels below it)", 0: "no modules"}
