@@ -96,10 +96,11 @@ class Calibration:
 
 @dataclass(frozen=True)
 class InstrumentCost:
-    """What every instrument together cost one pass of this model, measured on it: the median of a
-    few steady passes run with every instrument on (as the first pass and the seen re-run) less the
-    median of the clean steady passes. `calls` holds each module's calls in one instrumented pass
-    (the placement); `noise_ns` is the clean passes' noise band."""
+    """What every instrument together cost one pass of this model, measured on it: a few steady
+    passes run with every instrument on (as the first pass and the seen re-run) against the clean
+    steady passes (see `compared`: their least disturbed passes, or their medians). `calls` holds
+    each module's calls in one instrumented pass (the placement); `noise_ns` is the clean passes'
+    noise band."""
 
     instrumented_ms: tuple[float, ...]
     clean_median_ms: float
@@ -485,7 +486,10 @@ def build_context(
     mine = [s for s in in_window if s.thread == th]
     off_thread_ns = sum(min(s.end_ns, t1) - max(s.start_ns, t0) for s in in_window
                         if s.thread != th and s.cause != STRUCTURE)
-    segs = _segments(mine, t0, t1)
+    # Python imports the compiler runs inside its own compile span stay the compile's time (torch's
+    # compile timers count them too): they are not segmented as causes of their own.
+    in_compile = _imports_inside_compiles(mine)
+    segs = _segments([sp for sp in mine if id(sp) not in in_compile], t0, t1)
     starts = [sg[0] for sg in segs]
     fault_steps = _counter_steps(tl, FAULT_COUNTERS, segs, starts, t0, t1)
     return PassContext(
@@ -605,20 +609,24 @@ def split_faults(faults: int, anon_bytes: int, file_bytes: int, cal: Calibration
     return FaultSplit(anon_faults, anon_ns, file_faults, file_bytes * cal.file_ns_per_byte, huge)
 
 
+def _imports_inside_compiles(spans: Sequence[SpanRec]) -> set[int]:
+    """ids of the python_import spans nested in a jit_compile span (inductor importing its own
+    modules as it compiles)."""
+    compiles = [sp for sp in spans if sp.cause == JIT_COMPILE]
+    if not compiles:
+        return set()
+    return {id(sp) for sp in spans if sp.cause != STRUCTURE and sp.name.startswith("python_import:")
+            and any(c.start_ns <= sp.start_ns and sp.end_ns <= c.end_ns for c in compiles)}
+
+
 def _imports_in_compiles(ctx: PassContext) -> dict[tuple[str, str], str]:
-    """Python imports run inside a jit_compile span (inductor importing its own modules as it
-    compiles): the innermost span wins, so their time is runtime_init; said in the part's detail."""
-    compiles = [s for s in ctx.spans if s.cause == JIT_COMPILE]
-    imports = [s for s in ctx.spans if s.cause != STRUCTURE and s.name.startswith("python_import:")]
-    if not compiles or not imports:
+    """Said in the compile's part: how many Python imports ran inside its span and were counted in
+    it (as torch's own compile timers count them), not as runtime_init."""
+    n = len(_imports_inside_compiles(ctx.spans))
+    if not n:
         return {}
-    inside = [s for s in imports if any(c.start_ns <= s.start_ns and s.end_ns <= c.end_ns for c in compiles)]
-    if not inside:
-        return {}
-    key = (cause_name(inside[0].cause), "python_import")
-    return {key: (f"{len(inside)} of these imports ran inside a compile span (the compiler importing its own "
-                  f"modules): counted here as {key[0]}, not as the compile's jit_compile; the innermost span wins, "
-                  "and importing them before the first pass would save this part")}
+    return {("jit_compile", "torch.compile"): (f"includes {n} Python imports the compiler ran inside its compile "
+                                               "span (counted in the compile, as torch's own timers count them)")}
 
 
 def host_faults(ctx: PassContext) -> list[Part]:

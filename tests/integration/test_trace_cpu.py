@@ -147,17 +147,9 @@ def test_compile_inside_a_module_inside_a_module_counts_once():
     total = sum(c.ms for c in jit)
     compile_info = r.instruments["torch_compile"]
     spans = sum(c["span_ms"] for c in compile_info["compiles"] if c["pass"] == "first")
-    # Python imports the compiler runs inside its compile span are their own (runtime_init) spans:
-    # the innermost span wins. Outermost imports inside a compile span hold all of that time.
-    compiles = [s for s in r.spans if s.pass_ == "first" and s.cause == "jit_compile"]
-    imports = [s for s in r.spans if s.pass_ == "first" and s.source == "python_import" and s.thread == 0]
-
-    def within(s, others):
-        return any(o is not s and o.start_ms <= s.start_ms and s.start_ms + s.dur_ms <= o.start_ms + o.dur_ms
-                   for o in others)
-
-    imported = sum(s.dur_ms for s in imports if within(s, compiles) and not within(s, imports))
-    assert total + imported == pytest.approx(spans, rel=0.02)  # counted once, not once per enclosing module
+    # Python imports the compiler runs inside its compile span stay in the compile (torch's timers
+    # count them too): they are recorded as spans but own no time of their own.
+    assert total == pytest.approx(spans, rel=0.02)  # counted once, not once per enclosing module
     assert total <= r.first_pass_ms
     assert {c.module for c in jit} == {"Outer.inner"}  # the innermost module
     assert not [c for c in r.seen_rerun_causes if c.cause == "jit_compile"]

@@ -120,3 +120,19 @@ def test_a_model_raising_in_the_instrumented_steady_passes_leaves_nothing_behind
         warmprof.trace(model, (2, 4), steady=3)
     left.check()
     assert model.calls == 6
+
+
+def test_a_model_too_slow_for_the_instrumented_passes_keeps_the_calibrated_figures(monkeypatch):
+    """Measuring warmprof's own cost takes at least four more passes: where they would add more than
+    the allowed share of the trace, they are skipped and the report says so."""
+    from warmprof.traces import api
+
+    monkeypatch.setattr(api, "SELF_COST_MAX_SHARE", 0.0)  # any pass is too long
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU())
+    left = Leftovers(model)
+    r = warmprof.trace(model, (2, 8), steady=5)
+    left.check()
+    assert r.protocol.instrumented_steady_ms == []
+    (own,) = [c for c in r.causes if c.cause == "profiler_overhead"]
+    assert own.source == "module_hooks"  # the calibrated floor, not a measured figure
+    assert any("calibrated figures only" in n and "instrumented steady passes" in n for n in r.notes)

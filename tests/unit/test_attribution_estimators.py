@@ -256,13 +256,20 @@ def test_instrument_cost_is_the_last_estimator_and_leaves_free_time():
     assert att.unexplained_by_module == {"M": 46 * MS, "": 10 * MS}
 
 
-def test_cause_spans_says_when_python_imports_ran_inside_a_compile_span():
-    imp = span("python_import:torch._inductor.codegen", 20, 30, RUNTIME_INIT, depth=2)
-    outside = span("python_import:json", 80, 85, RUNTIME_INIT, depth=1)
-    segs = ((0, 10, None, M, "M"), (10, 20, COMPILE, M, "M"), (20, 30, imp, M, "M"), (30, 70, COMPILE, M, "M"),
-            (70, 80, None, M, "M"), (80, 85, outside, M, "M"), (85, 100, None, None, ""))
-    segs = tuple((a * MS, b * MS, c, d, e) for a, b, c, d, e in segs)
-    parts = by_key(cause_spans(context(spans=(M, COMPILE, imp, outside), segments=segs)))
-    p = parts[("runtime_init", "python_import")]
-    assert p.ns == 15 * MS and p.count == 2 and p.detail.startswith("1 of these imports ran inside a compile span")
-    assert parts[("jit_compile", "torch.compile")].ns == 50 * MS and not parts[("jit_compile", "torch.compile")].detail
+def test_python_imports_inside_a_compile_span_stay_the_compiles_time():
+    """Imports the compiler runs inside its span are counted in jit_compile, as torch's own compile
+    timers count them (taking them out put jit_compile 6% below torch's figure); an import outside
+    any compile is runtime_init of its own."""
+    names = ["pass:first", "module:M", "torch.compile:compile", "python_import:torch._inductor.codegen",
+             "python_import:json"]
+    recs = [(0, BEGIN, STRUCTURE, 0, 0, 0), (100 * MS, END, STRUCTURE, 0, 0, 0),
+            (0, BEGIN, STRUCTURE, 1, 0, 0), (90 * MS, END, STRUCTURE, 1, 0, 0),
+            (10 * MS, BEGIN, JIT_COMPILE, 2, 0, 0), (70 * MS, END, JIT_COMPILE, 2, 0, 0),
+            (20 * MS, BEGIN, RUNTIME_INIT, 3, 0, 0), (30 * MS, END, RUNTIME_INIT, 3, 0, 0),
+            (80 * MS, BEGIN, RUNTIME_INIT, 4, 0, 0), (85 * MS, END, RUNTIME_INIT, 4, 0, 0)]
+    att = attribute_pass(Timeline.from_records(recs, names), "first")
+    parts = {(p.cause, p.source): p for p in att.parts}
+    jit = parts[("jit_compile", "torch.compile")]
+    assert jit.ns == 60 * MS and jit.detail.startswith("includes 1 Python imports the compiler ran")
+    imp = parts[("runtime_init", "python_import")]
+    assert imp.ns == 5 * MS and imp.count == 1

@@ -4,9 +4,9 @@ Large model libraries import on first use (transformers' lazy modules, an option
 package, a tokenizer's backend); the first pass pays for executing those modules, later passes
 find them in sys.modules. While the instrument is on, a finder sits first on sys.meta_path: it
 asks the finders after it for the spec, as the import system would, and hands back the same spec
-with its loader wrapped, so the module's creation and execution (`create_module` +
-`exec_module`: an extension's dlopen and init, a source module's body) are one span
-`python_import:<module>` (cause runtime_init, measured). An import inside another's execution is
+with its loader wrapped, so the module's execution (`exec_module`: a source module's body) and, where
+the loader does real work there, its creation (`create_module`: an extension's dlopen and init) are
+spans `python_import:<module>` (cause runtime_init, measured), each closed inside its own call. An import inside another's execution is
 its own nested span (innermost wins), so each span keeps only its module's own time. Cached
 imports (already in sys.modules) never reach a finder and cost nothing here.
 
@@ -17,6 +17,9 @@ the finder is taken off sys.meta_path on exit, even when the model raised.
 
 from __future__ import annotations
 
+import copy
+import importlib.abc
+import importlib.machinery
 import sys
 from typing import Any
 
@@ -26,43 +29,46 @@ from .base import Instrument
 SOURCE = "python_import"
 
 
-class _TimedLoader:
-    """Wraps one spec's loader for one import: a span from create_module to the end of exec_module."""
+# create_module implementations that do nothing (a source or bytecode module is created by the
+# import system itself): no span for them. An extension's create_module (dlopen and init) is timed.
+_TRIVIAL_CREATE = {getattr(importlib.abc.Loader, "create_module", None),
+                   getattr(importlib.machinery.SourceFileLoader, "create_module", None)}
 
-    def __init__(self, loader: Any, nid: int) -> None:
+
+class _TimedLoader:
+    """Wraps one spec's loader for one import: `create_module` (when the loader's does real work)
+    and `exec_module` are each a span, opened and closed inside their own call, so a caller that
+    creates a module and runs it later (importlib.util.LazyLoader) times neither the gap nor
+    anything after it."""
+
+    def __init__(self, loader: Any, nid: int, finder: "_ImportFinder") -> None:
         self.loader = loader
         self.nid = nid
-        self.open = False
+        self.finder = finder
 
     def __getattr__(self, attr: str) -> Any:  # anything else a loader offers (get_code, is_package, ...)
         return getattr(self.loader, attr)
 
-    def _begin(self) -> None:
-        if not self.open:
-            self.open = True
-            begin(RUNTIME_INIT, self.nid)
-
-    def _end(self) -> None:
-        if self.open:
-            self.open = False
+    def create_module(self, spec: Any) -> Any:
+        create = getattr(self.loader, "create_module", None)
+        if create is None:
+            return None
+        if getattr(type(self.loader), "create_module", None) in _TRIVIAL_CREATE:
+            return create(spec)
+        begin(RUNTIME_INIT, self.nid)
+        try:
+            return create(spec)
+        finally:
             end(RUNTIME_INIT, self.nid)
 
-    def create_module(self, spec: Any) -> Any:
-        self._begin()
-        try:
-            create = getattr(self.loader, "create_module", None)
-            return create(spec) if create is not None else None
-        except BaseException:
-            self._end()
-            raise
-
     def exec_module(self, module: Any) -> None:
-        self._begin()
+        _unwrap(module, self)
+        self.finder.imports += 1  # executed, not merely found (importlib.util.find_spec finds too)
+        begin(RUNTIME_INIT, self.nid)
         try:
-            _unwrap(module, self)
             self.loader.exec_module(module)
         finally:
-            self._end()
+            end(RUNTIME_INIT, self.nid)
 
 
 def _unwrap(module: Any, wrapper: _TimedLoader) -> None:
@@ -75,15 +81,18 @@ def _unwrap(module: Any, wrapper: _TimedLoader) -> None:
 
 
 class _ImportFinder:
-    """First on sys.meta_path while on: finds through the finders after it, wraps the loader."""
+    """First on sys.meta_path while on: finds through the finders after it, and hands back a copy
+    of their spec with the loader wrapped (the other finder's own spec object, which it may cache,
+    is never changed). A caller of importlib.util.find_spec during a pass sees the wrapper as the
+    spec's loader: it behaves as the real one but is not an instance of its class."""
 
     def __init__(self) -> None:
         self.imports = 0
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
-        for finder in list(sys.meta_path):
-            if finder is self:
-                continue
+        finders = list(sys.meta_path)
+        after = finders[next((i for i, f in enumerate(finders) if f is self), -1) + 1:]
+        for finder in after:
             find = getattr(finder, "find_spec", None)
             if find is None:
                 continue
@@ -93,8 +102,8 @@ class _ImportFinder:
             loader = spec.loader
             # Namespace packages and loaders without exec_module (legacy) run as they are.
             if loader is not None and hasattr(loader, "exec_module") and not isinstance(loader, _TimedLoader):
-                spec.loader = _TimedLoader(loader, name_id(f"{SOURCE}:{fullname}"))
-                self.imports += 1
+                spec = copy.copy(spec)
+                spec.loader = _TimedLoader(loader, name_id(f"{SOURCE}:{fullname}"), self)
             return spec
         return None
 

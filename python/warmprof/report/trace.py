@@ -115,8 +115,8 @@ class Protocol:
     attribution_thread_only: bool = True  # cause spans on other threads are noted, not counted
     recorder: RecorderStats = field(default_factory=RecorderStats)
     run: RunContext = field(default_factory=RunContext)
-    # Steady passes with every instrument on (after the clean ones): their median less the clean
-    # median is warmprof's own cost per pass on this model (the profiler_overhead entry).
+    # Steady passes with every instrument on (after the clean ones): the fastest of them against the
+    # clean passes is warmprof's own cost per pass on this model (the profiler_overhead entry).
     instrumented_steady_ms: list[float] = field(default_factory=list)
     # What the seen re-run took over a steady pass beyond its attributed causes: warm-up that takes
     # more than one call (interpreter specialisation, cold caches), an inferred residual.

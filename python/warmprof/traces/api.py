@@ -108,14 +108,17 @@ def _instruments(model: Any, device, compiled: bool) -> list:
 
 PASSES = ("first", "seen_rerun")  # the instrumented passes, in order
 SPARE_BUFFERS = 4  # recording buffers pre-faulted for threads that start recording inside a pass
-# Steady passes with every instrument on, after the clean ones: their median less the clean median
-# is the instruments' cost per pass on this model (attribution.instrument_cost). At least the first
+# Steady passes with every instrument on, after the clean ones: the fastest of them against the clean
+# passes is the instruments' cost per pass on this model (attribution.instrument_cost). At least the first
 # figure, at most the second, after one more that is not counted (fresh hooks, pipe and recorder
 # pages warm up on it, as the first pass's did before the seen re-run); past the minimum they stop
 # once they have taken SELF_COST_SHARE of the trace's time so far.
 INSTRUMENTED_STEADY = "instrumented_steady"
 SELF_COST_PASSES = (3, 5)
 SELF_COST_SHARE = 0.1
+# The instrumented steady passes are skipped (the calibrated figures stand) when their minimum would
+# add more than this share to the trace's time so far: a model whose one pass takes seconds.
+SELF_COST_MAX_SHARE = 0.2
 
 
 def _run_pass(model, args, kwargs, pass_name: str, instruments: list, sync,
@@ -333,15 +336,24 @@ def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, devic
             steady_ms, steady_faults = _steady(runner, args, kwargs, sync, min_steady, max_steady, steady_budget_s)
         except Exception as e:
             raise ModelError(f"the model raised during the steady passes: {type(e).__name__}: {e}") from e
-        say("steady passes with the instruments on (warmprof's own cost on this model)")
         passes = (min(SELF_COST_PASSES[0], min_steady), min(SELF_COST_PASSES[1], max_steady))
-        try:
-            instrumented_ms, module_calls = _instrumented_steady(
-                runner, args, kwargs, dev, compiled, sync, passes, SELF_COST_SHARE * (time.monotonic() - started))
-        except WarmprofError:
-            raise
-        except Exception as e:
-            raise ModelError(f"the model raised during the instrumented steady passes: {type(e).__name__}: {e}") from e
+        least_s = (passes[0] + 1) * (sorted(steady_ms)[len(steady_ms) // 2] if steady_ms else 0.0) / 1e3
+        so_far_s = time.monotonic() - started
+        instrumented_ms, module_calls = [], {}
+        if least_s > SELF_COST_MAX_SHARE * so_far_s:
+            self_cost_skipped = (f"warmprof's own cost is the calibrated figures only: measuring it on this model "
+                                 f"({passes[0] + 1} instrumented steady passes, about {least_s:.1f} s) would add more than "
+                                 f"{SELF_COST_MAX_SHARE:.0%} to the trace's {so_far_s:.1f} s")
+        else:
+            self_cost_skipped = ""
+            say("steady passes with the instruments on (warmprof's own cost on this model)")
+            try:
+                instrumented_ms, module_calls = _instrumented_steady(
+                    runner, args, kwargs, dev, compiled, sync, passes, SELF_COST_SHARE * so_far_s)
+            except WarmprofError:
+                raise
+            except Exception as e:
+                raise ModelError(f"the model raised during the instrumented steady passes: {type(e).__name__}: {e}") from e
 
     try:
         _traced_models.add(getattr(model, "_orig_mod", model))
@@ -355,7 +367,8 @@ def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, devic
     clean = steady_stats(steady_ms)
     clean_low = (float(np.quantile(steady_ms, 1.0 / (len(instrumented_ms) + 1)))
                  if steady_ms and instrumented_ms else None)
-    own_cost = InstrumentCost(tuple(instrumented_ms), clean.median, clean.noise_band * 1e6, module_calls, clean_low)
+    own_cost = (InstrumentCost(tuple(instrumented_ms), clean.median, clean.noise_band * 1e6, module_calls, clean_low)
+                if instrumented_ms else None)
     first, rerun = (
         attribute_pass(timeline, name, calibration=costs.for_attribution(),
                        steady_faults=steady_fault_median(steady_faults),
@@ -380,6 +393,7 @@ def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, devic
         instruments=[InstrumentSummary(i.name, i.summary(), list(i.notes), i.reason) for i in instruments],
         calibration=costs.to_dict(),
         warm_reasons=warm,
+        protocol_notes=[self_cost_skipped] if self_cost_skipped else [],
         platform=fingerprint(gpu_index=cuda_index(str(dev))),
         run=run,
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

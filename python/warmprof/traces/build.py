@@ -55,8 +55,9 @@ class TraceFacts:
     platform: dict[str, Any]  # platform.fingerprint()
     run: RunContext
     created: str
-    # steady passes with every instrument on (their median less the clean one: warmprof's own cost)
+    # steady passes with every instrument on (against the clean ones: warmprof's own cost, estimated)
     instrumented_steady_ms: list[float] = field(default_factory=list)
+    protocol_notes: list[str] = field(default_factory=list)  # what the protocol itself left out, and why
 
 
 def steady_fault_median(steady_faults: list[int]) -> int:
@@ -97,7 +98,7 @@ def first_call_residual_note(unattributed_ms: float, rerun_residual_ms: float, n
                  f"within the noise band ({noise_band_ms:.2f} ms): no sign of warm-up that takes more than one call")
     else:
         rerun = (f"the seen re-run still took {rerun_residual_ms:.2f} ms over a steady pass beyond its attributed causes "
-                 f"(warmprof's own measured cost included; noise band {noise_band_ms:.2f} ms): warm-up of that kind "
+                 f"(warmprof's own estimated cost included; noise band {noise_band_ms:.2f} ms): warm-up of that kind "
                  "that takes more than one call, or noise the band does not show (an inferred residual)")
     where = (f"part of the unattributed {unattributed_ms:.2f} ms, placed by module under unattributed_where"
              if unattributed_ms > 0 else
@@ -201,6 +202,7 @@ def build_report(facts: TraceFacts) -> Report:
             notes.append(f"{i.name}: off ({i.reason})")
     if f.warm_reasons:
         notes.append("runtime already warm: " + "; ".join(f.warm_reasons) + " (run in a fresh process for a true first pass)")
+    notes.extend(f.protocol_notes)
     notes.extend(recorder_notes(f.timeline, {"first_pass": first, "seen_rerun": rerun}))
     notes.extend(calibration_notes(f.calibration))
     if first.unmatched:
