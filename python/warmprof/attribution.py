@@ -538,6 +538,17 @@ def cause_spans(ctx: PassContext) -> list[Part]:
     return list(parts.values())
 
 
+def _nested_in_compiles(spans: Sequence[SpanRec], prefixes: str | tuple[str, ...], *,
+                        compiles_from_cupti: bool = True) -> list[SpanRec]:
+    """The cause spans named with one of `prefixes` that sit inside a jit_compile span (those
+    CUPTI recorded left out when `compiles_from_cupti` is False: a PTX load is itself one)."""
+    compiles = [c for c in spans if c.cause == JIT_COMPILE and (compiles_from_cupti or source_of(c.name) != "cupti")]
+    if not compiles:
+        return []
+    return [s for s in spans if s.cause != STRUCTURE and s.name.startswith(prefixes)
+            and any(c.start_ns <= s.start_ns and s.end_ns <= c.end_ns for c in compiles)]
+
+
 _MODULE_LOADS = ("cupti:lazy_load", "cupti:cuModuleLoad", "cupti:cuLibraryLoad", "cupti:cudaLibraryLoad")
 
 
@@ -545,16 +556,10 @@ def _loads_in_compiles(ctx: PassContext) -> dict[tuple[str, str], str]:
     """Module loads (CUPTI) nested in another source's jit_compile span, e.g. Triton loading the
     cubin it just built inside inductor's compile: the innermost span wins, so the load's time is
     the load's cause (runtime_init for a cubin), not the compile's. Said in the part's detail."""
-    compiles = [s for s in ctx.spans if s.cause == JIT_COMPILE and source_of(s.name) != "cupti"]
-    if not compiles:
-        return {}
     nested: dict[tuple[str, str], int] = {}
-    for s in ctx.spans:
-        if s.cause == STRUCTURE or not s.name.startswith(_MODULE_LOADS):
-            continue
-        if any(c.start_ns <= s.start_ns and s.end_ns <= c.end_ns for c in compiles):
-            key = (cause_name(s.cause), source_of(s.name))
-            nested[key] = nested.get(key, 0) + 1
+    for s in _nested_in_compiles(ctx.spans, _MODULE_LOADS, compiles_from_cupti=False):
+        key = (cause_name(s.cause), source_of(s.name))
+        nested[key] = nested.get(key, 0) + 1
     return {key: (f"{n} module load{'s' if n > 1 else ''} inside a compile span (e.g. Triton loading the "
                   f"kernel it built inside inductor's compile) counted here as {key[0]}, not as the compile's "
                   "jit_compile: the innermost span wins")
@@ -612,11 +617,7 @@ def split_faults(faults: int, anon_bytes: int, file_bytes: int, cal: Calibration
 def _imports_inside_compiles(spans: Sequence[SpanRec]) -> set[int]:
     """ids of the python_import spans nested in a jit_compile span (inductor importing its own
     modules as it compiles)."""
-    compiles = [sp for sp in spans if sp.cause == JIT_COMPILE]
-    if not compiles:
-        return set()
-    return {id(sp) for sp in spans if sp.cause != STRUCTURE and sp.name.startswith("python_import:")
-            and any(c.start_ns <= sp.start_ns and sp.end_ns <= c.end_ns for c in compiles)}
+    return {id(s) for s in _nested_in_compiles(spans, "python_import:")}
 
 
 def _imports_in_compiles(ctx: PassContext) -> dict[tuple[str, str], str]:
