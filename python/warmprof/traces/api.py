@@ -13,9 +13,9 @@ import math
 import sys
 import time
 import weakref
+from typing import Any, Callable
 
 import numpy as np
-from typing import Any, Callable
 
 from .. import _native
 from ..attribution import InstrumentCost, attribute_pass, steady_stats
@@ -205,8 +205,6 @@ def _instrumented_steady(runner, args, kwargs, dev, compiled: bool, sync, passes
 
 def _module_calls(tl: Timeline, windows: list[tuple[int, int]]) -> dict[str, int]:
     """Each module's recorded calls per pass (mean over the windows, rounded) on the passes' thread."""
-    import numpy as np
-
     ids = np.asarray([i for i, n in enumerate(tl.names) if n.startswith("module:")], dtype=np.int64)
     pass_ids = [i for i, n in enumerate(tl.names) if n == f"pass:{INSTRUMENTED_STEADY}"]
     if not ids.size or not windows or len(tl) == 0:
@@ -336,8 +334,9 @@ def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, devic
             steady_ms, steady_faults = _steady(runner, args, kwargs, sync, min_steady, max_steady, steady_budget_s)
         except Exception as e:
             raise ModelError(f"the model raised during the steady passes: {type(e).__name__}: {e}") from e
+        clean = steady_stats(steady_ms)
         passes = (min(SELF_COST_PASSES[0], min_steady), min(SELF_COST_PASSES[1], max_steady))
-        least_s = (passes[0] + 1) * (sorted(steady_ms)[len(steady_ms) // 2] if steady_ms else 0.0) / 1e3
+        least_s = (passes[0] + 1) * clean.median / 1e3
         so_far_s = time.monotonic() - started
         instrumented_ms, module_calls = [], {}
         if least_s > SELF_COST_MAX_SHARE * so_far_s:
@@ -364,7 +363,6 @@ def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, devic
     say("calibrating (timer, page-fault cost, thread start, hook cost)")
     costs = calibration.measure(touched_bytes=calibration.largest_anonymous_growth(timeline))
     say("attributing")
-    clean = steady_stats(steady_ms)
     clean_low = (float(np.quantile(steady_ms, 1.0 / (len(instrumented_ms) + 1)))
                  if steady_ms and instrumented_ms else None)
     own_cost = (InstrumentCost(tuple(instrumented_ms), clean.median, clean.noise_band * 1e6, module_calls, clean_low)
