@@ -114,7 +114,7 @@ SPARE_BUFFERS = 4  # recording buffers pre-faulted for threads that start record
 # pages warm up on it, as the first pass's did before the seen re-run); past the minimum they stop
 # once they have taken SELF_COST_SHARE of the trace's time so far.
 INSTRUMENTED_STEADY = "instrumented_steady"
-SELF_COST_PASSES = (3, 5)
+SELF_COST_PASSES = (3, 15)  # many on a fast model: the fastest of few is rarely undisturbed on a busy machine
 SELF_COST_SHARE = 0.1
 # The instrumented steady passes are skipped (the calibrated figures stand) when their minimum would
 # add more than this share to the trace's time so far: a model whose one pass takes seconds.
