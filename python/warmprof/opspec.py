@@ -1,0 +1,188 @@
+"""One aten op call written down as data, and built again from it (the op view -> the op probes).
+
+The op view (instruments/aten_ops.py) records each op's arguments in the cheap raw form of `raw`
+while the pass runs; `spec` turns that into plain JSON once the pass is over; the probes
+(probes/aten.py) `build` fresh arguments of the same shapes, dtypes and strides from the JSON and
+call the op again in another process. Values are never recorded: float tensors are rebuilt with
+random values, integer tensors with zeros (valid indices), bool tensors with True.
+
+A spec: {"op": "aten.addmm.default", "args": [ARG...], "kwargs": {name: ARG}} where ARG is one of
+  {"tensor": [shape], "dtype": "float32", "stride": [..]}   (stride only when not contiguous)
+  {"value": int | float | bool | str | None}
+  {"list": [ARG...]}
+  {"dtype": "float32"} | {"device": "cpu"}
+  {"unsupported": "TypeName"}                               (the op cannot be replayed)
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from .errors import InputError
+
+# Raw records (built inside the pass, so cheap: tuples, no strings beyond the dtype's own repr).
+_T, _V, _L, _D, _X = 0, 1, 2, 3, 4
+
+
+def raw(value: Any, tensor_type: type, dtype_type: type) -> Any:
+    """The cheap in-pass record of one argument (see spec_of for the JSON form)."""
+    if isinstance(value, tensor_type):
+        contiguous = value.is_contiguous()
+        return (_T, tuple(value.shape), value.dtype, None if contiguous else tuple(value.stride()))
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return (_V, value)
+    if isinstance(value, (list, tuple)):
+        return (_L, tuple(raw(v, tensor_type, dtype_type) for v in value))
+    if isinstance(value, dtype_type):
+        return (_D, value)
+    return (_X, type(value).__name__, value)
+
+
+def spec_of(r: Any) -> dict[str, Any]:
+    """JSON form of one raw argument record."""
+    kind = r[0]
+    if kind == _T:
+        out: dict[str, Any] = {"tensor": [int(d) for d in r[1]], "dtype": dtype_name(r[2])}
+        if r[3] is not None:
+            out["stride"] = [int(s) for s in r[3]]
+        return out
+    if kind == _V:
+        v = r[1]
+        if isinstance(v, float) and not math.isfinite(v):
+            return {"value": repr(v), "float": True}
+        return {"value": v}
+    if kind == _L:
+        return {"list": [spec_of(x) for x in r[1]]}
+    if kind == _D:
+        return {"dtype": dtype_name(r[1])}
+    if r[1] == "device":
+        return {"device": str(r[2])}
+    if r[1] in ("layout", "memory_format"):
+        return {"value": None, "dropped": f"{r[1]} {r[2]}"}
+    return {"unsupported": r[1]}
+
+
+def call_spec(op: str, raw_args: tuple, raw_kwargs: dict[str, Any]) -> dict[str, Any]:
+    return {"op": op, "args": [spec_of(a) for a in raw_args], "kwargs": {k: spec_of(v) for k, v in raw_kwargs.items()}}
+
+
+def dtype_name(dtype: Any) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def short_op(op: str) -> str:
+    """aten.addmm.default -> addmm; aten.add.Tensor -> add.Tensor (the overload only when it says something)."""
+    parts = op.split(".")
+    if len(parts) >= 3 and parts[0] == "aten":
+        return parts[1] if parts[2] == "default" else f"{parts[1]}.{parts[2]}"
+    return op
+
+
+def label(spec: dict[str, Any]) -> str:
+    """A short human form of a call's tensor arguments: 'f32[64,128], f32[128,128]^T'."""
+    parts = []
+    for a in spec.get("args", []):
+        parts.extend(_labels(a))
+    return ", ".join(parts)
+
+
+_SHORT_DTYPE = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "float64": "f64", "int64": "i64",
+                "int32": "i32", "bool": "b8", "uint8": "u8", "int8": "i8"}
+
+
+def _labels(a: dict[str, Any]) -> list[str]:
+    if "tensor" in a:
+        dims = ",".join(str(d) for d in a["tensor"])
+        return [f"{_SHORT_DTYPE.get(a['dtype'], a['dtype'])}[{dims}]" + ("*" if "stride" in a else "")]
+    if "list" in a:
+        return [x for item in a["list"] for x in _labels(item)]
+    return []
+
+
+def replayable(spec: dict[str, Any]) -> str:
+    """'' when build() can rebuild the call, else why not."""
+    def why(a: dict[str, Any]) -> str:
+        if "unsupported" in a:
+            return f"an argument of type {a['unsupported']} cannot be rebuilt"
+        if "list" in a:
+            return next((w for w in map(why, a["list"]) if w), "")
+        return ""
+
+    for a in [*spec.get("args", []), *spec.get("kwargs", {}).values()]:
+        w = why(a)
+        if w:
+            return w
+    return ""
+
+
+def resolve_op(name: str) -> Any:
+    """torch.ops.aten.<name>.<overload> from 'aten.addmm.default', 'addmm.default' or 'addmm'."""
+    import torch
+
+    parts = name.split(".")
+    if parts and parts[0] == "aten":
+        parts = parts[1:]
+    if not parts or len(parts) > 2 or not all(p.isidentifier() for p in parts):
+        raise InputError(f"{name!r} is not an aten op name (e.g. aten.addmm.default, layer_norm)")
+    try:
+        packet = getattr(torch.ops.aten, parts[0])
+    except (AttributeError, RuntimeError):
+        raise InputError(f"torch has no aten op named {parts[0]!r}") from None
+    overload = parts[1] if len(parts) == 2 else "default"
+    try:
+        return getattr(packet, overload)
+    except (AttributeError, RuntimeError):
+        have = ", ".join(packet.overloads())
+        raise InputError(f"aten.{parts[0]} has no overload {overload!r} (it has: {have})") from None
+
+
+def build(spec: dict[str, Any], device: Any) -> tuple[list[Any], dict[str, Any]]:
+    """Fresh arguments for the call `spec` on `device`: same shapes, dtypes and strides, new values."""
+    why = replayable(spec)
+    if why:
+        raise InputError(f"cannot replay {spec.get('op', '?')}: {why}")
+    try:
+        args = [_build(a, device) for a in spec.get("args", [])]
+        kwargs = {k: _build(v, device) for k, v in spec.get("kwargs", {}).items()}
+    except (KeyError, TypeError, ValueError) as e:
+        raise InputError(f"malformed op spec for {spec.get('op', '?')}: {type(e).__name__}: {e}") from None
+    return args, kwargs
+
+
+def _build(a: dict[str, Any], device: Any) -> Any:
+    import torch
+
+    if "tensor" in a:
+        shape = [int(d) for d in a["tensor"]]
+        dtype = _dtype(a["dtype"])
+        stride = a.get("stride")
+        if stride is not None:
+            t = torch.empty_strided(shape, [int(s) for s in stride], dtype=dtype, device=device)
+        else:
+            t = torch.empty(shape, dtype=dtype, device=device)
+        if dtype.is_floating_point or dtype.is_complex:
+            t.copy_(torch.randn(shape, device=device).to(dtype))  # copy_ keeps the strides
+        elif dtype == torch.bool:
+            t.fill_(True)
+        else:
+            t.zero_()
+        return t
+    if "list" in a:
+        return [_build(x, device) for x in a["list"]]
+    if "dtype" in a and len(a) == 1:
+        return _dtype(a["dtype"])
+    if "device" in a:
+        return torch.device(device)
+    if a.get("float"):
+        return float(a["value"])
+    return a["value"]
+
+
+def _dtype(name: str) -> Any:
+    import torch
+
+    dt = getattr(torch, str(name), None)
+    if not isinstance(dt, torch.dtype):
+        raise InputError(f"unknown dtype {name!r} in an op spec")
+    return dt
