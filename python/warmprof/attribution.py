@@ -51,6 +51,7 @@ THREAD_COUNTER = "host:threads"
 RSS_COUNTER = "host:rss_bytes"
 FILE_COUNTER = "host:file_bytes"  # resident file-backed (and shared) bytes: RSS less this is anonymous
 MODULE_PREFIX = "module:"
+OP_PREFIX = "op:"  # the op view's spans (instruments/aten_ops.py): structure, nested in modules
 
 
 # -- What attribution produces ---------------------------------------------------------------
@@ -173,6 +174,12 @@ class PassAttribution:
     # ns of the pass outside every cause span and not taken by an estimate, by innermost module
     # ("" outside modules): where this pass's unexplained time sits.
     unexplained_by_module: dict[str, float] = field(default_factory=dict)
+    # The same by (module, op) site when the op view ran (op "" is the module's own code outside
+    # ops); op_sites: each site's (index of its first op call in the pass, calls); op_calls: the
+    # op spans in the pass, in call order (the op view's recorded calls line up with them).
+    unexplained_by_site: dict[tuple[str, str], float] = field(default_factory=dict)
+    op_sites: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)
+    op_calls: int = 0
 
     @property
     def attributed_ms(self) -> float:
@@ -243,10 +250,11 @@ def _module_of(span: SpanRec | None) -> str:
     return span.name[len(MODULE_PREFIX):]
 
 
-# One piece of the pass between two consecutive span boundaries:
-# (start_ns, end_ns, innermost cause span or None, innermost module span or None, module name).
-# A plain tuple, not a NamedTuple: a pass has one per boundary (hundreds of thousands).
-Segment = tuple[int, int, SpanRec | None, SpanRec | None, str]
+# One piece of the pass between two consecutive span boundaries: (start_ns, end_ns, innermost
+# cause span or None, innermost module span or None, module name, op name: the innermost op
+# span's inside that module, "" for none). A plain tuple, not a NamedTuple: a pass has one per
+# boundary (hundreds of thousands).
+Segment = tuple[int, int, SpanRec | None, SpanRec | None, str, str]
 
 
 def _segments(spans: list[SpanRec], t0: int, t1: int) -> list[Segment]:
@@ -268,7 +276,11 @@ def _segments(spans: list[SpanRec], t0: int, t1: int) -> list[Segment]:
         active = [s for s in active if s.end_ns >= b]
         mods = [s for s in active if s.name.startswith(MODULE_PREFIX)]
         mod_span = _innermost(mods, False)
-        segs.append((a, b, _innermost(active, True), mod_span, _module_of(mod_span)))
+        op_span = _innermost([s for s in active if s.name.startswith(OP_PREFIX)], False)
+        op = ""
+        if op_span is not None and (mod_span is None or op_span.start_ns >= mod_span.start_ns):
+            op = op_span.name[len(OP_PREFIX):]
+        segs.append((a, b, _innermost(active, True), mod_span, _module_of(mod_span), op))
     return segs
 
 
@@ -314,7 +326,7 @@ def _cover(segs: Sequence[Segment], starts: Sequence[int], a: int, b: int) -> tu
     weight: dict[SpanRec | None, int] = {}
     mod_weight: dict[SpanRec | None, int] = {}
     for k in range(first, len(segs)):
-        s0, s1, cause_span, mod_span, _ = segs[k]
+        s0, s1, cause_span, mod_span, _, _ = segs[k]
         if s0 >= b:
             break
         ov = min(s1, b) - max(s0, a)
@@ -445,10 +457,36 @@ class PassContext:
     def free_by_module(self) -> dict[str, float]:
         """ns of the pass outside every cause span, by innermost module ("" outside modules)."""
         free: dict[str, float] = {}
-        for a, b, cause_span, _, mod in self.segments:
+        for a, b, cause_span, _, mod, _ in self.segments:
             if cause_span is None:
                 free[mod] = free.get(mod, 0.0) + (b - a)
         return free
+
+    @cached_property
+    def free_by_site(self) -> dict[tuple[str, str], float]:
+        """ns of the pass outside every cause span, by (innermost module, op inside it)."""
+        free: dict[tuple[str, str], float] = {}
+        for a, b, cause_span, _, mod, op in self.segments:
+            if cause_span is None:
+                free[(mod, op)] = free.get((mod, op), 0.0) + (b - a)
+        return free
+
+    @cached_property
+    def op_spans(self) -> list[SpanRec]:
+        """The op view's spans on the pass's thread, in call order."""
+        return [s for s in self.spans if s.cause == STRUCTURE and s.name.startswith(OP_PREFIX)]
+
+    @cached_property
+    def op_sites(self) -> dict[tuple[str, str], tuple[int, int]]:
+        """(module, op) -> (index of the site's first op call in the pass, calls there)."""
+        sites: dict[tuple[str, str], tuple[int, int]] = {}
+        starts = self.segment_starts
+        for k, s in enumerate(self.op_spans):
+            seg = self.segments[max(0, bisect.bisect_right(starts, s.start_ns) - 1)]
+            key = (seg[4], s.name[len(OP_PREFIX):])
+            first, calls = sites.get(key, (k, 0))
+            sites[key] = (first, calls + 1)
+        return sites
 
     @cached_property
     def span_keys(self) -> frozenset[tuple[str, str]]:
@@ -520,7 +558,7 @@ def cause_spans(ctx: PassContext) -> list[Part]:
     is the number of spans that own some time. Evidence is the source's (ctx.evidence), else measured."""
     parts: dict[tuple[str, str], Part] = {}
     counted: set[int] = set()  # ids of the spans counted (the spans live as long as ctx)
-    for a, b, span, _, mod in ctx.segments:
+    for a, b, span, _, mod, _ in ctx.segments:
         if span is None:
             continue
         src = source_of(span.name)
@@ -877,11 +915,14 @@ def _assemble(ctx: PassContext, parts: dict[tuple[str, str], Part]) -> PassAttri
     time: free time (no cause span) less every part whose (cause, source) is not a cause span's
     (ctx.span_keys; an estimate merged into a cause span's part stays out of free time)."""
     unexplained = dict(ctx.free_by_module)
+    estimated: dict[str, float] = {}
     for key, p in parts.items():
         if key in ctx.span_keys:
             continue
         for mod, ns in p.by_module.items():
             unexplained[mod] = unexplained.get(mod, 0.0) - ns
+            estimated[mod] = estimated.get(mod, 0.0) + ns
+    op_view = bool(ctx.op_spans)
     t0, t1 = ctx.window
     return PassAttribution(
         pass_ms=(t1 - t0) / 1e6,
@@ -894,7 +935,28 @@ def _assemble(ctx: PassContext, parts: dict[tuple[str, str], Part]) -> PassAttri
         off_thread_ms=ctx.off_thread_ns / 1e6,
         unmatched=sum(1 for s in ctx.spans if not s.closed),
         unexplained_by_module=unexplained,
+        unexplained_by_site=_spread_over_sites(ctx.free_by_site, estimated) if op_view else {},
+        op_sites=dict(ctx.op_sites) if op_view else {},
+        op_calls=len(ctx.op_spans),
     )
+
+
+def _spread_over_sites(free: dict[tuple[str, str], float], estimated: dict[str, float]) -> dict[tuple[str, str], float]:
+    """Free time by (module, op) less the estimates placed in each module, spread over that module's
+    sites in proportion to their free time (estimates are placed by module, not by op)."""
+    out = dict(free)
+    by_mod: dict[str, float] = {}
+    for (mod, _), ns in free.items():
+        by_mod[mod] = by_mod.get(mod, 0.0) + max(ns, 0.0)
+    for mod, ns in estimated.items():
+        total = by_mod.get(mod, 0.0)
+        if total <= 0:
+            out[(mod, "")] = out.get((mod, ""), 0.0) - ns
+            continue
+        for site, f in free.items():
+            if site[0] == mod and f > 0:
+                out[site] -= ns * f / total
+    return out
 
 
 # -- Across passes: where the unexplained time sits, the summary, steady statistics -----------
@@ -915,6 +977,21 @@ def unattributed_where(first: PassAttribution, rerun: PassAttribution, top: int 
         if ms >= floor_ms:
             out.append((mod, ms))
     out.sort(key=lambda kv: (-kv[1], kv[0]))
+    return out[:top]
+
+
+def unattributed_sites(first: PassAttribution, rerun: PassAttribution, top: int = 40,
+                       floor_ms: float = 0.005) -> list[tuple[str, str, float]]:
+    """unattributed_where by (module, op) site, when the op view ran: each site's unexplained time in
+    the first pass less the same site's in the seen re-run; op "" is the module's own code outside
+    ops. Largest first, positive only."""
+    sites = set(first.unexplained_by_site) | set(rerun.unexplained_by_site)
+    out = []
+    for site in sites:
+        ms = (first.unexplained_by_site.get(site, 0.0) - rerun.unexplained_by_site.get(site, 0.0)) / 1e6
+        if ms >= floor_ms:
+            out.append((site[0], site[1], ms))
+    out.sort(key=lambda r: (-r[2], r[0], r[1]))
     return out[:top]
 
 

@@ -36,7 +36,8 @@ def raw(value: Any, tensor_type: type, dtype_type: type) -> Any:
         return (_L, tuple(raw(v, tensor_type, dtype_type) for v in value))
     if isinstance(value, dtype_type):
         return (_D, value)
-    return (_X, type(value).__name__, value)
+    kind = type(value).__name__
+    return (_X, kind, str(value) if kind in ("device", "layout", "memory_format") else None)
 
 
 def spec_of(r: Any) -> dict[str, Any]:

@@ -32,11 +32,11 @@ def by_key(parts):
 
 def test_cause_spans_gives_each_segment_to_its_innermost_cause_span():
     segments = (
-        (0, 10 * MS, None, M, "M"),
-        (10 * MS, 50 * MS, COMPILE, M, "M"),
-        (50 * MS, 60 * MS, ONEDNN, M, "M"),
-        (60 * MS, 70 * MS, COMPILE, M_A, "M.a"),
-        (70 * MS, 100 * MS, None, None, ""),
+        (0, 10 * MS, None, M, "M", ""),
+        (10 * MS, 50 * MS, COMPILE, M, "M", ""),
+        (50 * MS, 60 * MS, ONEDNN, M, "M", ""),
+        (60 * MS, 70 * MS, COMPILE, M_A, "M.a", ""),
+        (70 * MS, 100 * MS, None, None, "", ""),
     )
     parts = by_key(cause_spans(context(segments=segments, evidence={"onednn": "inferred"})))
     assert set(parts) == {("jit_compile", "torch.compile"), ("jit_compile", "onednn")}
@@ -45,7 +45,7 @@ def test_cause_spans_gives_each_segment_to_its_innermost_cause_span():
     assert compile_part.by_module == {"M": 40 * MS, "M.a": 10 * MS}
     onednn_part = parts[("jit_compile", "onednn")]
     assert (onednn_part.evidence, onednn_part.count, onednn_part.by_module) == ("inferred", 1, {"M": 10 * MS})
-    assert cause_spans(context(segments=((0, 100 * MS, None, None, ""),))) == []
+    assert cause_spans(context(segments=((0, 100 * MS, None, None, "", ""),))) == []
 
 
 def test_host_faults_estimates_only_faults_outside_causes_less_steady_and_own():
@@ -129,16 +129,16 @@ def test_cause_spans_says_when_a_module_load_sits_inside_a_compile_span():
     compile_span = span("torch.compile:compile", 10, 70, JIT_COMPILE, depth=1)
     load = span("cupti:cuModuleLoadData", 30, 40, RUNTIME_INIT, depth=2)
     lazy = span("cupti:lazy_load", 80, 90, RUNTIME_INIT, depth=1)  # outside the compile: not counted
-    segments = ((0, 10 * MS, None, None, ""), (10 * MS, 30 * MS, compile_span, None, ""),
-                (30 * MS, 40 * MS, load, None, ""), (40 * MS, 70 * MS, compile_span, None, ""),
-                (70 * MS, 80 * MS, None, None, ""), (80 * MS, 90 * MS, lazy, None, ""),
-                (90 * MS, 100 * MS, None, None, ""))
+    segments = ((0, 10 * MS, None, None, "", ""), (10 * MS, 30 * MS, compile_span, None, "", ""),
+                (30 * MS, 40 * MS, load, None, "", ""), (40 * MS, 70 * MS, compile_span, None, "", ""),
+                (70 * MS, 80 * MS, None, None, "", ""), (80 * MS, 90 * MS, lazy, None, "", ""),
+                (90 * MS, 100 * MS, None, None, "", ""))
     parts = by_key(cause_spans(context(spans=(compile_span, load, lazy), segments=segments)))
     cupti = parts[("runtime_init", "cupti")]
     assert cupti.ns == 20 * MS and "1 module load inside a compile span" in cupti.detail
     assert "innermost span wins" in cupti.detail and "runtime_init" in cupti.detail
     assert parts[("jit_compile", "torch.compile")].detail == ""
-    alone = by_key(cause_spans(context(spans=(load,), segments=((30 * MS, 40 * MS, load, None, ""),))))
+    alone = by_key(cause_spans(context(spans=(load,), segments=((30 * MS, 40 * MS, load, None, "", ""),))))
     assert alone[("runtime_init", "cupti")].detail == ""
 
 

@@ -63,11 +63,7 @@ class TraceTextRenderer(Renderer):
             f"  {'unattributed':<20} {_cause_ms(r.unattributed_ms):>10} {un_share}  {'residual':<9} "
             f"{residual_source:<{width}} ({within} the noise band)"
         )
-        where = [w for w in r.unattributed_where if w["ms"] > 0][:5]
-        if where and r.unattributed_ms > r.noise_band_ms:
-            lines.append(f"  unattributed sits in (each module's own time outside causes, first pass less seen re-run; "
-                         f"largest {len(where)}):")
-            lines.extend(f"    {one_line(w['module']):<40} {_ms(w['ms']):>10}" for w in where)
+        lines.extend(_where_lines(r))
         paid_again = [c for c in r.seen_rerun_causes if c.cause != "profiler_overhead"]  # warmprof's own, every pass
         if paid_again:
             rerun = ", ".join(f"{c.cause}/{c.source} {_ms(c.ms)}" for c in paid_again[:4])
@@ -102,3 +98,26 @@ class TraceTextRenderer(Renderer):
             lines.append("  notes:")
             lines.extend(f"    - {one_line(n)}" for n in r.notes)
         return "\n".join(lines) + "\n"
+
+
+def _where_lines(r: Any) -> list[str]:
+    """Where the unattributed time sits: by module, or by (module, op) with the op view."""
+    rows = [w for w in r.unattributed_where if w["ms"] > 0]
+    if not rows or r.unattributed_ms <= r.noise_band_ms:
+        return []
+    if not any("op" in w for w in rows):
+        top = rows[:5]
+        return ([f"  unattributed sits in (each module's own time outside causes, first pass less seen re-run; "
+                 f"largest {len(top)}):"] + [f"    {one_line(w['module']):<40} {_ms(w['ms']):>10}" for w in top])
+    from ..opspec import label, short_op
+
+    placed = sum(w["ms"] for w in rows)
+    top = rows[:8]
+    out = [f"  unattributed sits in (module, op): first pass less seen re-run outside causes; {len(rows)} sites place "
+           f"{_ms(placed)} of {_ms(r.unattributed_ms)} ({placed / r.unattributed_ms:.0%}); largest {len(top)}:"]
+    for w in top:
+        op = short_op(w["op"]) if "op" in w else "(module code)"
+        shapes = label(w["call"]) if "call" in w else ""
+        out.append(f"    {_ms(w['ms']):>10}  {one_line(w['module']):<44} {op:<14} {one_line(shapes)}")
+    return out
+

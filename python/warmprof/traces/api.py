@@ -86,11 +86,15 @@ def _parse_steady(steady: Any) -> tuple[int, int]:
     return pair
 
 
-def _instruments(model: Any, device, compiled: bool) -> list:
+def _instruments(model: Any, device, compiled: bool, op_view: bool = False) -> list:
     from ..instruments.onednn import OneDNN
     from ..instruments.torch_compile import TorchCompile
 
     inst = [HostCounters(), ModuleHooks(model, top_level_only=compiled), PythonImports()]
+    if op_view:
+        from ..instruments.aten_ops import AtenOps
+
+        inst.append(AtenOps(compiled=compiled))
     # Also when the model compiles something inside itself (dynamo already imported).
     if compiled or "torch._dynamo" in sys.modules:
         inst.append(TorchCompile())
@@ -178,7 +182,7 @@ def _steady(model, args, kwargs, sync, min_passes: int, max_passes: int, budget_
     return times, faults
 
 
-def _instrumented_steady(runner, args, kwargs, dev, compiled: bool, sync, passes: tuple[int, int],
+def _instrumented_steady(runner, args, kwargs, dev, compiled: bool, op_view: bool, sync, passes: tuple[int, int],
                          budget_s: float) -> tuple[list[float], dict[str, int]]:
     """Steady passes with every instrument on, set up afresh exactly as for the first pass (hooks,
     oneDNN's verbose capture, samplers, imports, CUDA callbacks) in a recording of their own, so
@@ -186,7 +190,7 @@ def _instrumented_steady(runner, args, kwargs, dev, compiled: bool, sync, passes
     each counted pass's time (ms, its own clock reads) and each module's calls per pass (their mean).
     The first pass is run and not counted: it warms the fresh instruments."""
     least, most = passes[0] + 1, passes[1] + 1
-    instruments = _instruments(runner, dev, compiled)
+    instruments = _instruments(runner, dev, compiled, op_view)
     windows: list[tuple[int, int]] = []
     deadline = time.monotonic() + budget_s
     with Recording(spare_buffers=SPARE_BUFFERS) as rec:
@@ -247,6 +251,7 @@ def trace(
     no_grad: bool = True,
     label: str | None = None,
     run: RunContext | None = None,
+    op_view: bool = False,
 ) -> Report:
     """Trace the first pass of `model` and attribute its excess over a steady pass to causes.
 
@@ -256,7 +261,10 @@ def trace(
     ("reduce-overhead", "max-autotune") or a dict of torch.compile options. steady: the number of
     clean passes (an int, or (min, max) adaptive within steady_budget_s seconds). run: where the
     trace runs, for the report (`warmprof trace`'s fresh child passes its own); None is the
-    caller's process, which the report's notes then say.
+    caller's process, which the report's notes then say. op_view: a span per aten op in the first
+    pass and the seen re-run (a TorchDispatchMode: about 10-15 us per op, measured and booked as
+    profiler_overhead), so unattributed_where gives (module, op) rows with each site's first call's
+    arguments, which `warmprof probe --from` replays; `warmprof trace --explain` turns it on.
 
     One trace runs at a time in a process: a second one (from another thread) is refused up front.
     """
@@ -265,6 +273,8 @@ def trace(
     except ImportError:
         raise WarmprofError("warmprof.trace needs torch: pip install 'warmprof[torch]'") from None
     _check_options(steady_budget_s, progress, no_grad, label, run)
+    if not isinstance(op_view, bool):
+        raise InputError(f"op_view must be True or False, got {op_view!r}")
     if not calibration.busy.acquire(blocking=False):
         raise InputError("another warmprof trace or calibration is already running in this process (from another "
                          "thread, or this call comes from inside a trace): they share the recorder, so run them "
@@ -273,7 +283,7 @@ def trace(
         before = ProcessState.take()
         report = _trace(torch, model, shape, inputs=inputs, dtype=dtype, device=device, steady=steady,
                         steady_budget_s=steady_budget_s, compile=compile, progress=progress, no_grad=no_grad,
-                        label=label, run=run if run is not None else RunContext())
+                        label=label, run=run if run is not None else RunContext(), op_view=op_view)
         report.notes.extend(before.changes_since())
         return report
     finally:
@@ -297,7 +307,7 @@ def _check_options(steady_budget_s: Any, progress: Any, no_grad: Any, label: Any
 
 def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, device: Any, steady: Any,
            steady_budget_s: float, compile: Any, progress: Any, no_grad: bool, label: str | None,
-           run: RunContext) -> Report:
+           run: RunContext, op_view: bool = False) -> Report:
     say = progress_printer(progress)
     started = time.monotonic()
     check_model(model)
@@ -313,7 +323,7 @@ def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, devic
     runner = compile_model(model, compile)
     sync = _sync(dev)
 
-    instruments = _instruments(runner, dev, compiled)
+    instruments = _instruments(runner, dev, compiled, op_view)
     grad_ctx = torch.no_grad() if no_grad else contextlib.nullcontext()
 
     windows: dict[str, tuple[int, int]] = {}
@@ -348,7 +358,7 @@ def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, devic
             say("steady passes with the instruments on (warmprof's own cost on this model)")
             try:
                 instrumented_ms, module_calls = _instrumented_steady(
-                    runner, args, kwargs, dev, compiled, sync, passes, SELF_COST_SHARE * so_far_s)
+                    runner, args, kwargs, dev, compiled, op_view, sync, passes, SELF_COST_SHARE * so_far_s)
             except WarmprofError:
                 raise
             except Exception as e:
@@ -394,6 +404,7 @@ def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, devic
         protocol_notes=[self_cost_skipped] if self_cost_skipped else [],
         platform=fingerprint(gpu_index=cuda_index(str(dev))),
         run=run,
+        op_call=next((i.call for i in instruments if i.name == "aten_ops" and i.available), None),
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     ))
 

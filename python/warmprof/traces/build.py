@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
 from .. import __version__
-from ..attribution import PassAttribution, steady_stats, summarize, unattributed_where
+from ..attribution import PassAttribution, steady_stats, summarize, unattributed_sites, unattributed_where
 from ..report import CauseEntry, CounterSample, Report, Span
 from ..report.trace import Protocol, RecorderStats, RunContext, TorchCompileFigures
 from ..timeline import COUNTER, INSTANT, THINNED, Timeline, cause_name, source_of
@@ -58,6 +58,8 @@ class TraceFacts:
     # steady passes with every instrument on (against the clean ones: warmprof's own cost, estimated)
     instrumented_steady_ms: list[float] = field(default_factory=list)
     protocol_notes: list[str] = field(default_factory=list)  # what the protocol itself left out, and why
+    # the op view's recorded call (pass, index) -> its opspec JSON; None when the op view was off
+    op_call: Callable[[str, int], dict[str, Any] | None] | None = None
 
 
 def steady_fault_median(steady_faults: list[int]) -> int:
@@ -187,6 +189,28 @@ def _counter_samples(tl: Timeline, att: PassAttribution, pass_name: str) -> list
     return out[:MAX_SPANS]
 
 
+def _where(f: TraceFacts) -> list[dict[str, Any]]:
+    """unattributed_where: by module, or by (module, op) site with each op site's first call when the
+    op view ran (its recorded calls line up with the pass's op spans unless the recorder dropped some)."""
+    first, rerun = f.first, f.rerun
+    if not first.op_sites:
+        return [{"module": mod or "(outside modules)", "ms": ms} for mod, ms in unattributed_where(first, rerun)]
+    aligned = f.op_call is not None and f.op_call("first", first.op_calls - 1) is not None \
+        and f.op_call("first", first.op_calls) is None
+    rows = []
+    for mod, op, ms in unattributed_sites(first, rerun):
+        row: dict[str, Any] = {"module": mod or "(outside modules)", "ms": ms}
+        site = first.op_sites.get((mod, op))
+        if op:
+            row["op"] = op
+            row["calls"] = site[1] if site else 0
+            spec = f.op_call("first", site[0]) if aligned and site and f.op_call else None
+            if spec is not None:
+                row["call"] = spec
+        rows.append(row)
+    return rows
+
+
 def build_report(facts: TraceFacts) -> Report:
     f = facts
     first, rerun = f.first, f.rerun
@@ -234,7 +258,7 @@ def build_report(facts: TraceFacts) -> Report:
         excess_ms=summary.excess_ms, attributed_ms=summary.attributed_ms, unattributed_ms=summary.unattributed_ms,
         causes=causes, seen_rerun_causes=_entries(rerun, rerun_excess),
         modules=modules,
-        unattributed_where=[{"module": mod or "(outside modules)", "ms": ms} for mod, ms in unattributed_where(first, rerun)],
+        unattributed_where=_where(f),
         counters={
             "first_pass": host.get("first", {}),
             "seen_rerun": host.get("seen_rerun", {}),

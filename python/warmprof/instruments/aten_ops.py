@@ -1,0 +1,127 @@
+"""The op view: a span per aten op (`op:aten.addmm.default`), nested in its module, with its arguments.
+
+A TorchDispatchMode on the tracing thread sees every aten op the model's forward dispatches (after
+CompositeImplicit ops decompose: F.linear arrives as aten.t and aten.addmm), records a structure
+span around it and writes the call's arguments down (shapes, dtypes, strides, scalars: opspec.raw)
+in call order, one list per pass. Attribution places each unexplained nanosecond in a (module, op)
+site; the report keeps the first call's arguments of each site, so the probes can replay the op
+(`warmprof probe --from`).
+
+It is not free: a Python dispatch mode costs about 10-15 us per op on this class of machine, which is
+why the default trace leaves it off and `--explain` turns it on. Its cost on the model is measured
+like every instrument's (the instrumented steady passes, booked as profiler_overhead), and it cancels
+in the (module, op) residuals, which compare the first pass with the seen re-run under the same
+instruments. Ops run on other threads and inside a compiled region are not seen (a compiled model
+gets no op view: the mode would change what dynamo traces).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..opspec import call_spec, raw
+from ..timeline import STRUCTURE, begin, end, name_id
+from .base import Instrument
+
+PREFIX = "op:"
+
+
+class AtenOps(Instrument):
+    name = "aten_ops"
+
+    def __init__(self, *, compiled: bool = False) -> None:
+        super().__init__()
+        self._mode: Any = None
+        self._entered = False
+        self.calls: dict[str, list[tuple[str, tuple, dict]]] = {}  # pass -> [(op, raw args, raw kwargs)]
+        self.ops_seen = 0
+        if compiled:
+            self.reason = "compiled model: a dispatch mode would change what dynamo traces (compile causes are measured)"
+            return
+        try:
+            import torch  # noqa: F401
+            from torch.utils._python_dispatch import TorchDispatchMode  # noqa: F401
+        except ImportError as e:
+            self.reason = f"torch's dispatch modes are unavailable: {e}"
+
+    def __enter__(self) -> "AtenOps":
+        if self.reason:
+            return self
+        _materialise_aten_ops()
+        self._mode = _make_mode(self)
+        self._mode.__enter__()
+        self._entered = True
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._entered:
+            self._entered = False
+            self._mode.__exit__(None, None, None)
+        self._mode = None
+
+    def mark_pass(self, name: str) -> None:
+        super().mark_pass(name)
+        self.calls[name] = []  # a pass run again (the instrumented steady passes) starts its own list
+
+    def call(self, pass_name: str, index: int) -> dict[str, Any] | None:
+        """The JSON spec of the pass's index-th recorded op call (None: no such call)."""
+        calls = self.calls.get(pass_name, [])
+        if not 0 <= index < len(calls):
+            return None
+        op, args, kwargs = calls[index]
+        return call_spec(op, args, kwargs)
+
+    def summary(self) -> dict[str, Any]:
+        out = super().summary()
+        out["ops_first_pass"] = len(self.calls.get("first", []))
+        return out
+
+
+def _materialise_aten_ops() -> None:
+    """Create torch's Python object of every aten op overload before the passes (about 0.1 s).
+
+    Under a dispatch mode the dispatcher hands each op to Python as its OpOverload object, which
+    torch creates on the op's first such call (a schema parse and a few Python objects: tens of
+    microseconds each). That is the op view's own first-call cost, not the model's, and the
+    instrumented steady passes never see it; made up front, it stays out of the first pass. A model
+    that calls torch.ops.aten.<op> itself would have created the same objects: the only work moved."""
+    import torch
+
+    aten = torch.ops.aten
+    for full in torch._C._dispatch_get_all_op_names():
+        ns, _, rest = full.partition("::")
+        if ns != "aten":
+            continue
+        name, _, overload = rest.partition(".")
+        try:
+            getattr(getattr(aten, name), overload or "default")
+        except (AttributeError, RuntimeError):
+            continue
+
+
+def _make_mode(owner: AtenOps) -> Any:
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    tensor_type, dtype_type = torch.Tensor, torch.dtype
+    ids: dict[Any, tuple[int, str]] = {}
+
+    class _OpView(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            known = ids.get(func)
+            if known is None:
+                name = str(func)
+                known = ids[func] = (name_id(PREFIX + name), name)
+            nid, name = known
+            kwargs = kwargs or {}
+            calls = owner.calls.get(owner.current_pass)
+            if calls is not None:
+                calls.append((name, tuple(raw(a, tensor_type, dtype_type) for a in args),
+                              {k: raw(v, tensor_type, dtype_type) for k, v in kwargs.items()}))
+            begin(STRUCTURE, nid)
+            try:
+                return func(*args, **kwargs)
+            finally:
+                end(STRUCTURE, nid)
+
+    return _OpView()

@@ -1,0 +1,80 @@
+"""The op view on a real model: (module, op) rows with replayable first calls, and nothing left behind."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import warmprof  # noqa: E402
+from warmprof import opspec  # noqa: E402
+from warmprof.errors import InputError, ModelError  # noqa: E402
+
+
+def _mode_stack_empty() -> bool:
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+    return _get_current_dispatch_mode() is None
+
+
+class Mlp(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = torch.nn.Linear(24, 40), torch.nn.Linear(40, 8)
+        self.norm = torch.nn.LayerNorm(40)
+
+    def forward(self, x):
+        return self.fc2(torch.nn.functional.gelu(self.norm(self.fc1(x))))
+
+
+def test_op_view_places_rows_by_module_and_op_with_replayable_calls():
+    r = warmprof.trace(Mlp(), (3, 24), steady=5, op_view=True)
+    assert _mode_stack_empty()
+    summary = r.instruments["aten_ops"]
+    assert summary["active"] and summary["ops_first_pass"] >= 5  # addmm x2, t x2, layer_norm, gelu at least
+    op_rows = [w for w in r.unattributed_where if "op" in w]
+    for w in op_rows:
+        assert w["op"].startswith("aten.") and w["calls"] >= 1 and w["ms"] > 0
+        assert w["module"].startswith("Mlp")
+        if "call" in w:
+            assert w["call"]["op"] == w["op"] and opspec.replayable(w["call"]) == ""
+            args, kwargs = opspec.build(w["call"], "cpu")
+            opspec.resolve_op(w["op"])(*args, **kwargs)  # the recorded call replays
+    # the report round-trips with its op rows
+    again = type(r).from_json(r.to_json())
+    assert again.unattributed_where == r.unattributed_where
+
+
+def test_the_recorded_first_calls_have_the_model_shapes():
+    r = warmprof.trace(Mlp(), (3, 24), steady=5, op_view=True)
+    calls = {w["op"]: w["call"] for w in r.unattributed_where if "call" in w}
+    for call in calls.values():
+        shapes = [a["tensor"] for a in call["args"] if "tensor" in a]
+        assert shapes, call
+    if "aten.addmm.default" in calls:
+        assert [3, 24] in [a.get("tensor") for a in calls["aten.addmm.default"]["args"]] or \
+            [3, 40] in [a.get("tensor") for a in calls["aten.addmm.default"]["args"]]
+
+
+class Raises(torch.nn.Module):
+    def forward(self, x):
+        y = x * 2
+        raise RuntimeError("planted failure after one op")
+
+
+def test_a_model_that_raises_under_the_op_view_leaves_no_dispatch_mode():
+    with pytest.raises(ModelError, match="planted failure"):
+        warmprof.trace(Raises(), (2, 3), steady=5, op_view=True)
+    assert _mode_stack_empty()
+
+
+def test_op_view_must_be_a_bool():
+    with pytest.raises(InputError, match="op_view must be True or False"):
+        warmprof.trace(Mlp(), (3, 24), op_view="yes")
+
+
+def test_compiled_models_get_no_op_view():
+    from warmprof.instruments.aten_ops import AtenOps
+
+    inst = AtenOps(compiled=True)
+    assert not inst.available and "dynamo" in inst.reason
+    with inst:
+        assert _mode_stack_empty()
