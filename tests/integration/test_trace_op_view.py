@@ -78,3 +78,22 @@ def test_compiled_models_get_no_op_view():
     assert not inst.available and "dynamo" in inst.reason
     with inst:
         assert _mode_stack_empty()
+
+
+def test_the_op_views_own_first_dispatch_stays_out_of_the_first_pass():
+    """torch's first dispatch to a Python mode imports torch._dynamo (hundreds of modules): in a fresh
+    process that must happen before the passes, not be booked as the model's runtime_init."""
+    import json
+    import subprocess
+    import sys
+
+    code = ("import json, sys, torch, warmprof\n"
+            "assert 'torch._dynamo' not in sys.modules\n"
+            "r = warmprof.trace(torch.nn.Linear(8, 8), (2, 8), steady=5, op_view=True)\n"
+            "print(json.dumps({'imports': [c.ms for c in r.causes if c.source == 'python_import'],"
+            " 'first': r.first_pass_ms, 'notes': r.notes}))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["imports"] == []
+    assert any("torch._dynamo" in n for n in got["notes"])

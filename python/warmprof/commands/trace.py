@@ -40,6 +40,14 @@ def setup(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cache", choices=("fresh", "keep"), default="fresh",
                         help="inductor/Triton/CUDA caches and the temp folder: fresh empty dirs, removed after "
                              "(a cold pod, default), or the user's own")
+    parser.add_argument("--op-view", action="store_true",
+                        help="a span per aten op: unexplained time by (module, op) with each op's shapes "
+                             "(about 10-15 us per op, measured and booked as profiler_overhead)")
+    parser.add_argument("--explain", action="store_true",
+                        help="--op-view, then the ops holding the most unexplained time probed in fresh processes "
+                             "and their verdicts folded in as inferred causes (adds seconds per op)")
+    parser.add_argument("--explain-top", type=int, default=8, metavar="N",
+                        help="ops probed by --explain (default 8, the largest first)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     parser.add_argument("--fresh-process", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--status-file", help=argparse.SUPPRESS)  # the parent's, for the child's phase
@@ -90,9 +98,11 @@ def _child_argv(args: argparse.Namespace) -> list[str]:
     argv = ["trace"]
     if args.target:
         argv.append(args.target)
-    for flag in ("demo", "quiet"):
+    for flag in ("demo", "quiet", "op_view", "explain"):
         if getattr(args, flag):
-            argv.append(f"--{flag}")
+            argv.append(f"--{flag.replace('_', '-')}")
+    if args.explain:
+        argv += ["--explain-top", str(args.explain_top)]
     for opt in ("shape", "dtype", "device", "json", "steady", "threads"):
         v = getattr(args, opt)
         if v is not None:
@@ -126,6 +136,8 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("--shape is required with a target, e.g. --shape 1,128")
     if args.threads is not None and args.threads < 1:
         raise InputError("--threads must be at least 1")
+    if not 1 <= args.explain_top <= 100:
+        raise InputError("--explain-top must be from 1 to 100")
     if args.json is not None:
         check_output_path(args.json)
     if not args.in_process:
@@ -157,7 +169,8 @@ def _trace_here(args: argparse.Namespace, status: child.Status) -> int:
     steady = args.steady if args.steady is not None else (5, 50)
     status.write("setting up the trace")
     report = warmprof.trace(model, shape, dtype=args.dtype, device=args.device, compile=args.compile,
-                            steady=steady, progress=status.progress(args.quiet), run=_run_context(args))
+                            steady=steady, progress=status.progress(args.quiet), run=_run_context(args),
+                            op_view=args.op_view, explain=args.explain, explain_top=args.explain_top)
     if args.fresh_process and args.cache == "keep" and report.protocol is not None:
         # Known only now: the first pass may have set cache variables (inductor sets
         # TORCHINDUCTOR_CACHE_DIR and TRITON_CACHE_DIR when it first compiles).

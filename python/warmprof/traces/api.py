@@ -252,6 +252,8 @@ def trace(
     label: str | None = None,
     run: RunContext | None = None,
     op_view: bool = False,
+    explain: bool = False,
+    explain_top: int = 8,
 ) -> Report:
     """Trace the first pass of `model` and attribute its excess over a steady pass to causes.
 
@@ -264,7 +266,9 @@ def trace(
     caller's process, which the report's notes then say. op_view: a span per aten op in the first
     pass and the seen re-run (a TorchDispatchMode: about 10-15 us per op, measured and booked as
     profiler_overhead), so unattributed_where gives (module, op) rows with each site's first call's
-    arguments, which `warmprof probe --from` replays; `warmprof trace --explain` turns it on.
+    arguments, which `warmprof probe --from` replays. explain: op_view, then the explain_top ops
+    holding the most unexplained time probed in fresh processes (seconds each) and their verdicts
+    folded in as inferred causes with source "probe" (traces/explain.py).
 
     One trace runs at a time in a process: a second one (from another thread) is refused up front.
     """
@@ -275,6 +279,10 @@ def trace(
     _check_options(steady_budget_s, progress, no_grad, label, run)
     if not isinstance(op_view, bool):
         raise InputError(f"op_view must be True or False, got {op_view!r}")
+    if not isinstance(explain, bool):
+        raise InputError(f"explain must be True or False, got {explain!r}")
+    if isinstance(explain_top, bool) or not isinstance(explain_top, int) or not 1 <= explain_top <= 100:
+        raise InputError(f"explain_top must be an integer from 1 to 100, got {explain_top!r}")
     if not calibration.busy.acquire(blocking=False):
         raise InputError("another warmprof trace or calibration is already running in this process (from another "
                          "thread, or this call comes from inside a trace): they share the recorder, so run them "
@@ -283,11 +291,17 @@ def trace(
         before = ProcessState.take()
         report = _trace(torch, model, shape, inputs=inputs, dtype=dtype, device=device, steady=steady,
                         steady_budget_s=steady_budget_s, compile=compile, progress=progress, no_grad=no_grad,
-                        label=label, run=run if run is not None else RunContext(), op_view=op_view)
+                        label=label, run=run if run is not None else RunContext(), op_view=op_view or explain)
         report.notes.extend(before.changes_since())
-        return report
     finally:
         calibration.busy.release()
+    if explain:
+        from .explain import explain_report
+
+        progress_printer(progress)("probing the ops that hold the most unexplained time (fresh processes)")
+        explain_report(report, top=explain_top, threads=torch.get_num_threads(), device=report.device,
+                       progress=progress)
+    return report
 
 
 def _check_options(steady_budget_s: Any, progress: Any, no_grad: Any, label: Any, run: Any) -> None:

@@ -204,6 +204,7 @@ def _where(f: TraceFacts) -> list[dict[str, Any]]:
         if op:
             row["op"] = op
             row["calls"] = site[1] if site else 0
+            row["index"] = site[0] if site else 0
             spec = f.op_call("first", site[0]) if aligned and site and f.op_call else None
             if spec is not None:
                 row["call"] = spec

@@ -1,0 +1,75 @@
+"""--explain's fold (traces/explain.py): probe verdicts booked on the (module, op) rows, never past a
+row's own residual, and the report's totals and shares kept consistent."""
+
+import pytest
+from factories import trace_report
+
+from warmprof.traces.explain import apply, fold
+
+GELU = {"op": "aten.gelu.default", "args": [{"tensor": [1, 64, 256], "dtype": "float32"}], "kwargs": {}}
+ADDMM_A = {"op": "aten.addmm.default", "args": [{"tensor": [128], "dtype": "float32"},
+                                                 {"tensor": [64, 128], "dtype": "float32"}], "kwargs": {}}
+ADDMM_B = {"op": "aten.addmm.default", "args": [{"tensor": [256], "dtype": "float32"},
+                                                 {"tensor": [64, 256], "dtype": "float32"}], "kwargs": {}}
+
+
+def rows():
+    return [
+        {"module": "L0.act", "ms": 0.5, "op": "aten.gelu.default", "calls": 1, "index": 10, "call": GELU},
+        {"module": "L1.act", "ms": 0.05, "op": "aten.gelu.default", "calls": 1, "index": 30, "call": GELU},
+        {"module": "L0.q", "ms": 0.8, "op": "aten.addmm.default", "calls": 1, "index": 2, "call": ADDMM_A},
+        {"module": "L0.k", "ms": 0.3, "op": "aten.addmm.default", "calls": 1, "index": 4, "call": ADDMM_A},
+        {"module": "L0.up", "ms": 0.4, "op": "aten.addmm.default", "calls": 1, "index": 8, "call": ADDMM_B},
+        {"module": "L0", "ms": 0.9},  # module code: never folded
+    ]
+
+
+def verdict(op, cause, cold, shape=None):
+    return {"op": op, "verdict": cause, "cold_excess_ms": cold, "shape_excess_ms": shape}
+
+
+def test_once_per_process_goes_to_the_ops_first_site_only_capped_by_its_residual():
+    r = rows()
+    (f,) = fold(r, [verdict("aten.gelu.default", "runtime_init", 0.7)])
+    assert (f.cause, f.ms, f.sites, f.module) == ("runtime_init", pytest.approx(0.5), 1, "L0.act")  # capped at 0.5
+    assert r[0]["inferred"] == {"cause": "runtime_init", "ms": pytest.approx(0.5)}
+    assert "inferred" not in r[1]  # the second gelu site paid nothing the probe explains
+
+
+def test_keyed_on_shape_goes_to_each_new_signature():
+    r = rows()
+    (f,) = fold(r, [verdict("aten.addmm.default", "jit_compile", 0.6, 0.25)])
+    # first site (index 2): op-cold 0.6; L0.k repeats ADDMM_A: nothing; L0.up is a new shape: 0.25
+    assert r[2]["inferred"]["ms"] == pytest.approx(0.6)
+    assert "inferred" not in r[3]
+    assert r[4]["inferred"]["ms"] == pytest.approx(0.25)
+    assert (f.cause, f.sites) == ("jit_compile", 2) and f.ms == pytest.approx(0.85)
+
+
+def test_nothing_found_too_noisy_and_module_code_are_left_alone():
+    r = rows()
+    assert fold(r, [verdict("aten.gelu.default", "none", 0.7), verdict("aten.addmm.default", "too_noisy", 0.2)]) == []
+    assert not any("inferred" in row for row in r)
+    # a verdict for an op no row has
+    assert fold(r, [verdict("aten.tanh.default", "runtime_init", 1.0)]) == []
+
+
+def test_apply_keeps_the_report_consistent():
+    rep = trace_report({"jit_compile": 1.0}, unattributed=3.0)
+    rep.unattributed_where = rows()
+    before_attr, before_un = rep.attributed_ms, rep.unattributed_ms
+    folded = apply(rep, [verdict("aten.gelu.default", "runtime_init", 0.7),
+                         verdict("aten.addmm.default", "jit_compile", 0.6, 0.25)], wall_s=3.5)
+    added = sum(f.ms for f in folded)
+    assert added == pytest.approx(0.5 + 0.85)
+    assert rep.attributed_ms == pytest.approx(before_attr + added)
+    assert rep.unattributed_ms == pytest.approx(before_un - added)
+    probe_rows = [c for c in rep.causes if c.source == "probe"]
+    assert {c.cause for c in probe_rows} == {"runtime_init", "jit_compile"}
+    assert all(c.evidence == "inferred" for c in probe_rows)
+    for c in rep.causes:
+        assert c.share == pytest.approx(c.ms / max(rep.excess_ms, rep.attributed_ms))
+    assert rep.instruments["op_probes"]["folded_ms"] == pytest.approx(added)
+    assert any("--explain: 2 op(s) probed" in n for n in rep.notes)
+    again = type(rep).from_json(rep.to_json())  # the folded report still validates and loads
+    assert again.unattributed_where == rep.unattributed_where
