@@ -73,3 +73,14 @@ def test_apply_keeps_the_report_consistent():
     assert any("--explain: 2 op(s) probed" in n for n in rep.notes)
     again = type(rep).from_json(rep.to_json())  # the folded report still validates and loads
     assert again.unattributed_where == rep.unattributed_where
+
+
+def test_advice_names_the_ops_the_op_view_found_or_sends_to_the_op_view():
+    from warmprof.traces.advice import advise
+
+    rep = trace_report({"jit_compile": 0.2}, unattributed=3.0)
+    rep.unattributed_where = rows()
+    text = " ".join(advise(rep))
+    assert "warmprof probe --ops addmm,gelu" in text or "warmprof probe --ops gelu,addmm" in text
+    rep.unattributed_where = [{"module": "L0", "ms": 2.0}]  # no op view
+    assert "warmprof trace --explain" in " ".join(advise(rep))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import causes
+from ..opspec import short_op
 
 # Lines for one source of a cause, shown instead of the cause's generic line (causes.py) when that
 # source holds most of it.
@@ -69,9 +70,22 @@ def advise(report: Any, share_floor: float = 0.1, max_causes: int = 3) -> list[s
     unattributed = report.unattributed_ms
     if report.excess_ms > 0 and unattributed > report.noise_band_ms and unattributed >= max(
             [c.ms for c in report.causes if c.cause != "unattributed"] + [0.0]):
-        where = [w["module"] for w in getattr(report, "unattributed_where", [])[:2]]
+        rows = list(getattr(report, "unattributed_where", []))
+        where = [w["module"] + (f" ({short_op(w['op'])})" if "op" in w else "") for w in rows[:2]]
         at = f" (most in {' and '.join(where)})" if where else ""
         lines.append(f"unattributed ({unattributed / report.excess_ms:.0%} of the excess{at}) is the largest part: no "
-                     "instrument here names its cause. Time the ops of that module with `warmprof probe`, or warm "
-                     "the served shapes with one pass at start-up, which covers one-time costs of any cause.")
+                     f"instrument here names its cause. {_next_step(rows)}, or warm the served shapes with one pass "
+                     "at start-up, which covers one-time costs of any cause.")
     return lines
+
+
+def _next_step(rows: list[dict]) -> str:
+    """Where to look next: the op probe on the ops the op view found (names the probe accepts), or
+    the op view itself when this trace ran without it."""
+    ops = list(dict.fromkeys(short_op(w["op"]).split(".")[0] for w in rows if "op" in w and not w.get("inferred")))
+    if ops:
+        return (f"Probe the ops that hold it in a fresh process with `warmprof probe --ops {','.join(ops[:4])}` "
+                "(or `warmprof probe --from` this report's JSON, which replays their recorded shapes)")
+    if any("op" in w for w in rows):
+        return "The op probes already explain the op rows; what is left is the modules' own code outside ops"
+    return "Find the ops that hold it with `warmprof trace --explain` (a span per aten op, then the op probes)"
