@@ -980,7 +980,7 @@ def unattributed_where(first: PassAttribution, rerun: PassAttribution, top: int 
     return out[:top]
 
 
-def unattributed_sites(first: PassAttribution, rerun: PassAttribution, top: int = 40,
+def unattributed_sites(first: PassAttribution, rerun: PassAttribution, top: int = 200,
                        floor_ms: float = 0.005) -> list[tuple[str, str, float]]:
     """unattributed_where by (module, op) site, when the op view ran: each site's unexplained time in
     the first pass less the same site's in the seen re-run; op "" is the module's own code outside
