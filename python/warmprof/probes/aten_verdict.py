@@ -13,9 +13,10 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
+from ..report.op_probe import VERDICTS
 from .verdict import NOISE_WIDTHS, RowBands, Timing, band_of, has_tax, is_cached, noise_floor_ms, too_noisy
 
-CAUSES = ("runtime_init", "jit_compile", "algorithm_selection", "allocator_growth", "none", "too_noisy")
+CAUSES = tuple(v for v in VERDICTS if v != "failed")
 # Ops whose CPU kernels go through oneDNN (mkldnn) primitives or, on a GPU, cuBLAS/cuDNN algorithm
 # choice: built or chosen per shape.
 MATMUL_CONV = frozenset({
