@@ -232,7 +232,8 @@ def _trace_report(report_or_path: Any) -> tuple[Any, str]:
     origin = os.fspath(report_or_path)
     report = load(report_or_path)  # ReportError: missing, unreadable, corrupt
     if not isinstance(report, Report):
-        raise ReportError(f"{origin}: a {report.KIND} report, not a trace report (probe --from takes a trace's JSON)")
+        raise ReportError(f"{origin}: not a trace report (it is a {report.KIND!r} report); probe --from takes the JSON "
+                          "of `warmprof trace --explain --json R.json`")
     return report, origin
 
 
