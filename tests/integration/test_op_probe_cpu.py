@@ -33,7 +33,7 @@ def test_a_fresh_child_measures_a_cheap_op(report):
     assert 2 <= len(r.variants) <= 3 and r.shape_excess_ms is not None
     assert all(v["label"] != r.label for v in r.variants)
     assert r.working_set_bytes == 3 * 4 * 8 * 4  # two inputs and the output
-    assert report.protocol["threads"] == 1
+    assert report.protocol["threads"] == 1 and r.threads == 1
 
 
 def test_the_report_round_trips_and_renders(report, tmp_path):

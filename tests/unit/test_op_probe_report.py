@@ -3,7 +3,7 @@
 import json
 
 import pytest
-from factories import ADD_CALL, ADDMM_CALL, op_probe_report, op_result, trace_report_with_ops
+from factories import ADD_CALL, ADDMM_CALL, op_probe_report, trace_report_with_ops
 
 from warmprof import cli
 from warmprof.errors import InputError, ReportError

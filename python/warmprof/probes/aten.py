@@ -18,7 +18,7 @@ import tempfile
 from typing import Any, Callable
 
 from .. import _native, opspec
-from ..errors import InputError, ReportError, WarmprofError
+from ..errors import InputError, ReportError
 from ..platform import cuda_index, fingerprint
 from ..progress import progress_printer
 from ..report.op_probe import OpProbeReport, OpResult
@@ -99,9 +99,7 @@ def _probe(sites: list[tuple[dict[str, Any], dict[str, Any] | None]], *, device:
         result.source = source
         say(f"[{i}/{len(sites)}] {result.short}: {result.verdict}" + (f" ({result.error})" if result.error else ""))
         results.append(result)
-    threads_used = next((r.call.get("_threads") for r in results if r.call.get("_threads")), None)
-    for r in results:
-        r.call.pop("_threads", None)
+    threads_used = next((r.threads for r in results if r.threads), None)
     return OpProbeReport(
         device=device, ops=results, platform=fingerprint(gpu_index=cuda_index(device)),
         protocol={"threads": threads or threads_used, "threads_requested": threads, "steady_calls": STEADY_CALLS,
@@ -134,7 +132,6 @@ def result_of(a: dict[str, Any], base: dict[str, Any], device: str) -> OpResult:
     t = OpTiming(a["first_ms"], s["steady_ms"], s["steady_p10_ms"], s["steady_p90_ms"], a["rerun_ms"],
                  a["launch_hi_ms"], a["alloc_hi_ms"], variants)
     verdict, evidence = judge_op(t, base["op"], device.partition(":")[0])
-    base["call"]["_threads"] = a.get("threads")
     return OpResult(
         **base, verdict=verdict, evidence=evidence, first_ms=t.first_ms, steady_ms=t.steady_ms,
         steady_p10_ms=t.steady_p10_ms, steady_p90_ms=t.steady_p90_ms, cold_excess_ms=t.cold_excess_ms,
@@ -142,7 +139,7 @@ def result_of(a: dict[str, Any], base: dict[str, Any], device: str) -> OpResult:
         launch_hi_ms=t.launch_hi_ms, alloc_hi_ms=t.alloc_hi_ms, working_set_bytes=int(a["working_set_bytes"]),
         variants=[{k: v[k] for k in ("what", "label", "first_ms", "steady_ms", "steady_p10_ms", "steady_p90_ms")}
                   for v in a["variants"]],
-        dropped_variants=list(a.get("dropped_variants", [])),
+        dropped_variants=list(a.get("dropped_variants", [])), threads=a.get("threads"),
     )
 
 
@@ -253,4 +250,4 @@ def _check_int(name: str, value: Any, lo: int, hi: int) -> None:
         raise InputError(f"{name} must be an integer from {lo} to {hi}, got {value!r}")
 
 
-__all__ = ["WarmprofError", "op_sites", "probe_from", "probe_one", "probe_ops", "run_child"]
+__all__ = ["op_sites", "probe_from", "probe_one", "probe_ops", "run_child"]

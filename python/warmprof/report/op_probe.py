@@ -45,6 +45,7 @@ class OpResult:
     error: str = ""  # why the probe failed ("" when it ran)
     source: dict[str, Any] | None = None  # {"module", "ms", "calls"}: where a trace report found the call
     child_wall_ms: float | None = None
+    threads: int | None = None  # torch.get_num_threads() in the child
 
     def validate(self, i: int) -> None:
         where = f"ops[{i}] {self.op}"
@@ -72,7 +73,8 @@ _RESULT = S.Obj(
     {**{k: _NUM for k in FIGURES}, "working_set_bytes": S.Nullable(S.NON_NEGATIVE_INT),
      "variants": S.ListOf(S.Obj({"label": S.STR, "first_ms": S.NUM, "steady_ms": S.NUM})),
      "dropped_variants": S.ListOf(S.STR), "error": S.STR,
-     "source": S.Nullable(S.Obj({"module": S.STR, "ms": S.NUM})), "child_wall_ms": _NUM},
+     "source": S.Nullable(S.Obj({"module": S.STR, "ms": S.NUM})), "child_wall_ms": _NUM,
+     "threads": S.Nullable(S.POSITIVE_INT)},
     extra=False,
 )
 SCHEMA = S.Obj(
