@@ -88,3 +88,10 @@ def test_every_verdict_carries_its_figures_in_the_evidence():
     for first in (0.021, 0.06, 2.0):
         _, ev = judge_op(timing(first, variants=[(0.021, 0.02)]), "aten.gelu.default")
         assert ev.startswith("first ") and "cold excess" in ev
+
+
+def test_new_shapes_are_judged_against_the_allocation_band_at_their_own_size():
+    t = timing(2.0, variants=[(0.1, 0.02)] * 3)
+    assert judge_op(t, "aten.gelu.default")[0] == "jit_compile"
+    larger = OpTiming(**{**t.__dict__, "shape_alloc_hi_ms": 0.2})
+    assert judge_op(larger, "aten.gelu.default")[0] == "runtime_init"

@@ -130,13 +130,14 @@ def result_of(a: dict[str, Any], base: dict[str, Any], device: str) -> OpResult:
     s = a["steady"]
     variants = [VariantTiming(v["first_ms"], v["steady_ms"], v["steady_p10_ms"], v["steady_p90_ms"]) for v in a["variants"]]
     t = OpTiming(a["first_ms"], s["steady_ms"], s["steady_p10_ms"], s["steady_p90_ms"], a["rerun_ms"],
-                 a["launch_hi_ms"], a["alloc_hi_ms"], variants)
+                 a["launch_hi_ms"], a["alloc_hi_ms"], variants, a.get("shape_alloc_hi_ms"))
     verdict, evidence = judge_op(t, base["op"], device.partition(":")[0])
     return OpResult(
         **base, verdict=verdict, evidence=evidence, first_ms=t.first_ms, steady_ms=t.steady_ms,
         steady_p10_ms=t.steady_p10_ms, steady_p90_ms=t.steady_p90_ms, cold_excess_ms=t.cold_excess_ms,
         shape_excess_ms=t.shape_excess_ms, rerun_ms=t.rerun_ms, runtime_warmup_ms=a["runtime_warmup_ms"],
         launch_hi_ms=t.launch_hi_ms, alloc_hi_ms=t.alloc_hi_ms, working_set_bytes=int(a["working_set_bytes"]),
+        shape_alloc_hi_ms=t.shape_alloc_hi_ms,
         variants=[{k: v[k] for k in ("what", "label", "first_ms", "steady_ms", "steady_p10_ms", "steady_p90_ms")}
                   for v in a["variants"]],
         dropped_variants=list(a.get("dropped_variants", [])), threads=a.get("threads"),

@@ -70,11 +70,12 @@ def measure(job: dict[str, Any]) -> dict[str, Any]:
     working_set = _nbytes(args) + _nbytes(kwargs) + _nbytes(fn(*args))
     alloc_ms = be.alloc_ms(working_set)
     launch_hi = LAUNCH_MARGIN * trivial.median_ms
+    shape_set = max([v["working_set_bytes"] for v in variants], default=working_set)  # new shapes are larger
     return {
         "ok": True, "op": spec["op"], "first_ms": first_ms, "steady": _stats(steady), "rerun_ms": statistics.median(reruns),
         "reruns_ms": reruns, "runtime_warmup_ms": warmup_ms, "launch_hi_ms": launch_hi, "alloc_ms": alloc_ms,
         "alloc_hi_ms": launch_hi + ALLOC_MARGIN * alloc_ms, "alloc_how": be.alloc_how, "working_set_bytes": working_set,
-        "variants": variants, "dropped_variants": dropped, "threads": torch.get_num_threads(),
+        "shape_alloc_hi_ms": launch_hi + ALLOC_MARGIN * be.alloc_ms(shape_set), "variants": variants, "dropped_variants": dropped, "threads": torch.get_num_threads(),
         "torch": torch.__version__, "device": str(device),
     }
 
@@ -109,11 +110,14 @@ def new_shapes(be: Any, op: Any, spec: dict[str, Any], calls: int) -> tuple[list
             vspec = variant(spec, targets, n)
             try:
                 args, kwargs = opspec.build(vspec, be.device)
-                first_ms, steady = burst(_bound(op, kwargs), tuple(args), be.sync, calls, warm_calls=1)
+                fn = _bound(op, kwargs)
+                first_ms, steady = burst(fn, tuple(args), be.sync, calls, warm_calls=1)
+                nbytes = _nbytes(args) + _nbytes(kwargs) + _nbytes(fn(*args))
             except Exception as e:
                 dropped.append(f"{what} -> {n}: {one_line(e)}")
                 break
-            out.append({"what": f"{what} -> {n}", "label": opspec.label(vspec), "first_ms": first_ms, **_stats(steady)})
+            out.append({"what": f"{what} -> {n}", "label": opspec.label(vspec), "first_ms": first_ms,
+                        "working_set_bytes": nbytes, **_stats(steady)})
     return out, dropped
 
 

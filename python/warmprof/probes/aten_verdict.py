@@ -51,6 +51,7 @@ class OpTiming:
     launch_hi_ms: float
     alloc_hi_ms: float
     variants: list[VariantTiming] = field(default_factory=list)
+    shape_alloc_hi_ms: float | None = None  # the allocation band at the largest new shape's working set
 
     @property
     def timing(self) -> Timing:
@@ -121,7 +122,7 @@ def judge_op(t: OpTiming, op: str, device_type: str = "cpu") -> tuple[str, str]:
                   "run, not a one-time cause")
         return "too_noisy", _join(ev)
     pays = shape_pays(t)
-    per_shape = pays and (t.shape_excess_ms or 0.0) > t.alloc_hi_ms
+    per_shape = pays and (t.shape_excess_ms or 0.0) > max(t.alloc_hi_ms, t.shape_alloc_hi_ms or 0.0)
     if per_shape or (pays is None and family(op)):
         cause = compile_cause(op, device_type)
         ev.append(_compile_sentence(cause, op, device_type, asked=pays is not None))

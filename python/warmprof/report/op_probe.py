@@ -40,6 +40,7 @@ class OpResult:
     launch_hi_ms: float | None = None  # the launch band's top (2 x a 1-element add's steady)
     alloc_hi_ms: float | None = None  # the allocation band's top at the op's working set
     working_set_bytes: int | None = None  # inputs + output
+    shape_alloc_hi_ms: float | None = None  # the allocation band's top at the largest new shape's working set
     variants: list[dict[str, Any]] = field(default_factory=list)  # {"what", "label", "first_ms", "steady_ms", ...}
     dropped_variants: list[str] = field(default_factory=list)  # size changes the op refused, with its error
     error: str = ""  # why the probe failed ("" when it ran)
@@ -49,7 +50,7 @@ class OpResult:
 
     def validate(self, i: int) -> None:
         where = f"ops[{i}] {self.op}"
-        for name in FIGURES + ("working_set_bytes", "child_wall_ms"):
+        for name in FIGURES + ("shape_alloc_hi_ms", "working_set_bytes", "child_wall_ms"):
             non_negative(getattr(self, name), f"{where} {name}")
         if self.verdict == "failed":
             if not self.error:
@@ -70,7 +71,7 @@ _NUM = S.Nullable(S.NUM)
 _RESULT = S.Obj(
     {"op": S.STR, "short": S.STR, "label": S.STR, "call": S.Obj({"op": S.STR}), "verdict": S.OneOf("verdict", VERDICTS),
      "evidence": S.STR},
-    {**{k: _NUM for k in FIGURES}, "working_set_bytes": S.Nullable(S.NON_NEGATIVE_INT),
+    {**{k: _NUM for k in FIGURES}, "shape_alloc_hi_ms": _NUM, "working_set_bytes": S.Nullable(S.NON_NEGATIVE_INT),
      "variants": S.ListOf(S.Obj({"label": S.STR, "first_ms": S.NUM, "steady_ms": S.NUM})),
      "dropped_variants": S.ListOf(S.STR), "error": S.STR,
      "source": S.Nullable(S.Obj({"module": S.STR, "ms": S.NUM})), "child_wall_ms": _NUM,
