@@ -79,3 +79,47 @@ def probe_report(scale: float = 1.0, platform: dict | None = None, holds: bool =
                      Prediction("P3", "keyed on shape, not size", holds, "both pay > 5x? matmul 64x64 12x / 32x128 1.1x")],
         platform=dict(platform if platform is not None else DESKTOP), warmprof_version="0.1.0",
     )
+
+
+ADDMM_CALL = {"op": "aten.addmm.default", "args": [{"tensor": [32], "dtype": "float32"}, {"tensor": [8, 16], "dtype": "float32"},
+                                                   {"tensor": [16, 32], "dtype": "float32", "stride": [1, 16]}], "kwargs": {}}
+ADD_CALL = {"op": "aten.add.Tensor", "args": [{"tensor": [4, 8], "dtype": "float32"}, {"tensor": [4, 8], "dtype": "float32"}],
+            "kwargs": {}}
+
+
+def trace_report_with_ops(rows: list[dict] | None = None, threads: int | None = 1):
+    """A trace report whose unattributed_where holds op rows (the op view's), as `probe --from` reads them."""
+    from warmprof.report.trace import Protocol, RunContext
+
+    r = trace_report({"jit_compile": 2.0})
+    r.unattributed_where = rows if rows is not None else [
+        {"module": "blocks.0", "ms": 0.2},  # module code outside any op
+        {"module": "blocks.0.mlp", "ms": 0.9, "op": "aten.addmm.default", "calls": 2, "call": ADDMM_CALL},
+        {"module": "blocks.0.act", "ms": 0.5, "op": "aten.add.Tensor", "calls": 1, "call": ADD_CALL},
+        {"module": "blocks.1.mlp", "ms": 0.4, "op": "aten.addmm.default", "calls": 2, "call": ADDMM_CALL},  # same call again
+    ]
+    r.protocol = Protocol(run=RunContext(fresh_process=True, cache="fresh", threads=threads))
+    return r
+
+
+def op_result(verdict: str = "jit_compile", **over):
+    from warmprof.report.op_probe import OpResult
+
+    base = dict(op="aten.addmm.default", short="addmm", label="f32[32], f32[8,16], f32[16,32]*", call=dict(ADDMM_CALL),
+                verdict=verdict, evidence="first 1 ms vs steady 0.02 ms", first_ms=1.0, steady_ms=0.02, steady_p10_ms=0.019,
+                steady_p90_ms=0.022, cold_excess_ms=0.98, shape_excess_ms=0.5, rerun_ms=0.021, runtime_warmup_ms=1.3,
+                launch_hi_ms=0.002, alloc_hi_ms=0.05, working_set_bytes=4096,
+                variants=[{"what": "leading dim", "label": "f32[32], f32[13,16], f32[16,32]*", "first_ms": 0.52,
+                           "steady_ms": 0.02, "steady_p10_ms": 0.019, "steady_p90_ms": 0.021}],
+                source={"module": "blocks.0.mlp", "ms": 0.9, "calls": 2})
+    base.update(over)
+    return OpResult(**base)
+
+
+def op_probe_report(results: list | None = None):
+    from warmprof.report.op_probe import OpProbeReport
+
+    return OpProbeReport(device="cpu", ops=results or [op_result(), op_result("failed", error="RuntimeError: boom", first_ms=None,
+                                                                              steady_ms=None, cold_excess_ms=None)],
+                         platform=dict(DESKTOP), protocol={"threads": 1, "steady_calls": 20}, wall_s=1.5,
+                         warmprof_version="0.1.0", created="2025-01-01T00:00:00Z")

@@ -34,6 +34,8 @@ _LAZY = {
     "trace": ("traces.api", "trace"),
     "calibrate": ("traces.calibrate", "calibrate"),
     "probe": ("probes", "probe"),
+    "probe_ops": ("probes.aten", "probe_ops"),
+    "probe_from": ("probes.aten", "probe_from"),
     "compare": ("comparison", "compare"),
     "load": ("report", "load"),
 }
@@ -59,6 +61,8 @@ __all__ = [
     "compare",
     "load",
     "probe",
+    "probe_from",
+    "probe_ops",
     "trace",
     "BackendError",
     "DeviceError",

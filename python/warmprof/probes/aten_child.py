@@ -1,0 +1,145 @@
+"""The fresh process one aten op is probed in: `python -m warmprof.probes.aten_child`, the job as JSON
+on stdin, the measurements as one JSON object on stdout.
+
+Job: {"call": SPEC, "device": "cpu", "threads": N | null, "steady_calls": 20, "variant_calls": 10,
+"rerun_rounds": 3}. Answer: {"ok": true, <figures>} or {"ok": false, "error": "<one line>"}.
+
+Order (a first call is only a first call once per process): the runtime warm-up (a 1M-element add,
+then a 1-element add, each first call vs its steady), the op's first call at the recorded shapes,
+its steady calls, new shapes of the now-warm op (first call, then steady, each), seen-shape re-runs
+of the recorded shape, and last the allocation band at the op's working set (inputs + output).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+from typing import Any, Callable
+
+from .aten_variants import new_sizes, perturbations, variant
+from .bands import ALLOC_MARGIN, LAUNCH_MARGIN
+from .timing import Stats, burst, quiet_gc, time_call
+
+MAX_VARIANTS = 3
+MAX_PERTURBATIONS = 8  # perturbation patterns tried before the shape question is given up
+WARMUP_CALLS = 20
+
+
+def main() -> int:
+    real_stdout = os.dup(1)
+    os.dup2(2, 1)  # whatever torch or the op prints goes to stderr; stdout carries the answer alone
+    try:
+        answer = measure(json.loads(sys.stdin.read()))
+    except Exception as e:  # the op, the spec, the device: any refusal is this op's failure, in one line
+        answer = {"ok": False, "error": one_line(e)}
+    with os.fdopen(real_stdout, "w") as out:
+        out.write(json.dumps(answer, allow_nan=False) + "\n")
+    return 0
+
+
+def one_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0] if text else ''}"[:400]
+
+
+def measure(job: dict[str, Any]) -> dict[str, Any]:
+    import torch
+
+    from .. import opspec
+    from ..inputs import parse_device
+    from .backends import TorchEager
+
+    if job.get("threads"):
+        torch.set_num_threads(int(job["threads"]))
+    device = parse_device(job.get("device", "cpu"))
+    be = TorchEager(device, torch.float32)
+    warmup_ms, trivial = runtime_warmup(be)
+    spec = job["call"]
+    op = opspec.resolve_op(spec["op"])
+    args, kwargs = opspec.build(spec, device)
+    fn = _bound(op, kwargs)
+    try:
+        first_ms, steady = burst(fn, tuple(args), be.sync, int(job.get("steady_calls", 20)))
+    except Exception as e:
+        return {"ok": False, "error": f"the op raised on its recorded shapes: {one_line(e)}"}
+    variants, dropped = new_shapes(be, op, spec, int(job.get("variant_calls", 10)))
+    with quiet_gc():
+        reruns = [time_call(fn, tuple(args), be.sync) for _ in range(int(job.get("rerun_rounds", 3)))]
+    working_set = _nbytes(args) + _nbytes(kwargs) + _nbytes(fn(*args))
+    alloc_ms = be.alloc_ms(working_set)
+    launch_hi = LAUNCH_MARGIN * trivial.median_ms
+    shape_set = max([v["working_set_bytes"] for v in variants], default=working_set)  # new shapes are larger
+    return {
+        "ok": True, "op": spec["op"], "first_ms": first_ms, "steady": _stats(steady), "rerun_ms": statistics.median(reruns),
+        "reruns_ms": reruns, "runtime_warmup_ms": warmup_ms, "launch_hi_ms": launch_hi, "alloc_ms": alloc_ms,
+        "alloc_hi_ms": launch_hi + ALLOC_MARGIN * alloc_ms, "alloc_how": be.alloc_how, "working_set_bytes": working_set,
+        "shape_alloc_hi_ms": launch_hi + ALLOC_MARGIN * be.alloc_ms(shape_set), "variants": variants, "dropped_variants": dropped, "threads": torch.get_num_threads(),
+        "torch": torch.__version__, "device": str(device),
+    }
+
+
+def runtime_warmup(be: Any) -> tuple[float, Stats]:
+    """What the process pays once, before any op: the warm-up's own first calls over their steady."""
+    import torch
+
+    from .ops import trivial_add
+
+    big = torch.ones(1 << 20, device=be.device, dtype=be.dtype)
+    big_first, big_steady = burst(trivial_add, (big, big), be.sync, WARMUP_CALLS)
+    one_fn, one_args = be.trivial()
+    one_first, one_steady = burst(one_fn, one_args, be.sync, WARMUP_CALLS * 2)
+    excess = max(0.0, big_first - big_steady.median_ms) + max(0.0, one_first - one_steady.median_ms)
+    return excess, one_steady
+
+
+def new_shapes(be: Any, op: Any, spec: dict[str, Any], calls: int) -> tuple[list[dict[str, Any]], list[str]]:
+    """Up to MAX_VARIANTS new shapes of the warm op: first call and steady each. A perturbation the op
+    refuses (it raises at the first new size) is dropped with its reason."""
+    from .. import opspec
+
+    out: list[dict[str, Any]] = []
+    dropped: list[str] = []
+    for i, (what, targets, size) in enumerate(perturbations(spec)):
+        if len(out) >= MAX_VARIANTS or i >= MAX_PERTURBATIONS:
+            break
+        for n in new_sizes(size):
+            if len(out) >= MAX_VARIANTS:
+                break
+            vspec = variant(spec, targets, n)
+            try:
+                args, kwargs = opspec.build(vspec, be.device)
+                fn = _bound(op, kwargs)
+                first_ms, steady = burst(fn, tuple(args), be.sync, calls, warm_calls=1)
+                nbytes = _nbytes(args) + _nbytes(kwargs) + _nbytes(fn(*args))
+            except Exception as e:
+                dropped.append(f"{what} -> {n}: {one_line(e)}")
+                break
+            out.append({"what": f"{what} -> {n}", "label": opspec.label(vspec), "first_ms": first_ms,
+                        "working_set_bytes": nbytes, **_stats(steady)})
+    return out, dropped
+
+
+def _bound(op: Any, kwargs: dict[str, Any]) -> Callable:
+    return lambda *a: op(*a, **kwargs)
+
+
+def _stats(s: Stats) -> dict[str, Any]:
+    return {"steady_ms": s.median_ms, "steady_p10_ms": s.p10_ms, "steady_p90_ms": s.p90_ms, "n": s.n}
+
+
+def _nbytes(x: Any) -> int:
+    import torch
+
+    if isinstance(x, torch.Tensor):
+        return x.numel() * x.element_size()
+    if isinstance(x, (list, tuple)):
+        return sum(_nbytes(v) for v in x)
+    if isinstance(x, dict):
+        return sum(_nbytes(v) for v in x.values())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,163 @@
+"""The verdict for one probed aten op: which once-per-process or per-shape cause its first call pays.
+
+Pure, over the child's figures (ms), so every rule is unit-tested on synthetic timings. The noise
+rules and bands are those of verdict.py: an excess counts beyond the steady spread's noise floor and
+above the launch band; inside the allocation band (fresh memory of the op's working set) it is
+allocator growth; above it, the keying decides: paid again by new shapes of the warm op is a
+per-shape compile (jit_compile; algorithm_selection for the matmul/conv families on a GPU), paid
+once is runtime_init.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+from ..report.op_probe import VERDICTS
+from .verdict import NOISE_WIDTHS, RowBands, Timing, band_of, has_tax, is_cached, noise_floor_ms, too_noisy
+
+CAUSES = tuple(v for v in VERDICTS if v != "failed")
+# Ops whose CPU kernels go through oneDNN (mkldnn) primitives or, on a GPU, cuBLAS/cuDNN algorithm
+# choice: built or chosen per shape.
+MATMUL_CONV = frozenset({
+    "addmm", "mm", "bmm", "baddbmm", "addbmm", "matmul", "linear", "mv", "addmv", "dot", "einsum",
+    "conv1d", "conv2d", "conv3d", "convolution", "_convolution", "conv_transpose1d", "conv_transpose2d",
+    "conv_transpose3d", "mkldnn_convolution", "_mkldnn_linear", "mkldnn_linear", "cudnn_convolution",
+    "_scaled_mm", "_addmm_activation",
+})
+
+
+@dataclass(frozen=True)
+class VariantTiming:
+    """A new shape of the warm op: its first call and its own steady calls."""
+
+    first_ms: float
+    steady_ms: float
+    steady_p10_ms: float
+    steady_p90_ms: float
+
+    @property
+    def timing(self) -> Timing:
+        return Timing(self.first_ms, self.steady_ms, self.steady_p10_ms, self.steady_p90_ms)
+
+
+@dataclass(frozen=True)
+class OpTiming:
+    first_ms: float
+    steady_ms: float
+    steady_p10_ms: float
+    steady_p90_ms: float
+    rerun_ms: float | None
+    launch_hi_ms: float
+    alloc_hi_ms: float
+    variants: list[VariantTiming] = field(default_factory=list)
+    shape_alloc_hi_ms: float | None = None  # the allocation band at the largest new shape's working set
+
+    @property
+    def timing(self) -> Timing:
+        return Timing(self.first_ms, self.steady_ms, self.steady_p10_ms, self.steady_p90_ms, self.rerun_ms)
+
+    @property
+    def bands(self) -> RowBands:
+        return RowBands(self.launch_hi_ms, self.alloc_hi_ms)
+
+    @property
+    def cold_excess_ms(self) -> float:
+        return self.timing.excess_ms
+
+    @property
+    def shape_excess_ms(self) -> float | None:
+        """Median over the new shapes of (first call - that shape's steady); None when none ran."""
+        if not self.variants:
+            return None
+        return statistics.median(v.timing.excess_ms for v in self.variants)
+
+    @property
+    def shape_noise_ms(self) -> float:
+        return statistics.median(noise_floor_ms(v.timing) for v in self.variants) if self.variants else 0.0
+
+
+def family(op: str) -> str:
+    """'matmul/conv' for the oneDNN / cuBLAS / cuDNN families, else ''."""
+    parts = op.split(".")
+    name = parts[1] if parts[0] == "aten" and len(parts) > 1 else parts[0]
+    return "matmul/conv" if name in MATMUL_CONV else ""
+
+
+def shape_pays(t: OpTiming) -> bool | None:
+    """Do new shapes of the warm op pay a first-call tax above noise and the launch band? None: not asked."""
+    x = t.shape_excess_ms
+    if x is None:
+        return None
+    return x > max(t.shape_noise_ms, t.launch_hi_ms)
+
+
+def compile_cause(op: str, device_type: str) -> str:
+    return "algorithm_selection" if device_type != "cpu" and family(op) else "jit_compile"
+
+
+def judge_op(t: OpTiming, op: str, device_type: str = "cpu") -> tuple[str, str]:
+    """(cause, evidence sentence) for one op. cause is one of CAUSES."""
+    tm = t.timing
+    ev = [f"first {_n(t.first_ms)} ms vs steady {_n(t.steady_ms)} ms (p10-p90 {_n(t.steady_p10_ms)}-"
+          f"{_n(t.steady_p90_ms)}): cold excess {_n(t.cold_excess_ms)} ms"]
+    if too_noisy(tm):
+        ev.append(f"the steady spread {_n(tm.spread_ms)} ms exceeds its median and the excess does not clear "
+                  f"{NOISE_WIDTHS:g} spreads: too noisy to tell")
+        return "too_noisy", _join(ev)
+    if not has_tax(tm) or t.cold_excess_ms <= t.launch_hi_ms:
+        ev.append(f"within the noise floor ({_n(noise_floor_ms(tm))} ms) or the launch band "
+                  f"(<= {_n(t.launch_hi_ms)} ms): no first-call cost found")
+        return "none", _join(ev)
+    ev.append(_shape_sentence(t))
+    cached = is_cached(tm, t.bands)
+    if cached is not None:
+        ev.append(f"seen-shape re-run {_n(t.rerun_ms or 0.0)} ms: " + ("cached" if cached else "paid again"))
+    if band_of(t.cold_excess_ms, t.bands) == "allocation":
+        ev.append(f"the cold excess sits in the allocation band (<= {_n(t.alloc_hi_ms)} ms for fresh memory of "
+                  "the op's inputs + output): allocator growth")
+        return "allocator_growth", _join(ev)
+    if cached is False:
+        ev.append("above the allocation band yet paid again at a seen shape: a recurring cost or a disturbed "
+                  "run, not a one-time cause")
+        return "too_noisy", _join(ev)
+    pays = shape_pays(t)
+    per_shape = pays and (t.shape_excess_ms or 0.0) > max(t.alloc_hi_ms, t.shape_alloc_hi_ms or 0.0)
+    if per_shape or (pays is None and family(op)):
+        cause = compile_cause(op, device_type)
+        ev.append(_compile_sentence(cause, op, device_type, asked=pays is not None))
+        return cause, _join(ev)
+    if pays is None:
+        ev.append("paid on the op's first call and cached; whether new shapes pay again is unknown: runtime_init "
+                  "assumed (paid once per process)")
+    elif pays:
+        ev.append("new shapes pay only within the allocation band: the rest of the cold excess is paid once per "
+                  "process (runtime_init)")
+    else:
+        ev.append("new shapes of the warm op do not pay it again: paid once per process (runtime_init)")
+    return "runtime_init", _join(ev)
+
+
+def _shape_sentence(t: OpTiming) -> str:
+    x = t.shape_excess_ms
+    if x is None:
+        return "no new shape of the op ran (the op refused every size change tried): the shape question could not be asked"
+    firsts = ", ".join(_n(v.first_ms) for v in t.variants)
+    return f"{len(t.variants)} new shape(s) of the warm op: first calls {firsts} ms, shape excess {_n(x)} ms"
+
+
+def _compile_sentence(cause: str, op: str, device_type: str, asked: bool) -> str:
+    how = ("new shapes of the warm op pay above the allocation band too: keyed on shape" if asked
+           else "the shape question could not be asked: named from the op family")
+    what = {"jit_compile": ("a per-shape kernel build (oneDNN primitive creation on cpu)" if family(op) and device_type == "cpu"
+                            else "a per-shape compile"),
+            "algorithm_selection": "per-shape algorithm selection (cuBLAS/cuDNN heuristics or benchmarking)"}[cause]
+    return f"{how}; {cause} = {what}, read from the keying, not observed (no compiler event was seen)"
+
+
+def _join(ev: list[str]) -> str:
+    return "; ".join(ev)
+
+
+def _n(v: float) -> str:
+    return f"{v:.0f}" if abs(v) >= 1000 else f"{v:.3g}"
