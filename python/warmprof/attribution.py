@@ -92,6 +92,9 @@ class Calibration:
     # maps several pages a fault, "fault-around").
     file_ns_per_byte: float = 0.0
     file_faults_per_byte: float = 0.0
+    # The op view's own first dispatch of an op (torch's per-op set-up for a Python dispatch mode),
+    # measured on ops the model did not run (instruments/aten_ops.py): paid once per distinct op.
+    op_view_cold_ns: float = 0.0
     unusable: Mapping[str, str] = field(default_factory=dict)  # calibration -> why it is not used
 
 
@@ -769,6 +772,25 @@ def module_hook_cost(ctx: PassContext) -> list[Part]:
     return [p]
 
 
+def op_view_first_dispatch(ctx: PassContext) -> list[Part]:
+    """Estimated profiler_overhead: the op view's own first dispatch of each distinct op in the first
+    pass (torch sets an op up for a Python dispatch mode on its first call under one: tens of
+    microseconds, which the warm instrumented steady passes never see). Distinct ops x the cost
+    calibrated on ops the model did not run, in the module of each op's first call."""
+    cost = ctx.calibration.op_view_cold_ns
+    if cost <= 0 or ctx.pass_span.name != "pass:first" or not ctx.op_spans:
+        return []
+    p = Part("profiler_overhead", "op_view", "estimated",
+             detail="the op view's first dispatch of each distinct op, calibrated on ops the model did not run")
+    seen: set[str] = set()
+    for (mod, op), _ in sorted(ctx.op_sites.items(), key=lambda kv: kv[1][0]):
+        if op not in seen:
+            seen.add(op)
+            p.add(mod, cost)
+            p.count += 1
+    return [p]
+
+
 def _counter_change(tl: Timeline, name: str, t0: int, t1: int) -> int:
     """How much a cumulative counter sampled around a window grew across it: the last sample at or
     before t0 to the first at or after t1 (samples inside the window stand in when there are none
@@ -872,7 +894,7 @@ def instrument_cost(ctx: PassContext) -> list[Part]:
 # Run in this order; parts of the same (cause, source) from several estimators add up, and the
 # first one's evidence stands.
 ESTIMATORS: tuple[Estimator, ...] = (cause_spans, host_faults, thread_starts, module_hook_cost, cupti_callback_cost,
-                                     inferred_figures, instrument_cost)
+                                     inferred_figures, op_view_first_dispatch, instrument_cost)
 
 
 # -- The loop ----------------------------------------------------------------------------------

@@ -84,3 +84,20 @@ def test_advice_names_the_ops_the_op_view_found_or_sends_to_the_op_view():
     assert "warmprof probe --ops addmm,gelu" in text or "warmprof probe --ops gelu,addmm" in text
     rep.unattributed_where = [{"module": "L0", "ms": 2.0}]  # no op view
     assert "warmprof trace --explain" in " ".join(advise(rep))
+
+
+def test_what_the_trace_books_in_a_first_call_is_not_added_again():
+    from warmprof.traces.explain import Prices, booked_by_trace_ms
+
+    prices = Prices(fault_ns=10_000.0, file_ns_per_byte=0.1, file_faults_per_byte=1 / 4096)
+    first_call = {"faults": 30, "file_bytes": 40960, "onednn_create_ms": 0.2}  # 10 of the faults are file pages
+    booked = booked_by_trace_ms(first_call, prices)
+    assert booked == pytest.approx(0.2 + 40960 * 0.1 / 1e6 + 20 * 0.01)
+    r = rows()
+    v = dict(verdict("aten.gelu.default", "runtime_init", 0.7), first_call=first_call)
+    (f,) = fold(r, [v], prices)
+    assert f.ms == pytest.approx(0.7 - booked)
+    # a probe whose first call holds nothing beyond what the trace books: nothing inferred
+    v = dict(verdict("aten.gelu.default", "runtime_init", 0.1), first_call=first_call)
+    assert fold(rows(), [v], prices) == []
+    assert Prices.of({"fault_cost_ns": 900.0, "unusable": {"first_touch": "spread too wide"}}).fault_ns == 0.0

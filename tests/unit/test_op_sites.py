@@ -63,3 +63,18 @@ def test_no_op_spans_no_sites():
     att = attribute_pass(tl, "first")
     assert att.unexplained_by_site == {} and att.op_sites == {} and att.op_calls == 0
     assert unattributed_sites(att, att) == []
+
+
+def test_the_op_views_first_dispatch_is_estimated_once_per_distinct_op_in_the_first_pass_only():
+    def run(name):
+        tl = TL()
+        tl.span(STRUCTURE, f"pass:{name}", 0, 20).span(STRUCTURE, "module:M", 0, 20)
+        for k, op in enumerate(("aten.addmm.default", "aten.gelu.default", "aten.addmm.default")):
+            tl.span(STRUCTURE, f"op:{op}", 2 + 5 * k, 4 + 5 * k)
+        return attribute_pass(tl.build(), name, calibration=Calibration(op_view_cold_ns=0.02 * MS))
+
+    first = {(p.cause, p.source): p for p in run("first").parts}
+    p = first[("profiler_overhead", "op_view")]
+    assert (p.count, p.evidence) == (2, "estimated") and p.ms == pytest.approx(0.04)
+    assert p.by_module == {"M": pytest.approx(0.04 * MS)}
+    assert ("profiler_overhead", "op_view") not in {(q.cause, q.source) for q in run("seen_rerun").parts}

@@ -42,23 +42,26 @@ def probe_ops(calls: Any, *, device: str = "cpu", threads: int | None = None, pr
 
 
 def probe_from(report_or_path: Any, *, top: int = 5, device: str | None = None, threads: int | None = None,
-               progress: Any = False, timeout_s: float = 120) -> OpProbeReport:
+               progress: Any = False, timeout_s: float = 120, one_per_op: bool = False) -> OpProbeReport:
     """Probe the `top` distinct op calls of a trace report's unattributed_where op rows (largest ms
     first). report_or_path: a trace Report or the path of its JSON. device: the trace's by default;
-    threads: the trace's protocol.run.threads by default."""
+    threads: the trace's protocol.run.threads by default. one_per_op: only each op's largest row
+    (`trace --explain`: its verdict speaks for the op's other sites)."""
     from ..report.trace import Report
 
     _check_int("top", top, 1, 1000)
     report, origin = _trace_report(report_or_path)
-    sites = op_sites(report, top, origin)
+    sites = op_sites(report, top, origin, one_per_op)
     if threads is None and report.protocol is not None:
         threads = report.protocol.run.threads
     return _probe(sites, device=device or report.device, threads=threads, progress=progress, timeout_s=timeout_s,
                   origin=origin if not isinstance(report_or_path, Report) else f"trace report of {report.model}")
 
 
-def op_sites(report: Any, top: int, origin: str = "the report") -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    """(call spec, {"module", "ms", "calls"}) of the `top` largest distinct replayable op rows."""
+def op_sites(report: Any, top: int, origin: str = "the report",
+             one_per_op: bool = False) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(call spec, {"module", "ms", "calls"}) of the `top` largest distinct replayable op rows (one_per_op:
+    of distinct ops)."""
     rows = [w for w in report.unattributed_where if isinstance(w, dict) and w.get("op")]
     if not rows:
         raise InputError(f"{origin} has no op rows in unattributed_where: trace with the op view "
@@ -71,7 +74,7 @@ def op_sites(report: Any, top: int, origin: str = "the report") -> list[tuple[di
         if reason:
             why.append(f"{w['op']}: {reason}")
             continue
-        key = json.dumps(call, sort_keys=True)
+        key = call["op"] if one_per_op else json.dumps(call, sort_keys=True)
         if key in seen:
             continue
         seen.add(key)
@@ -140,7 +143,7 @@ def result_of(a: dict[str, Any], base: dict[str, Any], device: str) -> OpResult:
         shape_alloc_hi_ms=t.shape_alloc_hi_ms,
         variants=[{k: v[k] for k in ("what", "label", "first_ms", "steady_ms", "steady_p10_ms", "steady_p90_ms")}
                   for v in a["variants"]],
-        dropped_variants=list(a.get("dropped_variants", [])), threads=a.get("threads"),
+        dropped_variants=list(a.get("dropped_variants", [])), threads=a.get("threads"), first_call=a.get("first_call"),
     )
 
 

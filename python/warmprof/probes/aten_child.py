@@ -12,6 +12,7 @@ of the recorded shape, and last the allocation band at the op's working set (inp
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import statistics
@@ -51,19 +52,33 @@ def measure(job: dict[str, Any]) -> dict[str, Any]:
     from ..inputs import parse_device
     from .backends import TorchEager
 
+    from ..instruments.onednn import OneDNN
+    from ..timeline import Recording
+
     if job.get("threads"):
         torch.set_num_threads(int(job["threads"]))
     device = parse_device(job.get("device", "cpu"))
     be = TorchEager(device, torch.float32)
-    warmup_ms, trivial = runtime_warmup(be)
-    spec = job["call"]
-    op = opspec.resolve_op(spec["op"])
-    args, kwargs = opspec.build(spec, device)
-    fn = _bound(op, kwargs)
-    try:
-        first_ms, steady = burst(fn, tuple(args), be.sync, int(job.get("steady_calls", 20)))
-    except Exception as e:
-        return {"ok": False, "error": f"the op raised on its recorded shapes: {one_line(e)}"}
+    # oneDNN's creation lines, read as the trace reads them (on before oneDNN reads its settings):
+    # the first call's primitive creation is what a trace books as measured jit_compile.
+    onednn = OneDNN() if device.type == "cpu" else None
+    with Recording(), (onednn if onednn is not None else contextlib.nullcontext()):
+        warmup_ms, trivial = runtime_warmup(be)
+        if onednn is not None:
+            onednn.end_pass("warmup")
+        spec = job["call"]
+        op = opspec.resolve_op(spec["op"])
+        args, kwargs = opspec.build(spec, device)
+        fn = _bound(op, kwargs)
+        try:
+            first_ms, steady, host = first_and_steady(fn, tuple(args), be.sync, int(job.get("steady_calls", 20)))
+        except Exception as e:
+            return {"ok": False, "error": f"the op raised on its recorded shapes: {one_line(e)}"}
+        if onednn is not None:
+            onednn.end_pass("first")
+    if onednn is not None:
+        host["onednn_create_ms"] = onednn.by_pass.get("first", {}).get("create_miss_ms", 0.0)
+        host["onednn"] = "" if onednn.available else onednn.reason
     variants, dropped = new_shapes(be, op, spec, int(job.get("variant_calls", 10)))
     with quiet_gc():
         reruns = [time_call(fn, tuple(args), be.sync) for _ in range(int(job.get("rerun_rounds", 3)))]
@@ -76,8 +91,24 @@ def measure(job: dict[str, Any]) -> dict[str, Any]:
         "reruns_ms": reruns, "runtime_warmup_ms": warmup_ms, "launch_hi_ms": launch_hi, "alloc_ms": alloc_ms,
         "alloc_hi_ms": launch_hi + ALLOC_MARGIN * alloc_ms, "alloc_how": be.alloc_how, "working_set_bytes": working_set,
         "shape_alloc_hi_ms": launch_hi + ALLOC_MARGIN * be.alloc_ms(shape_set), "variants": variants, "dropped_variants": dropped, "threads": torch.get_num_threads(),
-        "torch": torch.__version__, "device": str(device),
+        "torch": torch.__version__, "device": str(device), "first_call": host,
     }
+
+
+def first_and_steady(fn: Callable, args: tuple, sync: Callable[[], None],
+                     steady_calls: int) -> tuple[float, Stats, dict[str, Any]]:
+    """burst(), with the host counters read around the first call alone: its page faults and the
+    growth of file-backed memory (a library's code paged in), which a trace books as estimates."""
+    from .. import _native
+    from .timing import stats, time_calls
+
+    with quiet_gc():
+        faults0, file0 = sum(_native.faults()), _native.file_bytes()
+        first = time_call(fn, args, sync)
+        host = {"faults": sum(_native.faults()) - faults0, "file_bytes": max(0, _native.file_bytes() - file0)}
+        for _ in range(2):
+            time_call(fn, args, sync)
+        return first, stats(time_calls(fn, args, sync, steady_calls)), host
 
 
 def runtime_warmup(be: Any) -> tuple[float, Stats]:

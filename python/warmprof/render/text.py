@@ -111,13 +111,18 @@ def _where_lines(r: Any) -> list[str]:
                  f"largest {len(top)}):"] + [f"    {one_line(w['module']):<40} {_ms(w['ms']):>10}" for w in top])
     from ..opspec import label, short_op
 
-    placed = sum(w["ms"] for w in rows)
-    top = rows[:8]
-    out = [f"  unattributed sits in (module, op): first pass less seen re-run outside causes; {len(rows)} sites place "
-           f"{_ms(placed)} of {_ms(r.unattributed_ms)} ({placed / r.unattributed_ms:.0%}); largest {len(top)}:"]
+    def left(w: dict) -> float:  # what the probes' inferred causes did not take
+        return max(0.0, w["ms"] - w.get("inferred", {}).get("ms", 0.0))
+
+    placed = sum(left(w) for w in rows)
+    top = sorted((w for w in rows if left(w) > 0), key=lambda w: -left(w))[:8]
+    out = [f"  unattributed sits in (module, op): first pass less seen re-run outside causes"
+           + (", less what the op probes inferred" if any("inferred" in w for w in rows) else "")
+           + f"; {len(rows)} sites place {_ms(placed)} of {_ms(r.unattributed_ms)} ({placed / r.unattributed_ms:.0%}); "
+           f"largest {len(top)}:"]
     for w in top:
         op = short_op(w["op"]) if "op" in w else "(module code)"
         shapes = label(w["call"]) if "call" in w else ""
-        out.append(f"    {_ms(w['ms']):>10}  {one_line(w['module']):<44} {op:<14} {one_line(shapes)}")
+        out.append(f"    {_ms(left(w)):>10}  {one_line(w['module']):<44} {op:<14} {one_line(shapes)}")
     return out
 

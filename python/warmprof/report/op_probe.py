@@ -47,6 +47,9 @@ class OpResult:
     source: dict[str, Any] | None = None  # {"module", "ms", "calls"}: where a trace report found the call
     child_wall_ms: float | None = None
     threads: int | None = None  # torch.get_num_threads() in the child
+    # Around the op's first call in the child, what a trace's own instruments would book there:
+    # {"faults", "file_bytes" (file-backed growth), "onednn_create_ms" (cpu), "onednn" (why off, or "")}
+    first_call: dict[str, Any] | None = None
 
     def validate(self, i: int) -> None:
         where = f"ops[{i}] {self.op}"
@@ -75,7 +78,7 @@ _RESULT = S.Obj(
      "variants": S.ListOf(S.Obj({"label": S.STR, "first_ms": S.NUM, "steady_ms": S.NUM})),
      "dropped_variants": S.ListOf(S.STR), "error": S.STR,
      "source": S.Nullable(S.Obj({"module": S.STR, "ms": S.NUM})), "child_wall_ms": _NUM,
-     "threads": S.Nullable(S.POSITIVE_INT)},
+     "threads": S.Nullable(S.POSITIVE_INT), "first_call": S.Nullable(S.MapOf(S.ANY))},
     extra=False,
 )
 SCHEMA = S.Obj(

@@ -8,6 +8,7 @@ first pass (all instruments) -> seen-shape re-run (instruments on) -> steady pas
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import math
 import sys
@@ -386,13 +387,19 @@ def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, devic
     # module, any of which would warm what the first pass is there to measure cold.
     say("calibrating (timer, page-fault cost, thread start, hook cost)")
     costs = calibration.measure(touched_bytes=calibration.largest_anonymous_growth(timeline))
+    cal = costs.for_attribution()
+    op_view_cold: dict[str, Any] = {}
+    ops_inst = next((i for i in instruments if i.name == "aten_ops" and i.available), None)
+    if ops_inst is not None:
+        op_view_cold = ops_inst.cold_dispatch_cost({c[0] for c in ops_inst.calls.get("first", [])})
+        cal = dataclasses.replace(cal, op_view_cold_ns=op_view_cold["ns"])
     say("attributing")
     clean_low = (float(np.quantile(steady_ms, 1.0 / (len(instrumented_ms) + 1)))
                  if steady_ms and instrumented_ms else None)
     own_cost = (InstrumentCost(tuple(instrumented_ms), clean.median, clean.noise_band * 1e6, module_calls, clean_low)
                 if instrumented_ms else None)
     first, rerun = (
-        attribute_pass(timeline, name, calibration=costs.for_attribution(),
+        attribute_pass(timeline, name, calibration=cal,
                        steady_faults=steady_fault_median(steady_faults),
                        inferred=[e for i in instruments for e in i.inferred(name)],
                        evidence={src: ev for i in instruments for src, ev in i.span_evidence.items()},
@@ -413,7 +420,7 @@ def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, devic
         instrumented_steady_ms=instrumented_ms,
         timeline=timeline,
         instruments=[InstrumentSummary(i.name, i.summary(), list(i.notes), i.reason) for i in instruments],
-        calibration=costs.to_dict(),
+        calibration={**costs.to_dict(), **({"op_view_cold_dispatch": op_view_cold} if op_view_cold else {})},
         warm_reasons=warm,
         protocol_notes=[self_cost_skipped] if self_cost_skipped else [],
         platform=fingerprint(gpu_index=cuda_index(str(dev))),

@@ -44,11 +44,45 @@ def _key(call: Mapping[str, Any]) -> str:
     return json.dumps(call, sort_keys=True)
 
 
-def fold(rows: list[dict[str, Any]], verdicts: Iterable[Mapping[str, Any]]) -> list[Folded]:
+@dataclass(frozen=True)
+class Prices:
+    """The trace's own calibration, to price what its instruments would book inside a probed first
+    call (page faults, file-backed growth): that part is not the probe's to add again."""
+
+    fault_ns: float = 0.0  # one anonymous first-touch fault
+    file_ns_per_byte: float = 0.0
+    file_faults_per_byte: float = 0.0
+
+    @classmethod
+    def of(cls, calibration: Mapping[str, Any] | None) -> "Prices":
+        cal = calibration or {}
+        unusable = cal.get("unusable") or {}
+        fp = cal.get("file_pages") or {}
+        file_ok = "file_pages" not in unusable and fp.get("reliable", True)
+        return cls(fault_ns=0.0 if "first_touch" in unusable else float(cal.get("fault_cost_ns") or 0.0),
+                   file_ns_per_byte=float(fp.get("ns_per_byte") or 0.0) if file_ok else 0.0,
+                   file_faults_per_byte=float(fp.get("faults_per_byte") or 0.0) if file_ok else 0.0)
+
+
+def booked_by_trace_ms(first_call: Mapping[str, Any] | None, prices: Prices) -> float:
+    """What the trace's instruments would book inside the probe's first call: oneDNN creation
+    (measured there as here), file-backed growth and the other faults at the trace's prices."""
+    if not first_call:
+        return 0.0
+    file_bytes = float(first_call.get("file_bytes") or 0)
+    anon_faults = max(0.0, float(first_call.get("faults") or 0) - file_bytes * prices.file_faults_per_byte)
+    return (float(first_call.get("onednn_create_ms") or 0.0) + file_bytes * prices.file_ns_per_byte / 1e6
+            + anon_faults * prices.fault_ns / 1e6)
+
+
+def fold(rows: list[dict[str, Any]], verdicts: Iterable[Mapping[str, Any]], prices: Prices = Prices()) -> list[Folded]:
     """Inferred causes from op probe verdicts over the (module, op) rows; marks each row it books
     (row["inferred"] = {"cause", "ms"}). Pure: rows and verdicts in, figures out.
 
-    A verdict: {"op", "call", "verdict", "cold_excess_ms", "shape_excess_ms" (or None), ...}."""
+    A verdict: {"op", "call", "verdict", "cold_excess_ms", "shape_excess_ms" (or None),
+    "first_call" (the child's counters around the first call), ...}. The op-cold figure is the
+    probe's cold excess less what the trace itself books in such a call (booked_by_trace_ms): the
+    trace already took that out of the site's residual."""
     by_op: dict[str, Mapping[str, Any]] = {}
     for v in verdicts:
         if v.get("verdict") in FOLDABLE and v.get("op") and v["op"] not in by_op:
@@ -58,7 +92,7 @@ def fold(rows: list[dict[str, Any]], verdicts: Iterable[Mapping[str, Any]]) -> l
         sites = sorted((r for r in rows if r.get("op") == op and r.get("ms", 0) > 0),
                        key=lambda r: r.get("index", 0))
         cause = v["verdict"]
-        cold = max(0.0, float(v.get("cold_excess_ms") or 0.0))
+        cold = max(0.0, float(v.get("cold_excess_ms") or 0.0) - booked_by_trace_ms(v.get("first_call"), prices))
         shape = v.get("shape_excess_ms")
         shape = max(0.0, float(shape)) if shape is not None else None
         seen: set[str] = set()
@@ -86,8 +120,9 @@ def fold(rows: list[dict[str, Any]], verdicts: Iterable[Mapping[str, Any]]) -> l
     for cause, (ms, n, mods, ops) in totals.items():
         out.append(Folded(cause, ms, n, max(mods, key=mods.get), (
             f"op probes in fresh processes ({', '.join(ops)}): each op's first call there cost more than its steady "
-            f"calls; booked at {n} (module, op) site(s) where the trace saw it pay, never more than the site's own "
-            "residual (inferred: the probe ran the op alone, not in this pass)")))
+            "calls, beyond what this trace's instruments book in such a call (oneDNN creation, page faults at this "
+            f"machine's prices); booked at {n} (module, op) site(s) where the trace saw the op pay, never more than "
+            "the site's own residual (inferred: the probe ran the op alone, not in this pass)")))
     out.sort(key=lambda f: -f.ms)
     return out
 
@@ -99,7 +134,8 @@ def apply(report: Any, verdicts: list[Mapping[str, Any]], wall_s: float | None =
     from ..report import CauseEntry
     from .advice import advise
 
-    folded = fold(report.unattributed_where, verdicts)
+    calibration = report.protocol.calibration if report.protocol is not None else {}
+    folded = fold(report.unattributed_where, verdicts, Prices.of(calibration))
     for f in folded:
         report.causes.append(CauseEntry(cause=f.cause, ms=f.ms, share=0.0, evidence="inferred", source=SOURCE,
                                         module=f.module, count=f.sites, detail=f.detail))
@@ -125,11 +161,12 @@ def apply(report: Any, verdicts: list[Mapping[str, Any]], wall_s: float | None =
 def explain_report(report: Any, *, top: int = 8, threads: int | None = None, device: str | None = None,
                    progress: Any = False) -> list[Folded]:
     """Probe the report's top op sites in fresh processes and fold the verdicts in (see apply)."""
+    import dataclasses
     import time
 
     from ..probes.aten import probe_from
 
     t0 = time.monotonic()
-    result = probe_from(report, top=top, threads=threads, device=device, progress=progress)
-    verdicts = [v if isinstance(v, Mapping) else v.to_dict() for v in result.ops]
+    result = probe_from(report, top=top, threads=threads, device=device, progress=progress, one_per_op=True)
+    verdicts = [dataclasses.asdict(v) for v in result.ops]
     return apply(report, verdicts, time.monotonic() - t0)
