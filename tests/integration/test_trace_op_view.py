@@ -32,12 +32,15 @@ def test_op_view_places_rows_by_module_and_op_with_replayable_calls():
     assert summary["active"] and summary["ops_first_pass"] >= 5  # addmm x2, t x2, layer_norm, gelu at least
     op_rows = [w for w in r.unattributed_where if "op" in w]
     for w in op_rows:
-        assert w["op"].startswith("aten.") and w["calls"] >= 1 and w["ms"] > 0
+        assert w["op"].startswith("aten.") and w["calls"] >= 1
         assert w["module"].startswith("Mlp")
         if "call" in w:
             assert w["call"]["op"] == w["op"] and opspec.replayable(w["call"]) == ""
             args, kwargs = opspec.build(w["call"], "cpu")
             opspec.resolve_op(w["op"])(*args, **kwargs)  # the recorded call replays
+    # the re-run's own excess over a warm instrumented pass is placed by site too (never negative)
+    assert all(w.get("rerun_ms", 0.0) >= 0 for w in r.unattributed_where)
+    assert all(w["ms"] > 0 or w.get("rerun_ms", 0.0) > 0 for w in r.unattributed_where)
     # the report round-trips with its op rows
     again = type(r).from_json(r.to_json())
     assert again.unattributed_where == r.unattributed_where

@@ -102,7 +102,7 @@ class TraceTextRenderer(Renderer):
 
 def _where_lines(r: Any) -> list[str]:
     """Where the unattributed time sits: by module, or by (module, op) with the op view."""
-    rows = [w for w in r.unattributed_where if w["ms"] > 0]
+    rows = [w for w in r.unattributed_where if w["ms"] > 0 or w.get("rerun_ms", 0) > 0]
     if not rows or r.unattributed_ms <= r.noise_band_ms:
         return []
     if not any("op" in w for w in rows):
@@ -111,12 +111,13 @@ def _where_lines(r: Any) -> list[str]:
                  f"largest {len(top)}):"] + [f"    {one_line(w['module']):<40} {_ms(w['ms']):>10}" for w in top])
     from ..opspec import label, short_op
 
-    def left(w: dict) -> float:  # what the probes' inferred causes did not take
-        return max(0.0, w["ms"] - w.get("inferred", {}).get("ms", 0.0))
+    def left(w: dict) -> float:  # what the probes' inferred causes did not take, and what the re-run paid again
+        return max(0.0, w["ms"] - w.get("inferred", {}).get("ms", 0.0)) + max(0.0, w.get("rerun_ms", 0.0))
 
     placed = sum(left(w) for w in rows)
     top = sorted((w for w in rows if left(w) > 0), key=lambda w: -left(w))[:8]
     out = [f"  unattributed sits in (module, op): first pass less seen re-run outside causes"
+           + (", plus seen re-run less a warm instrumented pass" if any("rerun_ms" in w for w in rows) else "")
            + (", less what the op probes inferred" if any("inferred" in w for w in rows) else "")
            + f"; {len(rows)} sites place {_ms(placed)} of {_ms(r.unattributed_ms)} ({placed / r.unattributed_ms:.0%}); "
            f"largest {len(top)}:"]

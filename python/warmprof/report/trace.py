@@ -190,7 +190,7 @@ _SPAN = S.Obj(
 _COUNTER_SAMPLE = S.Obj({"pass": S.STR, "name": S.STR, "t_ms": S.NUM, "value": S.NUM})
 _MODULE = S.Obj({"module": S.STR, "ms": S.NUM, "causes": S.MapOf(S.NUM)})
 _WHERE = S.Obj({"module": S.STR, "ms": S.NUM}, {"op": S.STR, "calls": S.NON_NEGATIVE_INT,
-                                                      "index": S.NON_NEGATIVE_INT, "call": S.MapOf(S.ANY),
+                                                      "index": S.NON_NEGATIVE_INT, "call": S.MapOf(S.ANY), "rerun_ms": S.NUM,
                                                       "inferred": S.Obj({"cause": S.STR, "ms": S.NUM})})
 _TORCH_COMPILE = S.Obj(optional={"torch_reported_compile_ms": S.NUM, "compiles": S.ListOf(S.ANY)})
 _TORCH_COMPILE_FIGURES = S.Obj({"torch_reported_ms": S.NUM, "compiles": S.NON_NEGATIVE_INT, "inductor_cache": S.STR},
@@ -252,8 +252,9 @@ class Report(ReportBase):
     # cause less the same in the seen-shape re-run (attribution.unattributed_where), largest first.
     # With the op view, by (module, op) site: rows of an op add "op", "calls", "index" (the site's
     # first call's place in the pass) and "call" (that call as an opspec, for `warmprof probe --from`);
-    # rows without "op" are module code. `--explain` adds "inferred" ({"cause", "ms"}) where a probe
-    # verdict was booked (traces/explain.py).
+    # rows without "op" are module code. "rerun_ms": what the seen re-run still paid at that site over
+    # the fastest instrumented steady pass (warm-up that takes more than one call; op view only).
+    # `--explain` adds "inferred" ({"cause", "ms"}) where a probe verdict was booked (traces/explain.py).
     unattributed_where: list[dict[str, Any]] = field(default_factory=list)
     counters: dict[str, Any] = field(default_factory=dict)
     protocol: Protocol | None = None  # None: not recorded ({} in the JSON)

@@ -184,11 +184,12 @@ def _steady(model, args, kwargs, sync, min_passes: int, max_passes: int, budget_
 
 
 def _instrumented_steady(runner, args, kwargs, dev, compiled: bool, op_view: bool, sync, passes: tuple[int, int],
-                         budget_s: float) -> tuple[list[float], dict[str, int]]:
+                         budget_s: float) -> tuple[list[float], dict[str, int], Timeline, tuple[int, int]]:
     """Steady passes with every instrument on, set up afresh exactly as for the first pass (hooks,
     oneDNN's verbose capture, samplers, imports, CUDA callbacks) in a recording of their own, so
     nothing of theirs reaches the first pass's timeline or the clean steady statistics. Returns
-    each counted pass's time (ms, its own clock reads) and each module's calls per pass (their mean).
+    each counted pass's time (ms, its own clock reads), each module's calls per pass (their mean), the
+    recording and the fastest counted pass's window (the op view's warm baseline per site).
     The first pass is run and not counted: it warms the fresh instruments."""
     least, most = passes[0] + 1, passes[1] + 1
     instruments = _instruments(runner, dev, compiled, op_view)
@@ -205,7 +206,8 @@ def _instrumented_steady(runner, args, kwargs, dev, compiled: bool, op_view: boo
                     break
         timeline = rec.drain()
     counted = windows[1:]
-    return [(t1 - t0) / 1e6 for t0, t1 in counted], _module_calls(timeline, counted)
+    fastest = min(counted, key=lambda w: w[1] - w[0])
+    return [(t1 - t0) / 1e6 for t0, t1 in counted], _module_calls(timeline, counted), timeline, fastest
 
 
 def _module_calls(tl: Timeline, windows: list[tuple[int, int]]) -> dict[str, int]:
@@ -363,7 +365,7 @@ def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, devic
         passes = (min(SELF_COST_PASSES[0], min_steady), min(SELF_COST_PASSES[1], max_steady))
         least_s = (passes[0] + 1) * clean.median / 1e3
         so_far_s = time.monotonic() - started
-        instrumented_ms, module_calls = [], {}
+        instrumented_ms, module_calls, warm_baseline = [], {}, None
         if least_s > SELF_COST_MAX_SHARE * so_far_s:
             self_cost_skipped = (f"warmprof's own cost is the calibrated figures only: measuring it on this model "
                                  f"({passes[0] + 1} instrumented steady passes, about {least_s:.1f} s) would add more than "
@@ -372,8 +374,9 @@ def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, devic
             self_cost_skipped = ""
             say("steady passes with the instruments on (warmprof's own cost on this model)")
             try:
-                instrumented_ms, module_calls = _instrumented_steady(
+                instrumented_ms, module_calls, warm_tl, warm_window = _instrumented_steady(
                     runner, args, kwargs, dev, compiled, op_view, sync, passes, SELF_COST_SHARE * so_far_s)
+                warm_baseline = (warm_tl, warm_window) if op_view else None
             except WarmprofError:
                 raise
             except Exception as e:
@@ -406,6 +409,11 @@ def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, devic
                        window=windows[name], instrument_cost=own_cost)
         for name in PASSES
     )
+    # The op view's warm baseline: the fastest instrumented steady pass, attributed like the re-run,
+    # so what the re-run still paid over a warm pass is placed by (module, op) too.
+    warm_pass = (attribute_pass(warm_baseline[0], INSTRUMENTED_STEADY, calibration=cal, steady_faults=0,
+                                window=warm_baseline[1], instrument_cost=own_cost)
+                 if warm_baseline is not None else None)
     return build_report(TraceFacts(
         model=label or type(getattr(model, "_orig_mod", model)).__name__,
         shape=_shape_of(args[0]) if args else None,  # also for inputs=: the first input's, when it has a plain one
@@ -426,6 +434,7 @@ def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, devic
         platform=fingerprint(gpu_index=cuda_index(str(dev))),
         run=run,
         op_call=next((i.call for i in instruments if i.name == "aten_ops" and i.available), None),
+        warm_pass=warm_pass,
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     ))
 

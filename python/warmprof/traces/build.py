@@ -60,6 +60,8 @@ class TraceFacts:
     protocol_notes: list[str] = field(default_factory=list)  # what the protocol itself left out, and why
     # the op view's recorded call (pass, index) -> its opspec JSON; None when the op view was off
     op_call: Callable[[str, int], dict[str, Any] | None] | None = None
+    # the fastest instrumented steady pass, attributed (op view only): the warm baseline per site
+    warm_pass: PassAttribution | None = None
 
 
 def steady_fault_median(steady_faults: list[int]) -> int:
@@ -197,13 +199,18 @@ def _where(f: TraceFacts) -> list[dict[str, Any]]:
         return [{"module": mod or "(outside modules)", "ms": ms} for mod, ms in unattributed_where(first, rerun)]
     aligned = f.op_call is not None and f.op_call("first", first.op_calls - 1) is not None \
         and f.op_call("first", first.op_calls) is None
+    one_time = {(mod, op): ms for mod, op, ms in unattributed_sites(first, rerun)}
+    # what the re-run still paid over a warm pass, by site (warm-up that takes more than one call)
+    again = {(mod, op): ms for mod, op, ms in unattributed_sites(rerun, f.warm_pass)} if f.warm_pass else {}
     rows = []
-    for mod, op, ms in unattributed_sites(first, rerun):
-        row: dict[str, Any] = {"module": mod or "(outside modules)", "ms": ms}
-        site = first.op_sites.get((mod, op))
+    for (mod, op) in sorted(set(one_time) | set(again), key=lambda k: -(one_time.get(k, 0.0) + again.get(k, 0.0))):
+        row: dict[str, Any] = {"module": mod or "(outside modules)", "ms": one_time.get((mod, op), 0.0)}
+        if (mod, op) in again:
+            row["rerun_ms"] = again[(mod, op)]
+        site = first.op_sites.get((mod, op))  # the first pass's: its index is into that pass's calls
         if op:
             row["op"] = op
-            row["calls"] = site[1] if site else 0
+            row["calls"] = site[1] if site else rerun.op_sites.get((mod, op), (0, 0))[1]
             row["index"] = site[0] if site else 0
             spec = f.op_call("first", site[0]) if aligned and site and f.op_call else None
             if spec is not None:
