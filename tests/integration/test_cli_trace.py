@@ -27,6 +27,17 @@ def test_trace_demo_in_fresh_process_writes_json(tmp_path):
     assert not any("caller's process" in n for n in data["notes"])  # fresh: nothing ran before it
 
 
+def test_trace_op_view_in_a_fresh_process_gives_module_op_rows(tmp_path):
+    out = tmp_path / "ops.json"
+    p = run_cli("trace", "--demo", "--shape", "1,32", "--steady", "3", "--op-view", "--json", str(out), "--quiet")
+    assert p.returncode == 0, p.stderr
+    data = json.loads(out.read_text())
+    assert data["instruments"]["aten_ops"]["active"] is True
+    ops = [w for w in data["unattributed_where"] if "op" in w]
+    assert ops and all(w["op"].startswith("aten.") for w in ops)
+    assert "unattributed sits in (module, op)" in p.stdout or data["unattributed_ms"] <= data["noise_band_ms"]
+
+
 def test_trace_factory_from_a_file(tmp_path):
     f = tmp_path / "mymodel.py"
     f.write_text("import torch\ndef build():\n    return torch.nn.Sequential(torch.nn.Linear(8, 4))\n")
@@ -42,6 +53,7 @@ def test_trace_factory_from_a_file(tmp_path):
     (["trace", "no_such_module_xyz:build", "--shape", "1,2", "--in-process"], 2, "cannot import"),
     (["trace", "--demo", "--shape", "1,0", "--in-process", "--quiet"], 2, "dimension 0"),
     (["trace", "--demo", "--device", "tpu", "--in-process", "--quiet"], 3, "unknown device"),
+    (["trace", "--demo", "--explain", "--explain-top", "0"], 2, "--explain-top must be from 1 to 100"),
 ])
 def test_cli_errors_are_one_line_with_exit_codes(capsys, argv, code, message):
     assert main(argv) == code

@@ -100,3 +100,27 @@ def test_the_op_views_own_first_dispatch_stays_out_of_the_first_pass():
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["imports"] == []
     assert any("torch._dynamo" in n for n in got["notes"])
+
+
+def test_explain_probes_the_top_op_in_a_fresh_process_and_folds_its_verdict():
+    r = warmprof.trace(Mlp(), (3, 24), steady=5, explain=True, explain_top=1)
+    probes = r.instruments["op_probes"]
+    (v,) = probes["verdicts"]
+    assert v["verdict"] in ("runtime_init", "jit_compile", "algorithm_selection", "allocator_growth", "none",
+                            "too_noisy", "failed")
+    assert v["op"] in {w["op"] for w in r.unattributed_where if "op" in w}
+    assert any(n.startswith("--explain: 1 op(s) probed") for n in r.notes)
+    inferred = [c for c in r.causes if c.source == "probe"]
+    assert all(c.evidence == "inferred" for c in inferred)
+    assert sum(c.ms for c in inferred) == pytest.approx(probes["folded_ms"])
+    assert r.attributed_ms + r.unattributed_ms == pytest.approx(r.excess_ms)
+    for w in r.unattributed_where:  # a fold never takes more than the row's own residual
+        if "inferred" in w:
+            assert 0 < w["inferred"]["ms"] <= w["ms"] + 1e-9
+
+
+@pytest.mark.parametrize("bad", [0, 101, True, 2.0])
+def test_explain_top_is_checked_before_anything_runs(bad):
+    with pytest.raises(InputError, match="explain_top"):
+        warmprof.trace(Mlp(), (3, 24), explain=True, explain_top=bad)
+    assert _mode_stack_empty()
