@@ -59,7 +59,7 @@ def test_the_recorded_first_calls_have_the_model_shapes():
 
 class Raises(torch.nn.Module):
     def forward(self, x):
-        y = x * 2
+        x * 2  # one op runs before the raise
         raise RuntimeError("planted failure after one op")
 
 

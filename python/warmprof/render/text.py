@@ -116,7 +116,7 @@ def _where_lines(r: Any) -> list[str]:
 
     placed = sum(left(w) for w in rows)
     top = sorted((w for w in rows if left(w) > 0), key=lambda w: -left(w))[:8]
-    out = [f"  unattributed sits in (module, op): first pass less seen re-run outside causes"
+    out = ["  unattributed sits in (module, op): first pass less seen re-run outside causes"
            + (", plus seen re-run less a warm instrumented pass" if any("rerun_ms" in w for w in rows) else "")
            + (", less what the op probes inferred" if any("inferred" in w for w in rows) else "")
            + f"; {len(rows)} sites place {_ms(placed)} of {_ms(r.unattributed_ms)} ({placed / r.unattributed_ms:.0%}); "
