@@ -4,7 +4,7 @@ import pytest
 
 from warmprof.attribution import Calibration, attribute_pass, build_spans, steady_stats, summarize
 from warmprof.timeline import (
-    ALLOCATOR_GROWTH, BEGIN, COUNTER, END, JIT_COMPILE, RUNTIME_INIT, STRUCTURE, Timeline,
+    BEGIN, COUNTER, END, JIT_COMPILE, RUNTIME_INIT, STRUCTURE, Timeline,
 )
 
 MS = 1_000_000
