@@ -23,17 +23,26 @@ from .errors import InputError
 
 # Raw records (built inside the pass, so cheap: tuples, no strings beyond the dtype's own repr).
 _T, _V, _L, _D, _X = 0, 1, 2, 3, 4
+UNSUPPORTED = _X
 
 
-def raw(value: Any, tensor_type: type, dtype_type: type) -> Any:
-    """The cheap in-pass record of one argument (see spec_of for the JSON form)."""
+def raw(value: Any, tensor_type: type, dtype_type: type, strided: Any = None) -> Any:
+    """The cheap in-pass record of one argument (see spec_of for the JSON form). strided: torch.strided;
+    a tensor of any other layout (sparse, CSR) or a nested one is recorded as unsupported, never asked
+    for sizes or strides it does not have."""
     if isinstance(value, tensor_type):
+        if strided is None:  # callers outside the hot path
+            import torch
+
+            strided = torch.strided
+        if value.layout is not strided or value.is_nested:
+            return (_X, "nested Tensor" if value.is_nested else f"{value.layout} Tensor", None)
         contiguous = value.is_contiguous()
         return (_T, tuple(value.shape), value.dtype, None if contiguous else tuple(value.stride()))
     if value is None or isinstance(value, (bool, int, float, str)):
         return (_V, value)
     if isinstance(value, (list, tuple)):
-        return (_L, tuple(raw(v, tensor_type, dtype_type) for v in value))
+        return (_L, tuple(raw(v, tensor_type, dtype_type, strided) for v in value))
     if isinstance(value, dtype_type):
         return (_D, value)
     kind = type(value).__name__
@@ -80,8 +89,11 @@ def short_op(op: str) -> str:
     return op
 
 
-def label(spec: dict[str, Any]) -> str:
-    """A short human form of a call's tensor arguments: 'f32[64,128], f32[128,128]^T'."""
+def label(spec: Any) -> str:
+    """A short human form of a call's tensor arguments: 'f32[64,128], f32[128,128]*' (* not contiguous);
+    '(malformed call)' for a spec that is not one (a hand-edited or hostile report)."""
+    if check(spec):
+        return "(malformed call)"
     parts = []
     for a in spec.get("args", []):
         parts.extend(_labels(a))
@@ -101,8 +113,78 @@ def _labels(a: dict[str, Any]) -> list[str]:
     return []
 
 
+def check(spec: Any) -> str:
+    """'' when `spec` has the form of a call spec (see the module doc), else what is wrong with it."""
+    if not isinstance(spec, dict) or not isinstance(spec.get("op"), str):
+        return "not a call spec (an object with an 'op' name)"
+    args, kwargs = spec.get("args", []), spec.get("kwargs", {})
+    if not isinstance(args, list) or not isinstance(kwargs, dict):
+        return "'args' must be a list and 'kwargs' an object"
+    for a in [*args, *kwargs.values()]:
+        why = _check_arg(a, 0)
+        if why:
+            return why
+    return ""
+
+
+def _check_arg(a: Any, depth: int) -> str:
+    if depth > 8 or not isinstance(a, dict):
+        return f"an argument must be an object like {{'tensor': [..], 'dtype': ..}}, got {a!r:.60}"
+    if "tensor" in a:
+        shape, stride = a["tensor"], a.get("stride")
+        if not (isinstance(shape, list) and all(type(d) is int and d >= 0 for d in shape)):
+            return f"a tensor's shape must be a list of sizes, got {shape!r:.60}"
+        if stride is not None and not (isinstance(stride, list) and len(stride) == len(shape)
+                                       and all(type(d) is int and d >= 0 for d in stride)):
+            return f"a tensor's stride must be a list of as many non-negative ints as its shape, got {stride!r:.60}"
+        return "" if isinstance(a.get("dtype"), str) else "a tensor needs a dtype name"
+    if "list" in a:
+        if not isinstance(a["list"], list):
+            return "a 'list' argument must hold a list"
+        return next((w for w in (_check_arg(x, depth + 1) for x in a["list"]) if w), "")
+    if "value" in a or "unsupported" in a or "device" in a:
+        return ""
+    if "dtype" in a:
+        return "" if isinstance(a["dtype"], str) else "a dtype argument must name a dtype"
+    return f"unknown argument form {sorted(a)!r:.60}"
+
+
+MAX_REPLAY_BYTES = 2 << 30  # a replayed call's tensors, all together (a probe's new shapes are up to 2x larger)
+
+
+def storage_bytes(spec: dict[str, Any]) -> int:
+    """Bytes the rebuilt tensors of a well-formed call spec take (each its strided storage)."""
+    def one(a: dict[str, Any]) -> int:
+        if "tensor" in a:
+            shape = a["tensor"]
+            stride = a.get("stride") or _contiguous(shape)
+            elems = 0 if 0 in shape else 1 + sum((d - 1) * st for d, st in zip(shape, stride))
+            return elems * _ITEM_BYTES.get(a.get("dtype"), 8)
+        return sum(one(x) for x in a.get("list", []))
+
+    return sum(one(a) for a in [*spec.get("args", []), *spec.get("kwargs", {}).values()])
+
+
+_ITEM_BYTES = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "int16": 2,
+               "int8": 1, "uint8": 1, "bool": 1, "complex64": 8, "complex128": 16}
+
+
+def _contiguous(shape: list[int]) -> list[int]:
+    stride, acc = [], 1
+    for d in reversed(shape):
+        stride.append(acc)
+        acc *= max(d, 1)
+    return stride[::-1]
+
+
 def replayable(spec: dict[str, Any]) -> str:
     """'' when build() can rebuild the call, else why not."""
+    malformed = check(spec)
+    if malformed:
+        return f"malformed call spec: {malformed}"
+    nbytes = storage_bytes(spec)
+    if nbytes > MAX_REPLAY_BYTES:
+        return f"its tensors take {nbytes / 2**30:.1f} GiB, over the {MAX_REPLAY_BYTES / 2**30:.0f} GiB a replay may allocate"
     def why(a: dict[str, Any]) -> str:
         if "unsupported" in a:
             return f"an argument of type {a['unsupported']} cannot be rebuilt"
@@ -157,18 +239,18 @@ def _build(a: dict[str, Any], device: Any) -> Any:
     if "tensor" in a:
         shape = [int(d) for d in a["tensor"]]
         dtype = _dtype(a["dtype"])
-        stride = a.get("stride")
-        if stride is not None:
-            t = torch.empty_strided(shape, [int(s) for s in stride], dtype=dtype, device=device)
-        else:
-            t = torch.empty(shape, dtype=dtype, device=device)
+        stride = [int(s) for s in a.get("stride") or _contiguous(shape)]
+        # The storage the strides reach, filled, then viewed with the recorded strides: a broadcast
+        # (stride 0) or transposed argument is rebuilt as one, without a second full-size copy.
+        elems = 0 if 0 in shape else 1 + sum((d - 1) * st for d, st in zip(shape, stride))
+        base = torch.empty(elems, dtype=dtype, device=device)
         if dtype.is_floating_point or dtype.is_complex:
-            t.copy_(torch.randn(shape, device=device).to(dtype))  # copy_ keeps the strides
+            base.normal_()
         elif dtype == torch.bool:
-            t.fill_(True)
+            base.fill_(True)
         else:
-            t.zero_()
-        return t
+            base.zero_()
+        return base.as_strided(shape, stride)
     if "list" in a:
         return [_build(x, device) for x in a["list"]]
     if "dtype" in a and len(a) == 1:

@@ -124,3 +124,40 @@ def test_explain_top_is_checked_before_anything_runs(bad):
     with pytest.raises(InputError, match="explain_top"):
         warmprof.trace(Mlp(), (3, 24), explain=True, explain_top=bad)
     assert _mode_stack_empty()
+
+
+def test_nested_tensors_inside_the_model_do_not_break_the_op_view():
+    """A TransformerEncoder with a padding mask runs its fast path on nested tensors in eval: the op
+    view records those arguments as not replayable instead of asking them for sizes."""
+    layer = torch.nn.TransformerEncoderLayer(16, 2, dim_feedforward=32, batch_first=True)
+    enc = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=True).eval()
+    mask = torch.zeros(2, 6, dtype=torch.bool)
+    mask[1, 4:] = True
+
+    class Masked(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.enc = enc
+
+        def forward(self, x):
+            return self.enc(x, src_key_padding_mask=mask)
+
+    r = warmprof.trace(Masked(), (2, 6, 16), steady=5, op_view=True)
+    assert r.instruments["aten_ops"]["ops_first_pass"] > 0
+    assert _mode_stack_empty()
+
+
+class Identity(torch.nn.Module):
+    def forward(self, x):
+        return x
+
+
+def test_explain_with_nothing_to_probe_keeps_the_trace_and_says_why():
+    r = warmprof.trace(Identity(), (2, 3), steady=5, explain=True)
+    assert any(n.startswith("--explain: nothing probed") for n in r.notes)
+    assert "op_probes" not in r.instruments
+
+
+def test_explain_refuses_a_compiled_model_before_anything_runs():
+    with pytest.raises(InputError, match="explain is for eager models"):
+        warmprof.trace(Mlp(), (3, 24), explain=True, compile=True)

@@ -101,3 +101,73 @@ def test_what_the_trace_books_in_a_first_call_is_not_added_again():
     v = dict(verdict("aten.gelu.default", "runtime_init", 0.1), first_call=first_call)
     assert fold(rows(), [v], prices) == []
     assert Prices.of({"fault_cost_ns": 900.0, "unusable": {"first_touch": "spread too wide"}}).fault_ns == 0.0
+
+
+def test_the_fold_never_takes_more_than_the_unattributed_time_in_all():
+    rep = trace_report({"jit_compile": 1.0}, unattributed=0.2)
+    rep.unattributed_where = rows()
+    folded = apply(rep, [verdict("aten.gelu.default", "runtime_init", 0.7),
+                         verdict("aten.addmm.default", "jit_compile", 0.6, 0.25)])
+    assert sum(f.ms for f in folded) == pytest.approx(0.2)
+    assert rep.unattributed_ms == pytest.approx(0.0, abs=1e-9)
+    assert rep.attributed_ms <= rep.excess_ms + 1e-9
+    # booked in pass order: the earliest site (addmm at index 2) first
+    assert rows_inferred(rep) == {"L0.q": pytest.approx(0.2)}
+
+
+def rows_inferred(rep):
+    return {w["module"]: w["inferred"]["ms"] for w in rep.unattributed_where if "inferred" in w}
+
+
+def test_rows_that_say_where_the_ops_first_call_was_decide():
+    r = rows()
+    r[0]["first_of_op"], r[1]["first_of_op"] = False, True  # the pass ran L1.act's gelu first
+    r[1]["ms"] = 0.3
+    fold(r, [verdict("aten.gelu.default", "runtime_init", 0.7)])
+    assert "inferred" not in r[0] and r[1]["inferred"]["ms"] == pytest.approx(0.3)
+    r = rows()
+    for w in r[2:5]:
+        w["first_of_op"], w["new_signature"] = w["index"] == 2, w["module"] != "L0.k"
+    fold(r, [verdict("aten.addmm.default", "jit_compile", 0.6, 0.25)])
+    assert [w.get("inferred", {}).get("ms") for w in r[2:5]] == [pytest.approx(0.6), None, pytest.approx(0.25)]
+
+
+def test_new_shape_figures_lose_what_the_trace_books_in_each_new_shape():
+    from warmprof.traces.explain import Prices
+
+    v = dict(verdict("aten.addmm.default", "jit_compile", 0.6, 0.25),
+             variants=[{"first_ms": 0.35, "steady_ms": 0.05, "first_call": {"onednn_create_ms": 0.2}},
+                       {"first_ms": 0.40, "steady_ms": 0.05, "first_call": {"onednn_create_ms": 0.2}},
+                       {"first_ms": 0.45, "steady_ms": 0.05, "first_call": {"onednn_create_ms": 0.2}}])
+    r = rows()
+    fold(r, [v], Prices())
+    assert r[4]["inferred"]["ms"] == pytest.approx(0.15)  # median of 0.10, 0.15, 0.20
+
+
+def test_off_the_cpu_verdicts_are_kept_but_not_folded():
+    rep = trace_report({"jit_compile": 1.0}, unattributed=3.0, device="cuda:0")
+    rep.unattributed_where = rows()
+    before = rep.unattributed_ms
+    assert apply(rep, [verdict("aten.gelu.default", "runtime_init", 0.7)]) == []
+    assert rep.unattributed_ms == before and rep.instruments["op_probes"]["verdicts"]
+    assert any("not folded" in n for n in rep.notes)
+
+
+def test_a_report_is_folded_once():
+    from warmprof.errors import InputError
+
+    rep = trace_report({"jit_compile": 1.0}, unattributed=3.0)
+    rep.unattributed_where = rows()
+    apply(rep, [verdict("aten.gelu.default", "runtime_init", 0.7)])
+    with pytest.raises(InputError, match="already has op probe verdicts"):
+        apply(rep, [verdict("aten.gelu.default", "runtime_init", 0.7)])
+
+
+def test_advice_names_only_ops_the_probe_takes_by_name():
+    from warmprof.traces.advice import advise
+
+    rep = trace_report({"jit_compile": 0.2}, unattributed=3.0)
+    rep.unattributed_where = [{"module": "L0", "ms": 1.0, "op": "aten.t.default", "calls": 1, "index": 0},
+                              {"module": "L0", "ms": 0.5, "op": "aten.gelu.default", "calls": 1, "index": 1}]
+    text = " ".join(advise(rep))
+    assert "warmprof probe --ops gelu" in text and "--ops t" not in text and "--ops gelu,t" not in text

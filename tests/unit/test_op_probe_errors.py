@@ -85,3 +85,53 @@ def test_the_cli_refuses_from_and_ops_together(tmp_path, capsys):
     path = trace_report_with_ops().save(tmp_path / "t.json")
     assert cli.main(["probe", "--from", str(path), "--ops", "gelu"]) != 0
     assert "not both" in capsys.readouterr().err
+
+
+def test_hostile_call_specs_are_refused_or_labelled_never_a_traceback():
+    from warmprof import opspec
+
+    for bad in ({"op": "aten.add.Tensor", "args": 5}, {"op": "aten.add.Tensor", "args": [1, "x"]},
+                {"op": "aten.add.Tensor", "kwargs": [1]}, {"op": "aten.add.Tensor", "args": [{"list": {"a": 1}}]},
+                {"op": "aten.add.Tensor", "args": [{"tensor": [2, -1], "dtype": "float32"}]},
+                {"op": "aten.add.Tensor", "args": [{"tensor": [2, 2], "dtype": "float32", "stride": [1]}]}, 7, None):
+        assert opspec.check(bad) != ""
+        assert opspec.label(bad) == "(malformed call)"
+        assert opspec.replayable(bad).startswith("malformed call spec")
+
+
+def test_a_replay_over_the_size_cap_is_refused_before_anything_is_allocated():
+    from warmprof import opspec
+
+    huge = {"op": "aten.add.Tensor", "args": [{"tensor": [60000, 60000], "dtype": "float32"}] * 2, "kwargs": {}}
+    assert "GiB" in opspec.replayable(huge)
+    with pytest.raises(InputError, match="GiB"):
+        opspec.build(huge, "cpu")
+
+
+def test_a_broadcast_argument_replays_as_one():
+    import torch
+
+    from warmprof import opspec
+
+    spec = {"op": "aten.add.Tensor", "args": [{"tensor": [4, 8], "dtype": "float32", "stride": [0, 1]},
+                                              {"tensor": [4, 8], "dtype": "float32"}], "kwargs": {}}
+    (a, b), _ = opspec.build(spec, "cpu")
+    assert a.stride() == (0, 1) and a.untyped_storage().nbytes() == 8 * 4
+    assert opspec.resolve_op(spec["op"])(a, b).shape == torch.Size([4, 8])
+
+
+def test_a_trace_report_with_a_malformed_call_does_not_load(tmp_path):
+    import json
+
+    from factories import trace_report
+
+    from warmprof.errors import ReportError
+    from warmprof.report.base import load
+
+    rep = trace_report({"jit_compile": 1.0})
+    data = json.loads(rep.to_json())
+    data["unattributed_where"] = [{"module": "M", "ms": 0.5, "op": "aten.add.Tensor", "call": {"op": "x", "args": 5}}]
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ReportError, match="unattributed_where\\[0\\].call"):
+        load(path)

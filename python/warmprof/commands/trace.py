@@ -42,7 +42,8 @@ def setup(parser: argparse.ArgumentParser) -> None:
                              "(a cold pod, default), or the user's own")
     parser.add_argument("--op-view", action="store_true",
                         help="a span per aten op: unexplained time by (module, op) with each op's shapes "
-                             "(about 10-15 us per op, measured and booked as profiler_overhead)")
+                             "(about 10-15 us per op: measured on the model's instrumented passes, booked as "
+                             "estimated profiler_overhead)")
     parser.add_argument("--explain", action="store_true",
                         help="--op-view, then the ops holding the most unexplained time probed in fresh processes "
                              "and their verdicts folded in as inferred causes (adds seconds per op)")

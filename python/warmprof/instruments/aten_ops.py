@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..opspec import UNSUPPORTED as _UNREADABLE
 from ..opspec import call_spec, raw
 from ..timeline import STRUCTURE, begin, end, name_id
 from .base import Instrument
@@ -90,6 +91,24 @@ class AtenOps(Instrument):
         out["distinct_ops_first_pass"] = len({c[0] for c in self.calls.get("first", [])})
         return out
 
+    def firsts(self, pass_name: str) -> tuple[dict[str, int], set[int]]:
+        """In the pass's calls: each op's first call index, and the indices of the calls that start a
+        call signature (op, shapes, dtypes, strides, scalars) not seen earlier in the pass."""
+        first_of_op: dict[str, int] = {}
+        new_signature: set[int] = set()
+        seen: set[Any] = set()
+        for k, (op, args, kwargs) in enumerate(self.calls.get(pass_name, [])):
+            first_of_op.setdefault(op, k)
+            key: Any = (op, args, tuple(sorted(kwargs.items())))
+            try:
+                hash(key)
+            except TypeError:
+                key = repr(key)
+            if key not in seen:
+                seen.add(key)
+                new_signature.add(k)
+        return first_of_op, new_signature
+
     def cold_dispatch_cost(self, exclude: set[str], ops: int = 9) -> dict[str, Any]:
         """ns the op view adds to an op's first dispatch under it, beyond a later one: on cheap
         unary ops the model did not run (`exclude`: op names), each warmed outside the mode first
@@ -101,6 +120,7 @@ class AtenOps(Instrument):
 
         x = torch.full((4,), 0.5)
         samples: list[float] = []
+        self.current_pass = ""  # nothing of this is recorded as a pass's call
         mode = _make_mode(self)
         for name in COLD_PROBE_OPS:
             if len(samples) >= ops:
@@ -162,7 +182,14 @@ def _make_mode(owner: AtenOps) -> Any:
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    tensor_type, dtype_type = torch.Tensor, torch.dtype
+    tensor_type, dtype_type, strided = torch.Tensor, torch.dtype, torch.strided
+
+    def record(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        try:
+            return (tuple(raw(a, tensor_type, dtype_type, strided) for a in args),
+                    {k: raw(v, tensor_type, dtype_type, strided) for k, v in kwargs.items()})
+        except Exception as e:  # recording never breaks the model: the call is kept as not replayable
+            return ((_UNREADABLE, type(e).__name__, None),), {}
     ids: dict[Any, tuple[int, str]] = {}
 
     class _OpView(TorchDispatchMode):
@@ -175,8 +202,7 @@ def _make_mode(owner: AtenOps) -> Any:
             kwargs = kwargs or {}
             calls = owner.calls.get(owner.current_pass)
             if calls is not None:
-                calls.append((name, tuple(raw(a, tensor_type, dtype_type) for a in args),
-                              {k: raw(v, tensor_type, dtype_type) for k, v in kwargs.items()}))
+                calls.append((name, *record(args, kwargs)))
             begin(STRUCTURE, nid)
             try:
                 return func(*args, **kwargs)

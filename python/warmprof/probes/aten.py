@@ -64,8 +64,9 @@ def op_sites(report: Any, top: int, origin: str = "the report",
     of distinct ops)."""
     rows = [w for w in report.unattributed_where if isinstance(w, dict) and w.get("op")]
     if not rows:
-        raise InputError(f"{origin} has no op rows in unattributed_where: trace with the op view "
-                         "(`warmprof trace --explain`) to record the model's own op calls, then probe them")
+        raise InputError(f"{origin} has no op rows in unattributed_where (no op held unexplained time above the "
+                         "floor, or the trace ran without the op view: `warmprof trace --explain` or `--op-view` "
+                         "records the model's own op calls)")
     out, seen, why = [], set(), []
     for w in sorted(rows, key=lambda w: -float(w.get("ms", 0.0))):
         call = w.get("call")
@@ -141,7 +142,8 @@ def result_of(a: dict[str, Any], base: dict[str, Any], device: str) -> OpResult:
         shape_excess_ms=t.shape_excess_ms, rerun_ms=t.rerun_ms, runtime_warmup_ms=a["runtime_warmup_ms"],
         launch_hi_ms=t.launch_hi_ms, alloc_hi_ms=t.alloc_hi_ms, working_set_bytes=int(a["working_set_bytes"]),
         shape_alloc_hi_ms=t.shape_alloc_hi_ms,
-        variants=[{k: v[k] for k in ("what", "label", "first_ms", "steady_ms", "steady_p10_ms", "steady_p90_ms")}
+        variants=[{k: v[k] for k in ("what", "label", "first_ms", "steady_ms", "steady_p10_ms", "steady_p90_ms",
+                                     "first_call") if k in v}
                   for v in a["variants"]],
         dropped_variants=list(a.get("dropped_variants", [])), threads=a.get("threads"), first_call=a.get("first_call"),
     )
@@ -154,6 +156,9 @@ def run_child(job: dict[str, Any], threads: int | None, timeout_s: float) -> tup
         # A cold device: the driver's PTX JIT cache and torch's NVRTC kernel cache start empty.
         env["CUDA_CACHE_PATH"] = os.path.join(tmp, "cuda_cache")
         env["PYTORCH_KERNEL_CACHE_PATH"] = os.path.join(tmp, "torch_kernels")
+        # the child imports this very warmprof, even when it is importable here only through sys.path
+        here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the folder holding warmprof/
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (os.path.dirname(here), env.get("PYTHONPATH", "")) if p)
         if threads is not None:  # the pools OpenMP and MKL start with, before torch.set_num_threads
             env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
         t0 = _native.now_ns()

@@ -70,16 +70,17 @@ def measure(job: dict[str, Any]) -> dict[str, Any]:
         op = opspec.resolve_op(spec["op"])
         args, kwargs = opspec.build(spec, device)
         fn = _bound(op, kwargs)
+        mark = (lambda name: onednn.end_pass(name)) if onednn is not None else (lambda name: None)
         try:
-            first_ms, steady, host = first_and_steady(fn, tuple(args), be.sync, int(job.get("steady_calls", 20)))
+            first_ms, steady, host = first_and_steady(fn, tuple(args), be.sync, int(job.get("steady_calls", 20)),
+                                                      lambda: mark("first"))
         except Exception as e:
             return {"ok": False, "error": f"the op raised on its recorded shapes: {one_line(e)}"}
-        if onednn is not None:
-            onednn.end_pass("first")
-    if onednn is not None:
-        host["onednn_create_ms"] = onednn.by_pass.get("first", {}).get("create_miss_ms", 0.0)
-        host["onednn"] = "" if onednn.available else onednn.reason
-    variants, dropped = new_shapes(be, op, spec, int(job.get("variant_calls", 10)))
+        variants, dropped = new_shapes(be, op, spec, int(job.get("variant_calls", 10)), mark)
+    if onednn is not None:  # its passes are read on exit: the first call's and each new shape's creations
+        for name, counters in (("first", host), *((f"variant{i}", v["first_call"]) for i, v in enumerate(variants))):
+            counters["onednn_create_ms"] = onednn.by_pass.get(name, {}).get("create_miss_ms", 0.0)
+            counters["onednn"] = "" if onednn.available else onednn.reason
     with quiet_gc():
         reruns = [time_call(fn, tuple(args), be.sync) for _ in range(int(job.get("rerun_rounds", 3)))]
     working_set = _nbytes(args) + _nbytes(kwargs) + _nbytes(fn(*args))
@@ -95,8 +96,9 @@ def measure(job: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def first_and_steady(fn: Callable, args: tuple, sync: Callable[[], None],
-                     steady_calls: int) -> tuple[float, Stats, dict[str, Any]]:
+def first_and_steady(fn: Callable, args: tuple, sync: Callable[[], None], steady_calls: int,
+                     after_first: Callable[[], None] = lambda: None,
+                     warm_calls: int = 2) -> tuple[float, Stats, dict[str, Any]]:
     """burst(), with the host counters read around the first call alone: its page faults and the
     growth of file-backed memory (a library's code paged in), which a trace books as estimates."""
     from .. import _native
@@ -106,7 +108,8 @@ def first_and_steady(fn: Callable, args: tuple, sync: Callable[[], None],
         faults0, file0 = sum(_native.faults()), _native.file_bytes()
         first = time_call(fn, args, sync)
         host = {"faults": sum(_native.faults()) - faults0, "file_bytes": max(0, _native.file_bytes() - file0)}
-        for _ in range(2):
+        after_first()
+        for _ in range(warm_calls):
             time_call(fn, args, sync)
         return first, stats(time_calls(fn, args, sync, steady_calls)), host
 
@@ -125,7 +128,8 @@ def runtime_warmup(be: Any) -> tuple[float, Stats]:
     return excess, one_steady
 
 
-def new_shapes(be: Any, op: Any, spec: dict[str, Any], calls: int) -> tuple[list[dict[str, Any]], list[str]]:
+def new_shapes(be: Any, op: Any, spec: dict[str, Any], calls: int,
+               mark: Callable[[str], None] = lambda name: None) -> tuple[list[dict[str, Any]], list[str]]:
     """Up to MAX_VARIANTS new shapes of the warm op: first call and steady each. A perturbation the op
     refuses (it raises at the first new size) is dropped with its reason."""
     from .. import opspec
@@ -142,13 +146,14 @@ def new_shapes(be: Any, op: Any, spec: dict[str, Any], calls: int) -> tuple[list
             try:
                 args, kwargs = opspec.build(vspec, be.device)
                 fn = _bound(op, kwargs)
-                first_ms, steady = burst(fn, tuple(args), be.sync, calls, warm_calls=1)
+                first_ms, steady, host = first_and_steady(fn, tuple(args), be.sync, calls,
+                                                          lambda: mark(f"variant{len(out)}"), warm_calls=1)
                 nbytes = _nbytes(args) + _nbytes(kwargs) + _nbytes(fn(*args))
             except Exception as e:
                 dropped.append(f"{what} -> {n}: {one_line(e)}")
                 break
             out.append({"what": f"{what} -> {n}", "label": opspec.label(vspec), "first_ms": first_ms,
-                        "working_set_bytes": nbytes, **_stats(steady)})
+                        "working_set_bytes": nbytes, "first_call": host, **_stats(steady)})
     return out, dropped
 
 

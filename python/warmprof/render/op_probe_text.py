@@ -8,6 +8,7 @@ from typing import Any
 from .base import Renderer
 from .format import duration, ms_decimals, table
 from .registry import register
+from .safe import one_line
 
 
 @register
@@ -42,8 +43,8 @@ class OpProbeTextRenderer(Renderer):
     def _rows(self, r: Any) -> list[str]:
         rows = []
         for o in r.ops:
-            evidence = o.error if o.verdict == "failed" else o.evidence
-            rows.append([o.short, o.label, ms_decimals(o.first_ms), ms_decimals(o.steady_ms), ms_decimals(o.cold_excess_ms),
+            evidence = one_line(o.error if o.verdict == "failed" else o.evidence)
+            rows.append([one_line(o.short), one_line(o.label), ms_decimals(o.first_ms), ms_decimals(o.steady_ms), ms_decimals(o.cold_excess_ms),
                          ms_decimals(o.shape_excess_ms), ms_decimals(o.rerun_ms), o.verdict, evidence])
         return table(["op", "shapes", "first", "steady", "cold excess", "shape excess", "re-run", "verdict", "evidence"],
                      rows, right={2, 3, 4, 5, 6}, rule=True)
@@ -55,7 +56,7 @@ class OpProbeTextRenderer(Renderer):
                 lines.append(f"  {o.short} at {o.source['module']} ({ms_decimals(o.source['ms'])} ms unattributed"
                              f"{', ' + str(o.source['calls']) + ' calls' if o.source.get('calls') else ''})")
             for v in o.variants:
-                lines.append(f"  {o.short} {v['label']}: {ms_decimals(v['first_ms'])} / {ms_decimals(v['steady_ms'])}")
+                lines.append(f"  {one_line(o.short)} {one_line(v['label'])}: {ms_decimals(v['first_ms'])} / {ms_decimals(v['steady_ms'])}")
             if o.verdict != "failed" and not o.variants:
                 lines.append(f"  {o.short}: no new shape ran ({len(o.dropped_variants)} size change(s) refused"
                              + (f", first: {o.dropped_variants[0]}" if o.dropped_variants else "") + ")")

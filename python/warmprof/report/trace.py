@@ -191,6 +191,7 @@ _COUNTER_SAMPLE = S.Obj({"pass": S.STR, "name": S.STR, "t_ms": S.NUM, "value": S
 _MODULE = S.Obj({"module": S.STR, "ms": S.NUM, "causes": S.MapOf(S.NUM)})
 _WHERE = S.Obj({"module": S.STR, "ms": S.NUM}, {"op": S.STR, "calls": S.NON_NEGATIVE_INT,
                                                       "index": S.NON_NEGATIVE_INT, "call": S.MapOf(S.ANY), "rerun_ms": S.NUM,
+                                                      "first_of_op": S.BOOL, "new_signature": S.BOOL,
                                                       "inferred": S.Obj({"cause": S.STR, "ms": S.NUM})})
 _TORCH_COMPILE = S.Obj(optional={"torch_reported_compile_ms": S.NUM, "compiles": S.ListOf(S.ANY)})
 _TORCH_COMPILE_FIGURES = S.Obj({"torch_reported_ms": S.NUM, "compiles": S.NON_NEGATIVE_INT, "inductor_cache": S.STR},
@@ -335,6 +336,12 @@ class Report(ReportBase):
             non_negative(self.torch_compile.torch_reported_ms, "torch_compile.torch_reported_ms")
         for c in self.causes + self.seen_rerun_causes:
             c.validate()
+        from ..opspec import check
+
+        for i, w in enumerate(self.unattributed_where):
+            why = check(w["call"]) if "call" in w else ""
+            if why:
+                raise ReportError(f"unattributed_where[{i}].call: {why}")
         shares = sum(c.share for c in self.causes if c.cause != "unattributed")
         if shares > 1.0 + 1e-6:
             raise ReportError(f"cause shares sum to {shares:.3f} > 1")

@@ -82,10 +82,24 @@ def advise(report: Any, share_floor: float = 0.1, max_causes: int = 3) -> list[s
 def _next_step(rows: list[dict]) -> str:
     """Where to look next: the op probe on the ops the op view found (names the probe accepts), or
     the op view itself when this trace ran without it."""
-    ops = list(dict.fromkeys(short_op(w["op"]).split(".")[0] for w in rows if "op" in w and not w.get("inferred")))
+    ops = [name for name in dict.fromkeys(short_op(w["op"]).split(".")[0] for w in rows
+                                          if "op" in w and not w.get("inferred")) if _probe_takes(name)]
     if ops:
         return (f"Probe the ops that hold it in a fresh process with `warmprof probe --ops {','.join(ops[:4])}` "
                 "(or `warmprof probe --from` this report's JSON, which replays their recorded shapes)")
+    if any("op" in w and w.get("inferred") for w in rows):
+        return "The op probes already explain the op rows they could; what is left is the modules' own code outside ops"
     if any("op" in w for w in rows):
-        return "The op probes already explain the op rows; what is left is the modules' own code outside ops"
+        return "Probe the ops that hold it with `warmprof probe --from` this report's JSON (it replays their recorded shapes)"
     return "Find the ops that hold it with `warmprof trace --explain` (a span per aten op, then the op probes)"
+
+
+def _probe_takes(name: str) -> bool:
+    """Whether `warmprof probe --ops NAME` accepts the op by name (a default shape or a pointwise op)."""
+    try:
+        from ..probes.aten_table import call_for
+
+        call_for(name)
+    except Exception:
+        return False
+    return True

@@ -286,6 +286,9 @@ def trace(
         raise InputError(f"explain must be True or False, got {explain!r}")
     if isinstance(explain_top, bool) or not isinstance(explain_top, int) or not 1 <= explain_top <= 100:
         raise InputError(f"explain_top must be an integer from 1 to 100, got {explain_top!r}")
+    if explain and compile not in (None, False):
+        raise InputError("explain is for eager models: a compiled model gets no op view (its first pass is explained "
+                         "by the compile's own spans); drop explain or compile")
     if not calibration.busy.acquire(blocking=False):
         raise InputError("another warmprof trace or calibration is already running in this process (from another "
                          "thread, or this call comes from inside a trace): they share the recorder, so run them "
@@ -433,7 +436,8 @@ def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, devic
         protocol_notes=[self_cost_skipped] if self_cost_skipped else [],
         platform=fingerprint(gpu_index=cuda_index(str(dev))),
         run=run,
-        op_call=next((i.call for i in instruments if i.name == "aten_ops" and i.available), None),
+        op_call=ops_inst.call if ops_inst is not None else None,
+        op_firsts=ops_inst.firsts("first") if ops_inst is not None else None,
         warm_pass=warm_pass,
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     ))

@@ -15,6 +15,7 @@ from ..timeline import COUNTER, INSTANT, THINNED, Timeline, cause_name, source_o
 from .advice import advise
 
 MAX_SPANS = 20000
+MAX_SITES = 200  # (module, op) rows kept in unattributed_where, largest first
 
 IN_PROCESS_NOTE = ("traced in the caller's process: work done here before the trace (other models, warm-up calls, "
                    "earlier traces) may have warmed shared state (thread pools, allocator, kernel caches); "
@@ -60,6 +61,8 @@ class TraceFacts:
     protocol_notes: list[str] = field(default_factory=list)  # what the protocol itself left out, and why
     # the op view's recorded call (pass, index) -> its opspec JSON; None when the op view was off
     op_call: Callable[[str, int], dict[str, Any] | None] | None = None
+    # the op view's first pass: each op's first call index, the calls that start a new call signature
+    op_firsts: tuple[dict[str, int], set[int]] | None = None
     # the fastest instrumented steady pass, attributed (op view only): the warm baseline per site
     warm_pass: PassAttribution | None = None
 
@@ -191,19 +194,27 @@ def _counter_samples(tl: Timeline, att: PassAttribution, pass_name: str) -> list
     return out[:MAX_SPANS]
 
 
+def _calls_aligned(f: TraceFacts) -> bool:
+    """The op view's recorded calls line up with the first pass's op spans (the k-th span is the
+    k-th call): as many of each. Not so when the recorder dropped records."""
+    n = f.first.op_calls
+    return (f.op_call is not None and n > 0 and f.op_call("first", n - 1) is not None
+            and f.op_call("first", n) is None)
+
+
 def _where(f: TraceFacts) -> list[dict[str, Any]]:
     """unattributed_where: by module, or by (module, op) site with each op site's first call when the
     op view ran (its recorded calls line up with the pass's op spans unless the recorder dropped some)."""
     first, rerun = f.first, f.rerun
     if not first.op_sites:
         return [{"module": mod or "(outside modules)", "ms": ms} for mod, ms in unattributed_where(first, rerun)]
-    aligned = f.op_call is not None and f.op_call("first", first.op_calls - 1) is not None \
-        and f.op_call("first", first.op_calls) is None
+    aligned = _calls_aligned(f)
     one_time = {(mod, op): ms for mod, op, ms in unattributed_sites(first, rerun)}
     # what the re-run still paid over a warm pass, by site (warm-up that takes more than one call)
     again = {(mod, op): ms for mod, op, ms in unattributed_sites(rerun, f.warm_pass)} if f.warm_pass else {}
     rows = []
-    for (mod, op) in sorted(set(one_time) | set(again), key=lambda k: -(one_time.get(k, 0.0) + again.get(k, 0.0))):
+    sites = sorted(set(one_time) | set(again), key=lambda k: -(one_time.get(k, 0.0) + again.get(k, 0.0)))
+    for (mod, op) in sites[:MAX_SITES]:
         row: dict[str, Any] = {"module": mod or "(outside modules)", "ms": one_time.get((mod, op), 0.0)}
         if (mod, op) in again:
             row["rerun_ms"] = again[(mod, op)]
@@ -211,7 +222,12 @@ def _where(f: TraceFacts) -> list[dict[str, Any]]:
         if op:
             row["op"] = op
             row["calls"] = site[1] if site else rerun.op_sites.get((mod, op), (0, 0))[1]
-            row["index"] = site[0] if site else 0
+            if site:  # a site the first pass did not run has no first call to point at
+                row["index"] = site[0]
+                if f.op_firsts is not None and aligned:
+                    first_of_op, new_signature = f.op_firsts
+                    row["first_of_op"] = first_of_op.get(op) == site[0]
+                    row["new_signature"] = site[0] in new_signature
             spec = f.op_call("first", site[0]) if aligned and site and f.op_call else None
             if spec is not None:
                 row["call"] = spec
@@ -237,6 +253,9 @@ def build_report(facts: TraceFacts) -> Report:
     notes.extend(f.protocol_notes)
     notes.extend(recorder_notes(f.timeline, {"first_pass": first, "seen_rerun": rerun}))
     notes.extend(calibration_notes(f.calibration))
+    if first.op_sites and f.op_call is not None and not _calls_aligned(f):
+        notes.append(f"op view: the recorder kept {first.op_calls} op spans in the first pass, not one per recorded "
+                     "call (it dropped records), so the op rows carry no recorded call (nothing for the probes)")
     if first.unmatched:
         notes.append(f"{first.unmatched} spans never closed in the first pass (closed at its end)")
     overshoot = overshoot_note(summary.attributed_ms, summary.excess_ms, stats.noise_band)

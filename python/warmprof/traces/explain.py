@@ -75,54 +75,77 @@ def booked_by_trace_ms(first_call: Mapping[str, Any] | None, prices: Prices) -> 
             + anon_faults * prices.fault_ns / 1e6)
 
 
-def fold(rows: list[dict[str, Any]], verdicts: Iterable[Mapping[str, Any]], prices: Prices = Prices()) -> list[Folded]:
+def _shape_figure(v: Mapping[str, Any], prices: Prices) -> float | None:
+    """The new-shape excess less what the trace books in each new shape's first call (the median over
+    the probe's new shapes), or the probe's own figure for a verdict that carries no counters."""
+    variants = [x for x in v.get("variants") or [] if x.get("first_call") is not None]
+    if variants:
+        figures = sorted(max(0.0, float(x["first_ms"]) - float(x["steady_ms"]) - booked_by_trace_ms(x["first_call"], prices))
+                         for x in variants)
+        return figures[len(figures) // 2]
+    shape = v.get("shape_excess_ms")
+    return max(0.0, float(shape)) if shape is not None else None
+
+
+def fold(rows: list[dict[str, Any]], verdicts: Iterable[Mapping[str, Any]], prices: Prices = Prices(),
+         budget_ms: float = float("inf")) -> list[Folded]:
     """Inferred causes from op probe verdicts over the (module, op) rows; marks each row it books
     (row["inferred"] = {"cause", "ms"}). Pure: rows and verdicts in, figures out.
 
-    A verdict: {"op", "call", "verdict", "cold_excess_ms", "shape_excess_ms" (or None),
-    "first_call" (the child's counters around the first call), ...}. The op-cold figure is the
-    probe's cold excess less what the trace itself books in such a call (booked_by_trace_ms): the
-    trace already took that out of the site's residual."""
+    A verdict: {"op", "call", "verdict", "cold_excess_ms", "shape_excess_ms" (or None), "first_call"
+    (the child's counters around the first call), "variants" (each new shape's, with its own), ...}.
+    The op-cold figure is the probe's cold excess less what the trace itself books in such a call
+    (booked_by_trace_ms): the trace already took that out of the site's residual; the same for the
+    new-shape figure. Where rows say which holds the op's first call in the pass ("first_of_op") and
+    which start a call signature not seen before ("new_signature"), those decide; older rows fall
+    back to the order of "index" among the rows. Never more than a row's own ms, and never more than
+    budget_ms in all (the report's unattributed time), booked in pass order."""
     by_op: dict[str, Mapping[str, Any]] = {}
     for v in verdicts:
         if v.get("verdict") in FOLDABLE and v.get("op") and v["op"] not in by_op:
             by_op[v["op"]] = v
-    totals: dict[str, list] = {}
+    plan: list[tuple[int, str, dict[str, Any], str, float]] = []  # (index, op, row, cause, figure)
     for op, v in by_op.items():
-        sites = sorted((r for r in rows if r.get("op") == op and r.get("ms", 0) > 0),
+        sites = sorted((r for r in rows if r.get("op") == op and r.get("ms", 0) > 0 and "inferred" not in r),
                        key=lambda r: r.get("index", 0))
         cause = v["verdict"]
         cold = max(0.0, float(v.get("cold_excess_ms") or 0.0) - booked_by_trace_ms(v.get("first_call"), prices))
-        shape = v.get("shape_excess_ms")
-        shape = max(0.0, float(shape)) if shape is not None else None
+        shape = _shape_figure(v, prices)
         seen: set[str] = set()
         for k, r in enumerate(sites):
             sig = _key(r["call"]) if "call" in r else f"#{k}"
-            new_sig = sig not in seen
+            first = r["first_of_op"] if "first_of_op" in r else k == 0
+            new_sig = r["new_signature"] if "new_signature" in r else sig not in seen
             seen.add(sig)
             if cause == "runtime_init":
-                figure = cold if k == 0 else 0.0
+                figure = cold if first else 0.0
             elif cause in ("jit_compile", "algorithm_selection"):
-                figure = (cold if k == 0 else (shape if shape is not None else 0.0)) if new_sig else 0.0
+                figure = (cold if first else (shape if shape is not None else 0.0)) if new_sig else 0.0
             else:  # allocator_growth
                 figure = cold if new_sig else 0.0
-            ms = min(r["ms"], figure)
-            if ms <= 0:
-                continue
-            r["inferred"] = {"cause": cause, "ms": ms}
-            t = totals.setdefault(cause, [0.0, 0, {}, []])
-            t[0] += ms
-            t[1] += 1
-            t[2][r["module"]] = t[2].get(r["module"], 0.0) + ms
-            if short_op(op) not in t[3]:
-                t[3].append(short_op(op))
+            plan.append((int(r.get("index", 0)), op, r, cause, figure))
+    totals: dict[str, list] = {}
+    left = max(0.0, budget_ms)
+    for _, op, r, cause, figure in sorted(plan, key=lambda p: p[0]):
+        ms = min(r["ms"], figure, left)
+        if ms <= 0:
+            continue
+        left -= ms
+        r["inferred"] = {"cause": cause, "ms": ms}
+        t = totals.setdefault(cause, [0.0, 0, {}, []])
+        t[0] += ms
+        t[1] += 1
+        t[2][r["module"]] = t[2].get(r["module"], 0.0) + ms
+        if short_op(op) not in t[3]:
+            t[3].append(short_op(op))
     out = []
     for cause, (ms, n, mods, ops) in totals.items():
         out.append(Folded(cause, ms, n, max(mods, key=mods.get), (
             f"op probes in fresh processes ({', '.join(ops)}): each op's first call there cost more than its steady "
             "calls, beyond what this trace's instruments book in such a call (oneDNN creation, page faults at this "
             f"machine's prices); booked at {n} (module, op) site(s) where the trace saw the op pay, never more than "
-            "the site's own residual (inferred: the probe ran the op alone, not in this pass)")))
+            "the site's own residual nor, in all, the unattributed time (inferred: the probe ran the op alone, "
+            "not in this pass)")))
     out.sort(key=lambda f: -f.ms)
     return out
 
@@ -131,11 +154,19 @@ def apply(report: Any, verdicts: list[Mapping[str, Any]], wall_s: float | None =
     """Fold probe verdicts into a trace report: inferred causes (source "probe"), the attributed and
     unattributed totals and every share recomputed, the verdicts kept under instruments["op_probes"],
     the advice written again."""
+    from ..errors import InputError
     from ..report import CauseEntry
     from .advice import advise
+    from .build import first_call_residual_note
 
+    if "op_probes" in report.instruments:
+        raise InputError("this report already has op probe verdicts folded in (instruments.op_probes)")
     calibration = report.protocol.calibration if report.protocol is not None else {}
-    folded = fold(report.unattributed_where, verdicts, Prices.of(calibration))
+    cpu = str(report.device).partition(":")[0] == "cpu"
+    # Off the CPU the probe's child does not yet read what the trace's CUDA instruments book in a
+    # first call (CUPTI's module loads, cuBLAS set-up), so its excess would be counted twice: kept, not folded.
+    folded = fold(report.unattributed_where, verdicts, Prices.of(calibration),
+                  budget_ms=max(0.0, report.unattributed_ms)) if cpu else []
     for f in folded:
         report.causes.append(CauseEntry(cause=f.cause, ms=f.ms, share=0.0, evidence="inferred", source=SOURCE,
                                         module=f.module, count=f.sites, detail=f.detail))
@@ -148,6 +179,15 @@ def apply(report: Any, verdicts: list[Mapping[str, Any]], wall_s: float | None =
     report.causes.sort(key=lambda c: -c.ms)
     report.instruments["op_probes"] = {"verdicts": [dict(v) for v in verdicts],
                                        "folded_ms": added, **({"wall_s": wall_s} if wall_s is not None else {})}
+    if report.protocol is not None:
+        report.protocol.unattributed_within_noise = abs(report.unattributed_ms) <= report.noise_band_ms
+    residual_rerun = report.protocol.seen_rerun_residual_ms if report.protocol is not None else None
+    for i, note in enumerate(report.notes):  # the note that quotes the unattributed time, said again
+        if note.startswith("first-call work no instrument brackets") and residual_rerun is not None:
+            report.notes[i] = first_call_residual_note(report.unattributed_ms, residual_rerun, report.noise_band_ms)
+    if not cpu:
+        report.notes.append(f"--explain on {report.device}: the verdicts are kept under instruments.op_probes but not "
+                            "folded in (the probe does not yet read what this trace's CUDA instruments book in a first call)")
     probed = len(verdicts)
     found = sum(1 for v in verdicts if v.get("verdict") in FOLDABLE)
     report.notes.append(
@@ -166,7 +206,13 @@ def explain_report(report: Any, *, top: int = 8, threads: int | None = None, dev
 
     from ..probes.aten import probe_from
 
+    from ..errors import InputError, ReportError
+
     t0 = time.monotonic()
-    result = probe_from(report, top=top, threads=threads, device=device, progress=progress, one_per_op=True)
+    try:
+        result = probe_from(report, top=top, threads=threads, device=device, progress=progress, one_per_op=True)
+    except (InputError, ReportError) as e:  # nothing to probe: the trace stands, and says why
+        report.notes.append(f"--explain: nothing probed: {e}")
+        return []
     verdicts = [dataclasses.asdict(v) for v in result.ops]
     return apply(report, verdicts, time.monotonic() - t0)
