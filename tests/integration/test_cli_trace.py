@@ -38,6 +38,25 @@ def test_trace_op_view_in_a_fresh_process_gives_module_op_rows(tmp_path):
     assert "unattributed sits in (module, op)" in p.stdout or data["unattributed_ms"] <= data["noise_band_ms"]
 
 
+def test_trace_explain_from_the_cli_probes_and_runs_a_warm_process(tmp_path):
+    f = tmp_path / "mlp.py"
+    f.write_text("import torch\n"
+                 "def build():\n"
+                 "    return torch.nn.Sequential(torch.nn.Linear(24, 40), torch.nn.GELU(), torch.nn.LayerNorm(40))\n")
+    out = tmp_path / "explain.json"
+    p = run_cli("trace", f"{f}:build", "--shape", "3,24", "--steady", "5", "--threads", "1", "--explain",
+                "--explain-top", "1", "--json", str(out), "--quiet", timeout=600)
+    assert p.returncode == 0, p.stderr
+    data = json.loads(out.read_text())
+    notes = " ".join(data["notes"])
+    assert "--explain: 1 op(s) probed" in notes or "--explain: nothing probed" in notes
+    assert "a second fresh process ran the model once at 4,24, then traced it at 3,24" in notes
+    assert data["attributed_ms"] + data["unattributed_ms"] == pytest.approx(data["excess_ms"])
+    for c in data["causes"]:
+        if c["source"] in ("probe", "warm_process"):
+            assert c["evidence"] == "inferred"
+
+
 def test_trace_factory_from_a_file(tmp_path):
     f = tmp_path / "mymodel.py"
     f.write_text("import torch\ndef build():\n    return torch.nn.Sequential(torch.nn.Linear(8, 4))\n")

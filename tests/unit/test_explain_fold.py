@@ -171,3 +171,49 @@ def test_advice_names_only_ops_the_probe_takes_by_name():
                               {"module": "L0", "ms": 0.5, "op": "aten.gelu.default", "calls": 1, "index": 1}]
     text = " ".join(advise(rep))
     assert "warmprof probe --ops gelu" in text and "--ops t" not in text and "--ops gelu,t" not in text
+
+
+def _warm_report(rows_ms):
+    rep = trace_report({"jit_compile": 1.0}, unattributed=3.0, shape=(2, 64))
+    rep.unattributed_where = [{"module": m, "ms": ms, **({"op": op} if op else {})} for (m, op), ms in rows_ms.items()]
+    return rep
+
+
+def test_the_warm_process_books_what_it_did_not_pay_again_signed_and_capped():
+    from warmprof.traces.explain import fold_warm_process
+
+    rep = trace_report({"jit_compile": 1.0}, unattributed=3.0)
+    rep.unattributed_where = rows()
+    # the warm process paid module code L0 0.1 (was 0.9), gelu at L0.act 0.6 (more than 0.5 here: noise)
+    warm = _warm_report({("L0", ""): 0.1, ("L0.act", "aten.gelu.default"): 0.6})
+    before = rep.unattributed_ms
+    f = fold_warm_process(rep, warm)
+    # signed sum over the rows: L0 +0.8, L0.act -0.1, the rest (absent there) + their ms
+    signed = 0.8 - 0.1 + 0.05 + 0.8 + 0.3 + 0.4
+    assert f.ms == pytest.approx(signed)
+    assert rep.unattributed_ms == pytest.approx(before - signed)
+    by_row = {(w["module"], w.get("op", "")): w.get("warm_process_ms", 0.0) for w in rep.unattributed_where}
+    assert by_row[("L0.act", "aten.gelu.default")] == 0.0  # it paid more there: nothing booked
+    assert by_row[("L0", "")] > 0
+    entry = next(c for c in rep.causes if c.source == "warm_process")
+    assert (entry.cause, entry.evidence) == ("runtime_init", "inferred") and "2x64" in entry.detail
+    assert rep.attributed_ms + rep.unattributed_ms == pytest.approx(rep.excess_ms)
+
+
+def test_the_warm_process_books_nothing_when_it_paid_as_much():
+    from warmprof.traces.explain import fold_warm_process
+
+    rep = trace_report({"jit_compile": 1.0}, unattributed=3.0)
+    rep.unattributed_where = rows()
+    warm = _warm_report({(w["module"], w.get("op", "")): w["ms"] + 0.1 for w in rows()})
+    assert fold_warm_process(rep, warm) is None
+    assert not any(c.source == "warm_process" for c in rep.causes)
+
+
+def test_the_warm_process_never_books_past_the_unattributed_time():
+    from warmprof.traces.explain import fold_warm_process
+
+    rep = trace_report({"jit_compile": 1.0}, unattributed=0.5)
+    rep.unattributed_where = rows()
+    f = fold_warm_process(rep, _warm_report({}))
+    assert f.ms == pytest.approx(0.5) and rep.unattributed_ms == pytest.approx(0.0, abs=1e-9)

@@ -50,6 +50,8 @@ def setup(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--explain-top", type=int, default=8, metavar="N",
                         help="ops probed by --explain (default 8, the largest first)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    # --explain's second process: the model runs once at this shape before the trace
+    parser.add_argument("--warm-shape", help=argparse.SUPPRESS)
     parser.add_argument("--fresh-process", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--status-file", help=argparse.SUPPRESS)  # the parent's, for the child's phase
 
@@ -104,10 +106,10 @@ def _child_argv(args: argparse.Namespace) -> list[str]:
             argv.append(f"--{flag.replace('_', '-')}")
     if args.explain:
         argv += ["--explain-top", str(args.explain_top)]
-    for opt in ("shape", "dtype", "device", "json", "steady", "threads"):
+    for opt in ("shape", "dtype", "device", "json", "steady", "threads", "warm_shape"):
         v = getattr(args, opt)
         if v is not None:
-            argv += [f"--{opt}", str(os.path.abspath(v) if opt == "json" else v)]
+            argv += [f"--{opt.replace('_', '-')}", str(os.path.abspath(v) if opt == "json" else v)]
     if args.compile is not None:
         argv.append(f"--compile={args.compile}")
     return argv + ["--in-process", "--fresh-process", "--cache", args.cache]
@@ -168,10 +170,18 @@ def _trace_here(args: argparse.Namespace, status: child.Status) -> int:
     else:
         model, shape = load_target(args.target), args.shape
     steady = args.steady if args.steady is not None else (5, 50)
+    if args.warm_shape:
+        status.write("running the model once at the warm-up shape")
+        _warm_run(torch, model, args.warm_shape, args.dtype, args.device)
     status.write("setting up the trace")
     report = warmprof.trace(model, shape, dtype=args.dtype, device=args.device, compile=args.compile,
                             steady=steady, progress=status.progress(args.quiet), run=_run_context(args),
                             op_view=args.op_view, explain=args.explain, explain_top=args.explain_top)
+    if args.warm_shape:
+        report.notes.append(f"the model ran once at input shape {args.warm_shape} before this trace (--warm-shape): "
+                            "what a process pays once whatever the shape was paid then")
+    if args.explain and args.fresh_process:
+        _warm_process(args, report, status)
     if args.fresh_process and args.cache == "keep" and report.protocol is not None:
         # Known only now: the first pass may have set cache variables (inductor sets
         # TORCHINDUCTOR_CACHE_DIR and TRITON_CACHE_DIR when it first compiles).
@@ -189,3 +199,62 @@ def _run_context(args: argparse.Namespace) -> RunContext:
     # --cache keep: the user's own folders, read after the trace (see _trace_here)
     caches = None if args.cache == "keep" else {var: "fresh (removed after)" for var in child.CACHES}
     return RunContext(fresh_process=True, cache=args.cache, threads=args.threads, caches=caches)
+
+
+def _warm_run(torch: Any, model: Any, shape: str, dtype: str | None, device: str) -> None:
+    """One pass at `shape` before the trace (no grad), as a server that already ran other inputs."""
+    from ..inputs import make_inputs, parse_device
+
+    dev = parse_device(device)
+    if dev.type != "cpu" and isinstance(model, torch.nn.Module):
+        model.to(dev)
+    args, kwargs, _ = make_inputs(model, shape, dtype, None, dev)
+    try:
+        with torch.no_grad():
+            model(*args, **kwargs)
+    except Exception as e:
+        raise InputError(f"the model raised when run once at the warm-up shape {shape}: {type(e).__name__}: {e}") from e
+
+
+def _warm_process(args: argparse.Namespace, report: Any, status: child.Status) -> None:
+    """--explain's once-per-process experiment: the same trace (op view on) in a second fresh process
+    that ran the model once at another input shape first; the rows it did not pay again are folded
+    in (traces/explain.fold_warm_process). A failure leaves the report as it is, with a note."""
+    import subprocess
+    import tempfile
+
+    from ..report.base import load
+    from ..traces.explain import fold_warm_process, other_shape
+
+    if not report.shape:
+        report.notes.append("--explain: no once-per-process run (the input has no plain shape to change)")
+        return
+    shape = ",".join(str(d) for d in report.shape)
+    warm_shape = ",".join(str(d) for d in other_shape(report.shape))
+    status.write(f"a second fresh process: the model once at {warm_shape}, then the trace at {shape}")
+    with tempfile.TemporaryDirectory(prefix="warmprof-warm-") as tmp:
+        out = os.path.join(tmp, "warm.json")
+        argv = [sys.executable, "-m", "warmprof", "trace", *([args.target] if args.target else ["--demo"]),
+                "--shape", shape, "--warm-shape", warm_shape, "--op-view", "--json", out, "--quiet",
+                "--cache", args.cache, "--device", args.device]
+        for opt in ("dtype", "threads", "steady"):
+            if getattr(args, opt) is not None:
+                argv += [f"--{opt}", str(getattr(args, opt))]
+        try:
+            p = subprocess.run(argv, capture_output=True, text=True, timeout=WARM_PROCESS_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            report.notes.append(f"--explain: the once-per-process run took over {WARM_PROCESS_TIMEOUT_S} s and was stopped")
+            return
+        if p.returncode != 0:
+            last = (p.stderr.strip().splitlines() or ["no message"])[-1]
+            report.notes.append(f"--explain: the once-per-process run failed (exit {p.returncode}): {last}")
+            return
+        warm = load(out)
+    folded = fold_warm_process(report, warm)
+    report.notes.append(
+        f"--explain: a second fresh process ran the model once at {warm_shape}, then traced it at {shape}: "
+        + (f"{folded.ms:.2f} ms of this trace's rows it did not pay again folded in as runtime_init (source "
+           "warm_process, inferred)" if folded else "it paid as much as this one: nothing folded"))
+
+
+WARM_PROCESS_TIMEOUT_S = 900

@@ -112,13 +112,15 @@ def _where_lines(r: Any) -> list[str]:
     from ..opspec import label, short_op
 
     def left(w: dict) -> float:  # what the probes' inferred causes did not take, and what the re-run paid again
-        return max(0.0, w["ms"] - w.get("inferred", {}).get("ms", 0.0)) + max(0.0, w.get("rerun_ms", 0.0))
+        taken = w.get("inferred", {}).get("ms", 0.0) + w.get("warm_process_ms", 0.0)
+        return max(0.0, w["ms"] - taken) + max(0.0, w.get("rerun_ms", 0.0))
 
     placed = sum(left(w) for w in rows)
     top = sorted((w for w in rows if left(w) > 0), key=lambda w: -left(w))[:8]
     out = ["  unattributed sits in (module, op): first pass less seen re-run outside causes"
            + (", plus seen re-run less a warm instrumented pass" if any("rerun_ms" in w for w in rows) else "")
            + (", less what the op probes inferred" if any("inferred" in w for w in rows) else "")
+           + (", less what a warm process did not pay again" if any("warm_process_ms" in w for w in rows) else "")
            + f"; {len(rows)} sites place {_ms(placed)} of {_ms(r.unattributed_ms)} ({placed / r.unattributed_ms:.0%}); "
            f"largest {len(top)}:"]
     for w in top:

@@ -20,6 +20,14 @@ _BY_SOURCE = {
         "oneDNN generates a kernel per new shape: warm each served shape once at start-up (primitive cache "
         "capacity: ONEDNN_PRIMITIVE_CACHE_CAPACITY).",
     ],
+    ("runtime_init", "warm_process"): [
+        "A process pays it once whatever the input shape (the first run of the model's Python code and of torch's "
+        "bindings and ops): one pass at start-up, at any shape, moves it before traffic.",
+    ],
+    ("runtime_init", "probe"): [
+        "These ops pay it once per process (the op probes' verdict): one pass at start-up, at any shape, moves it "
+        "before traffic.",
+    ],
 }
 
 

@@ -157,7 +157,6 @@ def apply(report: Any, verdicts: list[Mapping[str, Any]], wall_s: float | None =
     from ..errors import InputError
     from ..report import CauseEntry
     from .advice import advise
-    from .build import first_call_residual_note
 
     if "op_probes" in report.instruments:
         raise InputError("this report already has op probe verdicts folded in (instruments.op_probes)")
@@ -171,20 +170,9 @@ def apply(report: Any, verdicts: list[Mapping[str, Any]], wall_s: float | None =
         report.causes.append(CauseEntry(cause=f.cause, ms=f.ms, share=0.0, evidence="inferred", source=SOURCE,
                                         module=f.module, count=f.sites, detail=f.detail))
     added = sum(f.ms for f in folded)
-    report.attributed_ms += added
-    report.unattributed_ms -= added
-    denom = max(report.excess_ms, report.attributed_ms)
-    for c in report.causes:
-        c.share = max(0.0, c.ms / denom) if report.excess_ms > 0 and denom > 0 else 0.0
-    report.causes.sort(key=lambda c: -c.ms)
+    _retotal(report, added)
     report.instruments["op_probes"] = {"verdicts": [dict(v) for v in verdicts],
                                        "folded_ms": added, **({"wall_s": wall_s} if wall_s is not None else {})}
-    if report.protocol is not None:
-        report.protocol.unattributed_within_noise = abs(report.unattributed_ms) <= report.noise_band_ms
-    residual_rerun = report.protocol.seen_rerun_residual_ms if report.protocol is not None else None
-    for i, note in enumerate(report.notes):  # the note that quotes the unattributed time, said again
-        if note.startswith("first-call work no instrument brackets") and residual_rerun is not None:
-            report.notes[i] = first_call_residual_note(report.unattributed_ms, residual_rerun, report.noise_band_ms)
     if not cpu:
         report.notes.append(f"--explain on {report.device}: the verdicts are kept under instruments.op_probes but not "
                             "folded in (the probe does not yet read what this trace's CUDA instruments book in a first call)")
@@ -216,3 +204,79 @@ def explain_report(report: Any, *, top: int = 8, threads: int | None = None, dev
         return []
     verdicts = [dataclasses.asdict(v) for v in result.ops]
     return apply(report, verdicts, time.monotonic() - t0)
+
+
+# -- The once-per-process experiment: the same trace in a fresh process that ran the model first ---
+
+WARM_SOURCE = "warm_process"
+
+
+def other_shape(shape: list[int]) -> list[int]:
+    """The input shape of the warm-up run: one more in the batch dimension (a size every model
+    accepts, and one the traced pass never ran at)."""
+    return [shape[0] + 1, *shape[1:]] if shape else []
+
+
+def fold_warm_process(report: Any, warm: Any) -> Folded | None:
+    """Book what the first pass paid only because its process was fresh: each (module, op) row's
+    residual here less the same row's in a trace of the same model in a fresh process that ran the
+    model once at another input shape first (`warm`, traced with the op view). What that process
+    did not pay again is paid once per process: the first run of the model's Python code and of
+    torch's Python bindings, and op set-up the probes did not reach (runtime_init, inferred, source
+    warm_process). Rows the probes booked keep only what the probes left.
+
+    One run per row is noisy, so the total is the signed sum over all rows (never more than the
+    unattributed time), spread over the rows that paid more in proportion to how much more."""
+    from ..report import CauseEntry
+
+    def key(w: Mapping[str, Any]) -> tuple[str, str]:
+        return (str(w.get("module")), str(w.get("op", "")))
+
+    warm_ms = {key(w): float(w.get("ms", 0.0)) for w in warm.unattributed_where}
+    diffs = []
+    for w in report.unattributed_where:
+        here = max(0.0, float(w.get("ms", 0.0)) - float(w.get("inferred", {}).get("ms", 0.0)))
+        diffs.append((w, here - warm_ms.get(key(w), 0.0), here))
+    total = min(max(0.0, sum(d for _, d, _ in diffs)), max(0.0, report.unattributed_ms))
+    positive = [(w, min(d, here)) for w, d, here in diffs if d > 0 and here > 0]
+    weight = sum(d for _, d in positive)
+    if total <= 0 or weight <= 0:
+        return None
+    scale = min(1.0, total / weight)
+    by_module: dict[str, float] = {}
+    booked = 0.0
+    for w, d in positive:
+        ms = d * scale
+        w["warm_process_ms"] = ms
+        by_module[w["module"]] = by_module.get(w["module"], 0.0) + ms
+        booked += ms
+    detail = (f"the same trace in a fresh process that first ran the model once at input shape "
+              f"{'x'.join(str(d) for d in (warm.shape or []))}: its (module, op) rows paid {booked:.2f} ms less in all "
+              f"(the signed sum over {len(diffs)} rows, spread over the {len(positive)} that paid more here); "
+              "what a process pays once whatever the shape: the model's Python code and torch's Python bindings run "
+              "for the first time, op set-up the probes did not reach (inferred: two processes compared, one run each)")
+    module = max(by_module, key=by_module.get)
+    report.causes.append(CauseEntry(cause="runtime_init", ms=booked, share=0.0, evidence="inferred", source=WARM_SOURCE,
+                                    module=module, count=len(positive), detail=detail))
+    _retotal(report, booked)
+    return Folded("runtime_init", booked, len(positive), module, detail)
+
+
+def _retotal(report: Any, added: float) -> None:
+    """The totals, shares, notes and advice after `added` ms more were attributed."""
+    from .advice import advise
+    from .build import first_call_residual_note
+
+    report.attributed_ms += added
+    report.unattributed_ms -= added
+    denom = max(report.excess_ms, report.attributed_ms)
+    for c in report.causes:
+        c.share = max(0.0, c.ms / denom) if report.excess_ms > 0 and denom > 0 else 0.0
+    report.causes.sort(key=lambda c: -c.ms)
+    if report.protocol is not None:
+        report.protocol.unattributed_within_noise = abs(report.unattributed_ms) <= report.noise_band_ms
+        residual_rerun = report.protocol.seen_rerun_residual_ms
+        for i, note in enumerate(report.notes):  # the note that quotes the unattributed time, said again
+            if note.startswith("first-call work no instrument brackets") and residual_rerun is not None:
+                report.notes[i] = first_call_residual_note(report.unattributed_ms, residual_rerun, report.noise_band_ms)
+    report.advice = advise(report)
