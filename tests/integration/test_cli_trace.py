@@ -50,10 +50,10 @@ def test_trace_explain_from_the_cli_probes_and_runs_a_warm_process(tmp_path):
     data = json.loads(out.read_text())
     notes = " ".join(data["notes"])
     assert "--explain: 1 op(s) probed" in notes or "--explain: nothing probed" in notes
-    assert "a second fresh process ran the model once at 4,24, then traced it at 3,24" in notes
+    assert "two more fresh processes ran the model once (at this shape, and at 4x24)" in notes
     assert data["attributed_ms"] + data["unattributed_ms"] == pytest.approx(data["excess_ms"])
     for c in data["causes"]:
-        if c["source"] in ("probe", "warm_process"):
+        if c["source"] in ("probe", "warm_process", "warm_same_shape"):
             assert c["evidence"] == "inferred"
 
 
@@ -73,6 +73,7 @@ def test_trace_factory_from_a_file(tmp_path):
     (["trace", "--demo", "--shape", "1,0", "--in-process", "--quiet"], 2, "dimension 0"),
     (["trace", "--demo", "--device", "tpu", "--in-process", "--quiet"], 3, "unknown device"),
     (["trace", "--demo", "--explain", "--explain-top", "0"], 2, "--explain-top must be from 1 to 100"),
+    (["trace", "--demo", "--explain", "--compile"], 2, "--explain is for eager models"),
 ])
 def test_cli_errors_are_one_line_with_exit_codes(capsys, argv, code, message):
     assert main(argv) == code

@@ -173,47 +173,53 @@ def test_advice_names_only_ops_the_probe_takes_by_name():
     assert "warmprof probe --ops gelu" in text and "--ops t" not in text and "--ops gelu,t" not in text
 
 
-def _warm_report(rows_ms):
-    rep = trace_report({"jit_compile": 1.0}, unattributed=3.0, shape=(2, 64))
+def _warm_report(rows_ms, shape=(2, 64)):
+    rep = trace_report({"jit_compile": 1.0}, unattributed=3.0, shape=shape)
     rep.unattributed_where = [{"module": m, "ms": ms, **({"op": op} if op else {})} for (m, op), ms in rows_ms.items()]
     return rep
 
 
-def test_the_warm_process_books_what_it_did_not_pay_again_signed_and_capped():
-    from warmprof.traces.explain import fold_warm_process
+def test_warm_processes_book_warmprofs_own_cost_then_what_a_process_pays_once():
+    from warmprof.traces.explain import fold_warm_processes
 
     rep = trace_report({"jit_compile": 1.0}, unattributed=3.0)
-    rep.unattributed_where = rows()
-    # the warm process paid module code L0 0.1 (was 0.9), gelu at L0.act 0.6 (more than 0.5 here: noise)
-    warm = _warm_report({("L0", ""): 0.1, ("L0.act", "aten.gelu.default"): 0.6})
+    rep.unattributed_where = rows()  # c: gelu 0.5, gelu 0.05, addmm 0.8, 0.3, 0.4, code 0.9  (sum 2.95)
+    # the model warm at this very shape: module code still paid 0.3 and addmm at L0.q 0.1 (warmprof's own)
+    same = _warm_report({("L0", ""): 0.3, ("L0.q", "aten.addmm.default"): 0.1}, shape=(1, 64))
+    # warm at another shape: module code 0.35, addmm at L0.q 0.7 (keyed on shape), the rest nothing
+    other = _warm_report({("L0", ""): 0.35, ("L0.q", "aten.addmm.default"): 0.7})
     before = rep.unattributed_ms
-    f = fold_warm_process(rep, warm)
-    # signed sum over the rows: L0 +0.8, L0.act -0.1, the rest (absent there) + their ms
-    signed = 0.8 - 0.1 + 0.05 + 0.8 + 0.3 + 0.4
-    assert f.ms == pytest.approx(signed)
-    assert rep.unattributed_ms == pytest.approx(before - signed)
-    by_row = {(w["module"], w.get("op", "")): w.get("warm_process_ms", 0.0) for w in rep.unattributed_where}
-    assert by_row[("L0.act", "aten.gelu.default")] == 0.0  # it paid more there: nothing booked
-    assert by_row[("L0", "")] > 0
-    entry = next(c for c in rep.causes if c.source == "warm_process")
-    assert (entry.cause, entry.evidence) == ("runtime_init", "inferred") and "2x64" in entry.detail
+    own, once = fold_warm_processes(rep, same, other)
+    assert (own.cause, own.ms) == ("profiler_overhead", pytest.approx(0.4))
+    signed_once = 2.95 - 0.35 - 0.7
+    assert (once.cause, once.ms) == ("runtime_init", pytest.approx(signed_once))
+    by = {(w["module"], w.get("op", "")): w for w in rep.unattributed_where}
+    assert by[("L0", "")]["warm_own_ms"] == pytest.approx(0.3)
+    assert by[("L0", "")]["warm_process_ms"] == pytest.approx(0.55)  # 0.9 - 0.35, within what own left (0.6)
+    assert by[("L0.q", "aten.addmm.default")].get("warm_process_ms", 0.0) == pytest.approx(0.1)  # 0.8 - 0.7
+    assert rep.unattributed_ms == pytest.approx(before - 0.4 - signed_once)
+    assert {c.source for c in rep.causes if c.evidence == "inferred"} == {"warm_same_shape", "warm_process"}
     assert rep.attributed_ms + rep.unattributed_ms == pytest.approx(rep.excess_ms)
+    # the probes then fold only what the warm processes left of a row
+    (f,) = fold(rep.unattributed_where, [verdict("aten.addmm.default", "jit_compile", 5.0, 5.0)])
+    assert by[("L0.q", "aten.addmm.default")]["inferred"]["ms"] == pytest.approx(0.8 - 0.1 - 0.1)
 
 
-def test_the_warm_process_books_nothing_when_it_paid_as_much():
-    from warmprof.traces.explain import fold_warm_process
+def test_warm_processes_book_nothing_when_they_paid_as_much():
+    from warmprof.traces.explain import fold_warm_processes
 
     rep = trace_report({"jit_compile": 1.0}, unattributed=3.0)
     rep.unattributed_where = rows()
-    warm = _warm_report({(w["module"], w.get("op", "")): w["ms"] + 0.1 for w in rows()})
-    assert fold_warm_process(rep, warm) is None
-    assert not any(c.source == "warm_process" for c in rep.causes)
+    other = _warm_report({(w["module"], w.get("op", "")): w["ms"] + 0.1 for w in rows()})
+    assert fold_warm_processes(rep, None, other) == []
+    assert fold_warm_processes(rep, _warm_report({}), None) == []  # warm at this shape: nothing left at all
+    assert not any(c.source.startswith("warm") for c in rep.causes)
 
 
-def test_the_warm_process_never_books_past_the_unattributed_time():
-    from warmprof.traces.explain import fold_warm_process
+def test_warm_processes_never_book_past_the_unattributed_time():
+    from warmprof.traces.explain import fold_warm_processes
 
     rep = trace_report({"jit_compile": 1.0}, unattributed=0.5)
     rep.unattributed_where = rows()
-    f = fold_warm_process(rep, _warm_report({}))
+    (f,) = fold_warm_processes(rep, None, _warm_report({}))
     assert f.ms == pytest.approx(0.5) and rep.unattributed_ms == pytest.approx(0.0, abs=1e-9)

@@ -45,8 +45,9 @@ def setup(parser: argparse.ArgumentParser) -> None:
                              "(about 10-15 us per op: measured on the model's instrumented passes, booked as "
                              "estimated profiler_overhead)")
     parser.add_argument("--explain", action="store_true",
-                        help="--op-view, then the ops holding the most unexplained time probed in fresh processes "
-                             "and their verdicts folded in as inferred causes (adds seconds per op)")
+                        help="--op-view, then two more fresh processes (the model run once first, at this and at "
+                             "another shape) and the ops holding the most unexplained time probed in fresh processes; "
+                             "what they show is folded in as inferred causes (adds a few traces and seconds per op)")
     parser.add_argument("--explain-top", type=int, default=8, metavar="N",
                         help="ops probed by --explain (default 8, the largest first)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
@@ -141,6 +142,9 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("--threads must be at least 1")
     if not 1 <= args.explain_top <= 100:
         raise InputError("--explain-top must be from 1 to 100")
+    if args.explain and args.compile is not None:
+        raise InputError("--explain is for eager models: a compiled model gets no op view (its first pass is "
+                         "explained by the compile's own spans); drop --explain or --compile")
     if args.json is not None:
         check_output_path(args.json)
     if not args.in_process:
@@ -176,12 +180,17 @@ def _trace_here(args: argparse.Namespace, status: child.Status) -> int:
     status.write("setting up the trace")
     report = warmprof.trace(model, shape, dtype=args.dtype, device=args.device, compile=args.compile,
                             steady=steady, progress=status.progress(args.quiet), run=_run_context(args),
-                            op_view=args.op_view, explain=args.explain, explain_top=args.explain_top)
+                            op_view=args.op_view or args.explain)
     if args.warm_shape:
         report.notes.append(f"the model ran once at input shape {args.warm_shape} before this trace (--warm-shape): "
                             "what a process pays once whatever the shape was paid then")
-    if args.explain and args.fresh_process:
+    if args.explain:  # the warm processes first: the probes then fold only what those left
+        from ..traces.explain import explain_report
+
         _warm_process(args, report, status)
+        status.write("probing the ops that hold the most unexplained time (fresh processes)")
+        explain_report(report, top=args.explain_top, threads=args.threads, device=report.device,
+                       progress=status.progress(args.quiet))
     if args.fresh_process and args.cache == "keep" and report.protocol is not None:
         # Known only now: the first pass may have set cache variables (inductor sets
         # TORCHINDUCTOR_CACHE_DIR and TRITON_CACHE_DIR when it first compiles).
@@ -217,21 +226,38 @@ def _warm_run(torch: Any, model: Any, shape: str, dtype: str | None, device: str
 
 
 def _warm_process(args: argparse.Namespace, report: Any, status: child.Status) -> None:
-    """--explain's once-per-process experiment: the same trace (op view on) in a second fresh process
-    that ran the model once at another input shape first; the rows it did not pay again are folded
-    in (traces/explain.fold_warm_process). A failure leaves the report as it is, with a note."""
+    """--explain's two more fresh processes: the same trace (op view on) where the model first ran
+    once at this very shape (what is left is warmprof's own first-pass cost), and where it first ran
+    at another shape (what it did not pay again is paid once per process); folded in by
+    traces/explain.fold_warm_processes. A run that fails leaves the report as it is, with a note."""
+    from ..traces.explain import fold_warm_processes, other_shape
+
+    if not report.shape:
+        report.notes.append("--explain: no warm-process runs (the input has no plain shape to give them)")
+        return
+    shape = ",".join(str(d) for d in report.shape)
+    runs = {}
+    for what, warm_shape in (("same", shape), ("other", ",".join(str(d) for d in other_shape(report.shape)))):
+        status.write(f"a fresh process: the model once at {warm_shape}, then the trace at {shape}")
+        runs[what] = _traced_after_warm_up(args, shape, warm_shape, report)
+    folded = fold_warm_processes(report, runs["same"], runs["other"])
+    got = {f.cause: f.ms for f in folded}
+    report.notes.append(
+        "--explain: two more fresh processes ran the model once (at this shape, and at "
+        f"{'x'.join(str(d) for d in other_shape(report.shape))}) before the same trace: "
+        f"{got.get('profiler_overhead', 0.0):.2f} ms of this trace's rows were still paid with the model warm "
+        "(profiler_overhead, source warm_same_shape) and "
+        f"{got.get('runtime_init', 0.0):.2f} ms not paid again after the other shape (runtime_init, source "
+        "warm_process); both inferred")
+
+
+def _traced_after_warm_up(args: argparse.Namespace, shape: str, warm_shape: str, report: Any) -> Any | None:
+    """The report of `warmprof trace` in a fresh process with --warm-shape (None, with a note, if it failed)."""
     import subprocess
     import tempfile
 
     from ..report.base import load
-    from ..traces.explain import fold_warm_process, other_shape
 
-    if not report.shape:
-        report.notes.append("--explain: no once-per-process run (the input has no plain shape to change)")
-        return
-    shape = ",".join(str(d) for d in report.shape)
-    warm_shape = ",".join(str(d) for d in other_shape(report.shape))
-    status.write(f"a second fresh process: the model once at {warm_shape}, then the trace at {shape}")
     with tempfile.TemporaryDirectory(prefix="warmprof-warm-") as tmp:
         out = os.path.join(tmp, "warm.json")
         argv = [sys.executable, "-m", "warmprof", "trace", *([args.target] if args.target else ["--demo"]),
@@ -243,18 +269,14 @@ def _warm_process(args: argparse.Namespace, report: Any, status: child.Status) -
         try:
             p = subprocess.run(argv, capture_output=True, text=True, timeout=WARM_PROCESS_TIMEOUT_S)
         except subprocess.TimeoutExpired:
-            report.notes.append(f"--explain: the once-per-process run took over {WARM_PROCESS_TIMEOUT_S} s and was stopped")
-            return
+            report.notes.append(f"--explain: the run warmed at {warm_shape} took over {WARM_PROCESS_TIMEOUT_S} s "
+                                "and was stopped")
+            return None
         if p.returncode != 0:
             last = (p.stderr.strip().splitlines() or ["no message"])[-1]
-            report.notes.append(f"--explain: the once-per-process run failed (exit {p.returncode}): {last}")
-            return
-        warm = load(out)
-    folded = fold_warm_process(report, warm)
-    report.notes.append(
-        f"--explain: a second fresh process ran the model once at {warm_shape}, then traced it at {shape}: "
-        + (f"{folded.ms:.2f} ms of this trace's rows it did not pay again folded in as runtime_init (source "
-           "warm_process, inferred)" if folded else "it paid as much as this one: nothing folded"))
+            report.notes.append(f"--explain: the run warmed at {warm_shape} failed (exit {p.returncode}): {last}")
+            return None
+        return load(out)
 
 
 WARM_PROCESS_TIMEOUT_S = 900

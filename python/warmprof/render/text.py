@@ -112,7 +112,7 @@ def _where_lines(r: Any) -> list[str]:
     from ..opspec import label, short_op
 
     def left(w: dict) -> float:  # what the probes' inferred causes did not take, and what the re-run paid again
-        taken = w.get("inferred", {}).get("ms", 0.0) + w.get("warm_process_ms", 0.0)
+        taken = w.get("inferred", {}).get("ms", 0.0) + w.get("warm_process_ms", 0.0) + w.get("warm_own_ms", 0.0)
         return max(0.0, w["ms"] - taken) + max(0.0, w.get("rerun_ms", 0.0))
 
     placed = sum(left(w) for w in rows)
@@ -120,7 +120,8 @@ def _where_lines(r: Any) -> list[str]:
     out = ["  unattributed sits in (module, op): first pass less seen re-run outside causes"
            + (", plus seen re-run less a warm instrumented pass" if any("rerun_ms" in w for w in rows) else "")
            + (", less what the op probes inferred" if any("inferred" in w for w in rows) else "")
-           + (", less what a warm process did not pay again" if any("warm_process_ms" in w for w in rows) else "")
+           + (", less what warm processes did not pay again"
+              if any("warm_process_ms" in w or "warm_own_ms" in w for w in rows) else "")
            + f"; {len(rows)} sites place {_ms(placed)} of {_ms(r.unattributed_ms)} ({placed / r.unattributed_ms:.0%}); "
            f"largest {len(top)}:"]
     for w in top:

@@ -192,7 +192,7 @@ _MODULE = S.Obj({"module": S.STR, "ms": S.NUM, "causes": S.MapOf(S.NUM)})
 _WHERE = S.Obj({"module": S.STR, "ms": S.NUM}, {"op": S.STR, "calls": S.NON_NEGATIVE_INT,
                                                       "index": S.NON_NEGATIVE_INT, "call": S.MapOf(S.ANY), "rerun_ms": S.NUM,
                                                       "first_of_op": S.BOOL, "new_signature": S.BOOL,
-                                                      "warm_process_ms": S.NUM,
+                                                      "warm_process_ms": S.NUM, "warm_own_ms": S.NUM,
                                                       "inferred": S.Obj({"cause": S.STR, "ms": S.NUM})})
 _TORCH_COMPILE = S.Obj(optional={"torch_reported_compile_ms": S.NUM, "compiles": S.ListOf(S.ANY)})
 _TORCH_COMPILE_FIGURES = S.Obj({"torch_reported_ms": S.NUM, "compiles": S.NON_NEGATIVE_INT, "inductor_cache": S.STR},

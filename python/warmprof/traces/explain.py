@@ -75,6 +75,11 @@ def booked_by_trace_ms(first_call: Mapping[str, Any] | None, prices: Prices) -> 
             + anon_faults * prices.fault_ns / 1e6)
 
 
+def _left(row: Mapping[str, Any]) -> float:
+    """What of a row's residual the warm processes did not book (fold_warm_processes runs first)."""
+    return float(row.get("ms", 0.0)) - row.get("warm_own_ms", 0.0) - row.get("warm_process_ms", 0.0)
+
+
 def _shape_figure(v: Mapping[str, Any], prices: Prices) -> float | None:
     """The new-shape excess less what the trace books in each new shape's first call (the median over
     the probe's new shapes), or the probe's own figure for a verdict that carries no counters."""
@@ -106,7 +111,7 @@ def fold(rows: list[dict[str, Any]], verdicts: Iterable[Mapping[str, Any]], pric
             by_op[v["op"]] = v
     plan: list[tuple[int, str, dict[str, Any], str, float]] = []  # (index, op, row, cause, figure)
     for op, v in by_op.items():
-        sites = sorted((r for r in rows if r.get("op") == op and r.get("ms", 0) > 0 and "inferred" not in r),
+        sites = sorted((r for r in rows if r.get("op") == op and _left(r) > 0 and "inferred" not in r),
                        key=lambda r: r.get("index", 0))
         cause = v["verdict"]
         cold = max(0.0, float(v.get("cold_excess_ms") or 0.0) - booked_by_trace_ms(v.get("first_call"), prices))
@@ -127,7 +132,7 @@ def fold(rows: list[dict[str, Any]], verdicts: Iterable[Mapping[str, Any]], pric
     totals: dict[str, list] = {}
     left = max(0.0, budget_ms)
     for _, op, r, cause, figure in sorted(plan, key=lambda p: p[0]):
-        ms = min(r["ms"], figure, left)
+        ms = min(_left(r), figure, left)
         if ms <= 0:
             continue
         left -= ms
@@ -206,60 +211,93 @@ def explain_report(report: Any, *, top: int = 8, threads: int | None = None, dev
     return apply(report, verdicts, time.monotonic() - t0)
 
 
-# -- The once-per-process experiment: the same trace in a fresh process that ran the model first ---
+# -- Two more fresh processes: the model run once before its trace, at the same and at another shape --
 
-WARM_SOURCE = "warm_process"
+WARM_SOURCE = "warm_process"  # runtime_init: what a process that ran the model at another shape did not pay
+OWN_SOURCE = "warm_same_shape"  # profiler_overhead: what is left when the model ran at this very shape first
 
 
 def other_shape(shape: list[int]) -> list[int]:
-    """The input shape of the warm-up run: one more in the batch dimension (a size every model
-    accepts, and one the traced pass never ran at)."""
+    """The input shape of the other-shape warm-up run: one more in the batch dimension (a size every
+    model accepts, and one the traced pass never ran at)."""
     return [shape[0] + 1, *shape[1:]] if shape else []
 
 
-def fold_warm_process(report: Any, warm: Any) -> Folded | None:
-    """Book what the first pass paid only because its process was fresh: each (module, op) row's
-    residual here less the same row's in a trace of the same model in a fresh process that ran the
-    model once at another input shape first (`warm`, traced with the op view). What that process
-    did not pay again is paid once per process: the first run of the model's Python code and of
-    torch's Python bindings, and op set-up the probes did not reach (runtime_init, inferred, source
-    warm_process). Rows the probes booked keep only what the probes left.
+def _row_key(w: Mapping[str, Any]) -> tuple[str, str]:
+    return (str(w.get("module")), str(w.get("op", "")))
 
-    One run per row is noisy, so the total is the signed sum over all rows (never more than the
-    unattributed time), spread over the rows that paid more in proportion to how much more."""
+
+def _spread(rows: list[tuple[dict[str, Any], float]], total: float, field_name: str) -> float:
+    """Book `total` over rows in proportion to each row's figure (each at most its figure)."""
+    weight = sum(f for _, f in rows)
+    if total <= 0 or weight <= 0:
+        return 0.0
+    scale = min(1.0, total / weight)
+    booked = 0.0
+    for w, f in rows:
+        w[field_name] = w.get(field_name, 0.0) + f * scale
+        booked += f * scale
+    return booked
+
+
+def fold_warm_processes(report: Any, same: Any | None, other: Any | None) -> list[Folded]:
+    """Fold in what two more traces of the same model (op view on, each in a fresh process that ran
+    the model once first) did not pay again, row by (module, op) row (c: this trace's row; s: the
+    same row where the model first ran at this very shape; o: at another shape; missing rows are 0):
+
+    - min(s, c), where s > 0: the model was warm there, so what its first traced pass still paid
+      over the re-run is warmprof's own first-pass cost (its instruments' cold paths) or warm-up of
+      the model's that takes more than one call: profiler_overhead, source warm_same_shape;
+    - c - o beyond that: what a process pays once whatever the shape (the first run of the model's
+      Python code and torch's bindings, op set-up): runtime_init, source warm_process;
+    - what is left (o - s, keyed on the shape; and noise) stays for the op probes, or unattributed.
+
+    One run per process is noisy, so each total is the signed sum over all rows (s, or c - o), never
+    more than the rows hold nor, in all, the unattributed time; rows get it in proportion."""
     from ..report import CauseEntry
 
-    def key(w: Mapping[str, Any]) -> tuple[str, str]:
-        return (str(w.get("module")), str(w.get("op", "")))
-
-    warm_ms = {key(w): float(w.get("ms", 0.0)) for w in warm.unattributed_where}
-    diffs = []
-    for w in report.unattributed_where:
-        here = max(0.0, float(w.get("ms", 0.0)) - float(w.get("inferred", {}).get("ms", 0.0)))
-        diffs.append((w, here - warm_ms.get(key(w), 0.0), here))
-    total = min(max(0.0, sum(d for _, d, _ in diffs)), max(0.0, report.unattributed_ms))
-    positive = [(w, min(d, here)) for w, d, here in diffs if d > 0 and here > 0]
-    weight = sum(d for _, d in positive)
-    if total <= 0 or weight <= 0:
-        return None
-    scale = min(1.0, total / weight)
-    by_module: dict[str, float] = {}
-    booked = 0.0
-    for w, d in positive:
-        ms = d * scale
-        w["warm_process_ms"] = ms
-        by_module[w["module"]] = by_module.get(w["module"], 0.0) + ms
-        booked += ms
-    detail = (f"the same trace in a fresh process that first ran the model once at input shape "
-              f"{'x'.join(str(d) for d in (warm.shape or []))}: its (module, op) rows paid {booked:.2f} ms less in all "
-              f"(the signed sum over {len(diffs)} rows, spread over the {len(positive)} that paid more here); "
-              "what a process pays once whatever the shape: the model's Python code and torch's Python bindings run "
-              "for the first time, op set-up the probes did not reach (inferred: two processes compared, one run each)")
-    module = max(by_module, key=by_module.get)
-    report.causes.append(CauseEntry(cause="runtime_init", ms=booked, share=0.0, evidence="inferred", source=WARM_SOURCE,
-                                    module=module, count=len(positive), detail=detail))
-    _retotal(report, booked)
-    return Folded("runtime_init", booked, len(positive), module, detail)
+    rows = list(report.unattributed_where)
+    s_ms = {_row_key(w): float(w.get("ms", 0.0)) for w in same.unattributed_where} if same is not None else {}
+    o_ms = {_row_key(w): float(w.get("ms", 0.0)) for w in other.unattributed_where} if other is not None else {}
+    budget = max(0.0, report.unattributed_ms)
+    out: list[Folded] = []
+    plans = []
+    if same is not None:
+        plans.append(("profiler_overhead", OWN_SOURCE, same, "warm_own_ms",
+                      lambda w, c: min(c, max(0.0, s_ms.get(_row_key(w), 0.0))),
+                      sum(s_ms.get(_row_key(w), 0.0) for w in rows)))
+    if other is not None:
+        plans.append(("runtime_init", WARM_SOURCE, other, "warm_process_ms",
+                      lambda w, c: max(0.0, min(float(w.get("ms", 0.0)) - max(o_ms.get(_row_key(w), 0.0), 0.0), c)),
+                      sum(float(w.get("ms", 0.0)) - o_ms.get(_row_key(w), 0.0) for w in rows)))
+    for cause, source, warm, field_name, figure, signed in plans:
+        per_row = []
+        for w in rows:
+            c = max(0.0, float(w.get("ms", 0.0)) - w.get("warm_own_ms", 0.0))
+            f = figure(w, c)
+            if f > 0:
+                per_row.append((w, f))
+        booked = _spread(per_row, min(max(0.0, signed), budget), field_name)
+        if booked <= 0:
+            continue
+        budget -= booked
+        by_module: dict[str, float] = {}
+        for w, _ in per_row:
+            by_module[w["module"]] = by_module.get(w["module"], 0.0) + w.get(field_name, 0.0)
+        shape = "x".join(str(d) for d in (warm.shape or []))
+        what = ("warmprof's own first-pass cost (its instruments' cold paths), or warm-up of the model's that takes "
+                "more than one call" if cause == "profiler_overhead" else
+                "what a process pays once whatever the shape: the first run of the model's Python code and torch's "
+                "bindings, op set-up")
+        detail = (f"the same trace in a fresh process that first ran the model once at input shape {shape}: its "
+                  f"(module, op) rows paid {booked:.2f} ms less (the signed sum over {len(rows)} rows, spread over the "
+                  f"{len(per_row)} that paid more here): {what} (inferred: two processes compared, one run each)")
+        module = max(by_module, key=by_module.get)
+        report.causes.append(CauseEntry(cause=cause, ms=booked, share=0.0, evidence="inferred", source=source,
+                                        module=module, count=len(per_row), detail=detail))
+        _retotal(report, booked)
+        out.append(Folded(cause, booked, len(per_row), module, detail))
+    return out
 
 
 def _retotal(report: Any, added: float) -> None:
