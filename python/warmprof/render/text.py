@@ -122,8 +122,11 @@ def _where_lines(r: Any) -> list[str]:
            + (", less what the op probes inferred" if any("inferred" in w for w in rows) else "")
            + (", less what warm processes did not pay again"
               if any("warm_process_ms" in w or "warm_own_ms" in w for w in rows) else "")
-           + f"; {len(rows)} sites place {_ms(placed)} of {_ms(r.unattributed_ms)} ({placed / r.unattributed_ms:.0%}); "
-           f"largest {len(top)}:"]
+           + (f"; {len(rows)} sites place {_ms(placed)} of {_ms(r.unattributed_ms)} ({placed / r.unattributed_ms:.0%}); "
+              if placed < r.unattributed_ms else
+              f"; {len(rows)} sites hold {_ms(placed)}, all of the unattributed {_ms(r.unattributed_ms)} (rows keep "
+              "positive sites only, so they add up to more); ")
+           + f"largest {len(top)}:"]
     for w in top:
         op = short_op(w["op"]) if "op" in w else "(module code)"
         shapes = label(w["call"]) if "call" in w else ""
