@@ -130,6 +130,7 @@ def test_a_model_too_slow_for_the_instrumented_passes_keeps_the_calibrated_figur
     from warmprof.traces import api
 
     monkeypatch.setattr(api, "SELF_COST_MAX_SHARE", 0.0)  # any pass is too long
+    monkeypatch.setattr(api, "SELF_COST_ALWAYS_S", 0.0)
     model = nn.Sequential(nn.Linear(8, 8), nn.ReLU())
     left = Leftovers(model)
     r = warmprof.trace(model, (2, 8), steady=5)

@@ -124,6 +124,9 @@ SELF_COST_SHARE = 0.1
 # The instrumented steady passes are skipped (the calibrated figures stand) when their minimum would
 # add more than this share to the trace's time so far: a model whose one pass takes seconds.
 SELF_COST_MAX_SHARE = 0.2
+# ...but never when they would take less than this: on a busy machine a fast model's steady median
+# can jump (a shared core) while the trace so far did not, and skipping then is not worth the noise.
+SELF_COST_ALWAYS_S = 0.5
 
 
 def _run_pass(model, args, kwargs, pass_name: str, instruments: list, sync,
@@ -369,7 +372,7 @@ def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, devic
         least_s = (passes[0] + 1) * clean.median / 1e3
         so_far_s = time.monotonic() - started
         instrumented_ms, module_calls, warm_baseline = [], {}, None
-        if least_s > SELF_COST_MAX_SHARE * so_far_s:
+        if least_s > max(SELF_COST_MAX_SHARE * so_far_s, SELF_COST_ALWAYS_S):
             self_cost_skipped = (f"warmprof's own cost is the calibrated figures only: measuring it on this model "
                                  f"({passes[0] + 1} instrumented steady passes, about {least_s:.1f} s) would add more than "
                                  f"{SELF_COST_MAX_SHARE:.0%} to the trace's {so_far_s:.1f} s")
