@@ -25,14 +25,15 @@ class Tiny(nn.Sequential):
         super().__init__(*(nn.Identity() if i % 2 else nn.ReLU() for i in range(n)))
 
 
-def _own_cost_ms(model, x, passes: int = 15) -> float:
+def _own_cost_ms(model, x, passes: int = 10, rounds: int = 5) -> float:
     """The instruments' cost per pass measured here, apart from the trace: every instrument the
-    trace uses, in a recording of its own, the fastest of `passes` against the fastest clean pass
-    (a busy machine slows passes and never speeds them up: the fastest are the least disturbed)."""
+    trace uses, in a recording of its own, the fastest instrumented pass against the fastest clean
+    one, over `rounds` alternating blocks of `passes` (a busy machine slows passes and never speeds
+    them up: the fastest are the least disturbed; alternating keeps one block's bad luck out)."""
     from warmprof.timeline import Recording
     from warmprof.traces.api import _instruments
 
-    def median_ms() -> float:
+    def fastest_ms() -> float:
         times = []
         for _ in range(passes):
             a = time.perf_counter_ns()
@@ -40,14 +41,16 @@ def _own_cost_ms(model, x, passes: int = 15) -> float:
             times.append((time.perf_counter_ns() - a) / 1e6)
         return min(times)
 
+    clean, instrumented = [], []
     with torch.no_grad():
-        clean = median_ms()
-        with Recording(spare_buffers=4), contextlib.ExitStack() as stack:
-            for inst in _instruments(model, torch.device("cpu"), False):
-                stack.enter_context(inst)
-            model(x)  # the fresh instruments' warm-up, as the trace's own
-            instrumented = median_ms()
-    return instrumented - clean
+        for _ in range(rounds):
+            clean.append(fastest_ms())
+            with Recording(spare_buffers=4), contextlib.ExitStack() as stack:
+                for inst in _instruments(model, torch.device("cpu"), False):
+                    stack.enter_context(inst)
+                model(x)  # the fresh instruments' warm-up, as the trace's own
+                instrumented.append(fastest_ms())
+    return min(instrumented) - min(clean)
 
 
 def test_expensive_hooks_are_measured_on_the_model_not_on_identity():

@@ -121,12 +121,13 @@ SPARE_BUFFERS = 4  # recording buffers pre-faulted for threads that start record
 INSTRUMENTED_STEADY = "instrumented_steady"
 SELF_COST_PASSES = (3, 15)  # many on a fast model: the fastest of few is rarely undisturbed on a busy machine
 SELF_COST_SHARE = 0.1
+SELF_COST_FLOOR_S = 0.01  # instrumented passes of a fast model: at least as many as take this long
 # The instrumented steady passes are skipped (the calibrated figures stand) when their minimum would
 # add more than this share to the trace's time so far: a model whose one pass takes seconds.
 SELF_COST_MAX_SHARE = 0.2
-# ...but never when they would take less than this: on a busy machine a fast model's steady median
-# can jump (a shared core) while the trace so far did not, and skipping then is not worth the noise.
-SELF_COST_ALWAYS_S = 0.5
+# ...but never when they would take less than this: on a busy machine a model's steady median can
+# jump many times over (its threads share cores with others) while the trace so far did not.
+SELF_COST_ALWAYS_S = 2.0
 
 
 def _run_pass(model, args, kwargs, pass_name: str, instruments: list, sync,
@@ -368,7 +369,10 @@ def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, devic
         except Exception as e:
             raise ModelError(f"the model raised during the steady passes: {type(e).__name__}: {e}") from e
         clean = steady_stats(steady_ms)
-        passes = (min(SELF_COST_PASSES[0], min_steady), min(SELF_COST_PASSES[1], max_steady))
+        # at least SELF_COST_PASSES[0], and as many as fit in SELF_COST_FLOOR_S (a fast model's fastest of
+        # three is rarely undisturbed on a busy machine); never more than the clean steady passes
+        least = max(SELF_COST_PASSES[0], min(SELF_COST_PASSES[1], math.ceil(SELF_COST_FLOOR_S / max(clean.median / 1e3, 1e-6))))
+        passes = (min(least, min_steady), min(SELF_COST_PASSES[1], max_steady))
         least_s = (passes[0] + 1) * clean.median / 1e3
         so_far_s = time.monotonic() - started
         instrumented_ms, module_calls, warm_baseline = [], {}, None
