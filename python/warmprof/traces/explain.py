@@ -161,7 +161,6 @@ def apply(report: Any, verdicts: list[Mapping[str, Any]], wall_s: float | None =
     the advice written again."""
     from ..errors import InputError
     from ..report import CauseEntry
-    from .advice import advise
 
     if "op_probes" in report.instruments:
         raise InputError("this report already has op probe verdicts folded in (instruments.op_probes)")
@@ -187,7 +186,6 @@ def apply(report: Any, verdicts: list[Mapping[str, Any]], wall_s: float | None =
         f"--explain: {probed} op(s) probed in fresh processes, {found} with a first-call cost the probe could name; "
         f"{added:.2f} ms folded in as inferred causes (source probe)"
         + (f"; the probes took {wall_s:.1f} s" if wall_s is not None else ""))
-    report.advice = advise(report)
     return folded
 
 
@@ -254,8 +252,11 @@ def fold_warm_processes(report: Any, same: Any | None, other: Any | None) -> lis
 
     One run per process is noisy, so each total is the signed sum over all rows (s, or c - o), never
     more than the rows hold nor, in all, the unattributed time; rows get it in proportion."""
+    from ..errors import InputError
     from ..report import CauseEntry
 
+    if any(c.source in (WARM_SOURCE, OWN_SOURCE) for c in report.causes):
+        raise InputError("this report already has the warm processes folded in")
     rows = list(report.unattributed_where)
     s_ms = {_row_key(w): float(w.get("ms", 0.0)) for w in same.unattributed_where} if same is not None else {}
     o_ms = {_row_key(w): float(w.get("ms", 0.0)) for w in other.unattributed_where} if other is not None else {}
