@@ -50,7 +50,8 @@ def test_trace_explain_from_the_cli_probes_and_runs_a_warm_process(tmp_path):
     data = json.loads(out.read_text())
     notes = " ".join(data["notes"])
     assert "--explain: 1 op(s) probed" in notes or "--explain: nothing probed" in notes
-    assert "two more fresh processes ran the model once (at this shape, and at 4x24)" in notes
+    assert "the same trace in fresh processes that ran the model once first: warm at this shape" in notes
+    assert "warm at 4x24" in notes
     assert data["attributed_ms"] + data["unattributed_ms"] == pytest.approx(data["excess_ms"])
     for c in data["causes"]:
         if c["source"] in ("probe", "warm_process", "warm_same_shape"):

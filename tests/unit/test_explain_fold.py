@@ -173,8 +173,10 @@ def test_advice_names_only_ops_the_probe_takes_by_name():
     assert "warmprof probe --ops gelu" in text and "--ops t" not in text and "--ops gelu,t" not in text
 
 
-def _warm_report(rows_ms, shape=(2, 64)):
-    rep = trace_report({"jit_compile": 1.0}, unattributed=3.0, shape=shape)
+def _warm_report(rows_ms, shape=(2, 64), unattributed=None):
+    """A warm process's trace: its rows, and an unattributed time that is their signed sum unless given."""
+    un = sum(rows_ms.values()) if unattributed is None else unattributed
+    rep = trace_report({"jit_compile": 1.0}, unattributed=un, shape=shape)
     rep.unattributed_where = [{"module": m, "ms": ms, **({"op": op} if op else {})} for (m, op), ms in rows_ms.items()]
     return rep
 
@@ -191,18 +193,41 @@ def test_warm_processes_book_warmprofs_own_cost_then_what_a_process_pays_once():
     before = rep.unattributed_ms
     own, once = fold_warm_processes(rep, same, other)
     assert (own.cause, own.ms) == ("profiler_overhead", pytest.approx(0.4))
-    signed_once = 2.95 - 0.35 - 0.7
-    assert (once.cause, once.ms) == ("runtime_init", pytest.approx(signed_once))
+    # per row min(c - own, c - o): 0.5 + 0.05 + min(0.7, 0.1) + 0.3 + 0.4 + min(0.6, 0.55) = 1.9,
+    # within the signed cap 3.0 - 1.05
+    assert (once.cause, once.ms) == ("runtime_init", pytest.approx(1.9))
     by = {(w["module"], w.get("op", "")): w for w in rep.unattributed_where}
     assert by[("L0", "")]["warm_own_ms"] == pytest.approx(0.3)
-    assert by[("L0", "")]["warm_process_ms"] == pytest.approx(0.55)  # 0.9 - 0.35, within what own left (0.6)
-    assert by[("L0.q", "aten.addmm.default")].get("warm_process_ms", 0.0) == pytest.approx(0.1)  # 0.8 - 0.7
-    assert rep.unattributed_ms == pytest.approx(before - 0.4 - signed_once)
+    assert by[("L0", "")]["warm_process_ms"] == pytest.approx(0.55)
+    assert by[("L0.q", "aten.addmm.default")]["warm_process_ms"] == pytest.approx(0.1)  # 0.8 - 0.7
+    assert rep.unattributed_ms == pytest.approx(before - 0.4 - 1.9)
     assert {c.source for c in rep.causes if c.evidence == "inferred"} == {"warm_same_shape", "warm_process"}
     assert rep.attributed_ms + rep.unattributed_ms == pytest.approx(rep.excess_ms)
     # the probes then fold only what the warm processes left of a row
-    (f,) = fold(rep.unattributed_where, [verdict("aten.addmm.default", "jit_compile", 5.0, 5.0)])
+    fold(rep.unattributed_where, [verdict("aten.addmm.default", "jit_compile", 5.0, 5.0)])
     assert by[("L0.q", "aten.addmm.default")]["inferred"]["ms"] == pytest.approx(0.8 - 0.1 - 0.1)
+
+
+def test_the_warm_processes_totals_are_capped_by_the_whole_traces_signed_figures():
+    from warmprof.traces.explain import fold_warm_processes
+
+    rep = _warm_report({("A", ""): 1.0, ("B", ""): 0.5}, shape=(1, 64))
+    # the other-shape process paid less at A but 2 ms at a row this trace does not have: in all it paid more
+    assert fold_warm_processes(rep, None, _warm_report({("A", ""): 0.2, ("D", ""): 2.0})) == []
+    # the same-shape process: rows positive at A, but its whole first pass over its re-run only 0.1 ms
+    rep = _warm_report({("A", ""): 1.0, ("B", ""): 0.5}, shape=(1, 64))
+    (own,) = fold_warm_processes(rep, _warm_report({("A", ""): 0.6}, shape=(1, 64), unattributed=0.1), None)
+    assert own.ms == pytest.approx(0.1)
+
+
+def test_what_the_model_still_paid_at_its_second_call_is_not_warmprofs():
+    from warmprof.traces.explain import fold_warm_processes
+
+    rep = _warm_report({("A", ""): 1.0}, shape=(1, 64))
+    rep.unattributed_where[0]["rerun_ms"] = 0.4  # here the model's second call (the re-run) still paid 0.4
+    same = _warm_report({("A", ""): 0.5}, shape=(1, 64))  # there its second call was the traced first pass
+    (own,) = fold_warm_processes(rep, same, None)
+    assert own.ms == pytest.approx(0.1)
 
 
 def test_warm_processes_book_nothing_when_they_paid_as_much():
@@ -223,3 +248,10 @@ def test_warm_processes_never_book_past_the_unattributed_time():
     rep.unattributed_where = rows()
     (f,) = fold_warm_processes(rep, None, _warm_report({}))
     assert f.ms == pytest.approx(0.5) and rep.unattributed_ms == pytest.approx(0.0, abs=1e-9)
+
+
+def test_the_probe_does_not_book_again_what_a_warm_process_booked_as_paid_once():
+    r = rows()
+    r[0]["warm_process_ms"] = 0.3  # gelu's first site: 0.3 of its 0.5 already booked as paid once
+    fold(r, [verdict("aten.gelu.default", "runtime_init", 0.35)])
+    assert r[0]["inferred"]["ms"] == pytest.approx(0.05)  # 0.35 - 0.3, within the 0.2 left

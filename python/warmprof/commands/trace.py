@@ -178,6 +178,9 @@ def _trace_here(args: argparse.Namespace, status: child.Status) -> int:
         status.write("running the model once at the warm-up shape")
         _warm_run(torch, model, args.warm_shape, args.dtype, args.device)
     status.write("setting up the trace")
+    import time
+
+    started = time.monotonic()
     report = warmprof.trace(model, shape, dtype=args.dtype, device=args.device, compile=args.compile,
                             steady=steady, progress=status.progress(args.quiet), run=_run_context(args),
                             op_view=args.op_view or args.explain)
@@ -187,7 +190,7 @@ def _trace_here(args: argparse.Namespace, status: child.Status) -> int:
     if args.explain:  # the warm processes first: the probes then fold only what those left
         from ..traces.explain import explain_report
 
-        _warm_process(args, report, status)
+        _warm_process(args, report, status, time.monotonic() - started)
         status.write("probing the ops that hold the most unexplained time (fresh processes)")
         explain_report(report, top=args.explain_top, threads=args.threads, device=report.device,
                        progress=status.progress(args.quiet))
@@ -221,37 +224,46 @@ def _warm_run(torch: Any, model: Any, shape: str, dtype: str | None, device: str
     try:
         with torch.no_grad():
             model(*args, **kwargs)
+        if dev.type == "cuda":  # its queued work done before the trace's first pass starts
+            torch.cuda.synchronize(dev)
+        elif dev.type == "mps":
+            torch.mps.synchronize()
     except Exception as e:
         raise InputError(f"the model raised when run once at the warm-up shape {shape}: {type(e).__name__}: {e}") from e
 
 
-def _warm_process(args: argparse.Namespace, report: Any, status: child.Status) -> None:
+def _warm_process(args: argparse.Namespace, report: Any, status: child.Status, trace_s: float) -> None:
     """--explain's two more fresh processes: the same trace (op view on) where the model first ran
     once at this very shape (what is left is warmprof's own first-pass cost), and where it first ran
     at another shape (what it did not pay again is paid once per process); folded in by
-    traces/explain.fold_warm_processes. A run that fails leaves the report as it is, with a note."""
+    traces/explain.fold_warm_processes. A run that fails is left out, with a note saying which."""
     from ..traces.explain import fold_warm_processes, other_shape
 
     if not report.shape:
         report.notes.append("--explain: no warm-process runs (the input has no plain shape to give them)")
         return
     shape = ",".join(str(d) for d in report.shape)
+    other = ",".join(str(d) for d in other_shape(report.shape))
+    timeout_s = WARM_PROCESS_MARGIN_S + WARM_PROCESS_FACTOR * trace_s
     runs = {}
-    for what, warm_shape in (("same", shape), ("other", ",".join(str(d) for d in other_shape(report.shape)))):
+    for what, warm_shape in (("same", shape), ("other", other)):
         status.write(f"a fresh process: the model once at {warm_shape}, then the trace at {shape}")
-        runs[what] = _traced_after_warm_up(args, shape, warm_shape, report)
-    folded = fold_warm_processes(report, runs["same"], runs["other"])
-    got = {f.cause: f.ms for f in folded}
-    report.notes.append(
-        "--explain: two more fresh processes ran the model once (at this shape, and at "
-        f"{'x'.join(str(d) for d in other_shape(report.shape))}) before the same trace: "
-        f"{got.get('profiler_overhead', 0.0):.2f} ms of this trace's rows were still paid with the model warm "
-        "(profiler_overhead, source warm_same_shape) and "
-        f"{got.get('runtime_init', 0.0):.2f} ms not paid again after the other shape (runtime_init, source "
-        "warm_process); both inferred")
+        runs[what] = _traced_after_warm_up(args, shape, warm_shape, report, timeout_s)
+    folded = {f.cause: f.ms for f in fold_warm_processes(report, runs["same"], runs["other"])}
+    said = []
+    if runs["same"] is not None:
+        said.append(f"warm at this shape, its rows still paid {folded.get('profiler_overhead', 0.0):.2f} ms of this "
+                    "trace's (profiler_overhead, source warm_same_shape)")
+    if runs["other"] is not None:
+        said.append(f"warm at {other.replace(',', 'x')}, {folded.get('runtime_init', 0.0):.2f} ms of this trace's rows "
+                    "were not paid again (runtime_init, source warm_process)")
+    if said:
+        report.notes.append("--explain: the same trace in fresh processes that ran the model once first: "
+                            + "; ".join(said) + " (inferred)")
 
 
-def _traced_after_warm_up(args: argparse.Namespace, shape: str, warm_shape: str, report: Any) -> Any | None:
+def _traced_after_warm_up(args: argparse.Namespace, shape: str, warm_shape: str, report: Any,
+                          timeout_s: float) -> Any | None:
     """The report of `warmprof trace` in a fresh process with --warm-shape (None, with a note, if it failed)."""
     import subprocess
     import tempfile
@@ -266,17 +278,31 @@ def _traced_after_warm_up(args: argparse.Namespace, shape: str, warm_shape: str,
         for opt in ("dtype", "threads", "steady"):
             if getattr(args, opt) is not None:
                 argv += [f"--{opt}", str(getattr(args, opt))]
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         try:
-            p = subprocess.run(argv, capture_output=True, text=True, timeout=WARM_PROCESS_TIMEOUT_S)
+            _, err = proc.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            report.notes.append(f"--explain: the run warmed at {warm_shape} took over {WARM_PROCESS_TIMEOUT_S} s "
-                                "and was stopped")
+            proc.terminate()  # warmprof trace stops its own child and removes its folders on SIGTERM
+            try:
+                proc.communicate(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()
+            report.notes.append(f"--explain: the run warmed at {warm_shape} took over {timeout_s:.0f} s and was "
+                                "stopped; left out")
             return None
-        if p.returncode != 0:
-            last = (p.stderr.strip().splitlines() or ["no message"])[-1]
-            report.notes.append(f"--explain: the run warmed at {warm_shape} failed (exit {p.returncode}): {last}")
+        if proc.returncode != 0:
+            last = (err.strip().splitlines() or ["no message"])[-1]
+            report.notes.append(f"--explain: the run warmed at {warm_shape} failed (exit {proc.returncode}): {last}; "
+                                "left out")
             return None
-        return load(out)
+        try:
+            return load(out)
+        except (WarmprofError, OSError) as e:
+            report.notes.append(f"--explain: the report of the run warmed at {warm_shape} could not be read ({e}); "
+                                "left out")
+            return None
 
 
-WARM_PROCESS_TIMEOUT_S = 900
+# A warm run traces the same model again (plus one pass): allowed this much over the main trace's time.
+WARM_PROCESS_FACTOR, WARM_PROCESS_MARGIN_S = 3.0, 120.0

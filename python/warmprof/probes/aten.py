@@ -68,7 +68,9 @@ def op_sites(report: Any, top: int, origin: str = "the report",
                          "floor, or the trace ran without the op view: `warmprof trace --explain` or `--op-view` "
                          "records the model's own op calls)")
     out, seen, why = [], set(), []
-    for w in sorted(rows, key=lambda w: -float(w.get("ms", 0.0))):
+    # largest first by what the warm processes of --explain left of a row (all of it, without them)
+    for w in sorted(rows, key=lambda w: -(float(w.get("ms", 0.0)) - float(w.get("warm_own_ms", 0.0))
+                                          - float(w.get("warm_process_ms", 0.0)))):
         call = w.get("call")
         reason = "no call recorded" if not isinstance(call, dict) or not isinstance(call.get("op"), str) \
             else opspec.replayable(call)

@@ -120,7 +120,7 @@ def _where_lines(r: Any) -> list[str]:
     out = ["  unattributed sits in (module, op): first pass less seen re-run outside causes"
            + (", plus seen re-run less a warm instrumented pass" if any("rerun_ms" in w for w in rows) else "")
            + (", less what the op probes inferred" if any("inferred" in w for w in rows) else "")
-           + (", less what warm processes did not pay again"
+           + (", less what the warm processes of --explain booked"
               if any("warm_process_ms" in w or "warm_own_ms" in w for w in rows) else "")
            + (f"; {len(rows)} sites place {_ms(placed)} of {_ms(r.unattributed_ms)} ({placed / r.unattributed_ms:.0%}); "
               if placed < r.unattributed_ms else

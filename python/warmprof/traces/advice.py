@@ -78,7 +78,8 @@ def advise(report: Any, share_floor: float = 0.1, max_causes: int = 3) -> list[s
     unattributed = report.unattributed_ms
     if report.excess_ms > 0 and unattributed > report.noise_band_ms and unattributed >= max(
             [c.ms for c in report.causes if c.cause != "unattributed"] + [0.0]):
-        rows = list(getattr(report, "unattributed_where", []))
+        rows = sorted(getattr(report, "unattributed_where", []), key=lambda w: -_left(w))
+        rows = [w for w in rows if _left(w) > 0]
         where = [w["module"] + (f" ({short_op(w['op'])})" if "op" in w else "") for w in rows[:2]]
         at = f" (most in {' and '.join(where)})" if where else ""
         lines.append(f"unattributed ({unattributed / report.excess_ms:.0%} of the excess{at}) is the largest part: no "
@@ -100,6 +101,12 @@ def _next_step(rows: list[dict]) -> str:
     if any("op" in w for w in rows):
         return "Probe the ops that hold it with `warmprof probe --from` this report's JSON (it replays their recorded shapes)"
     return "Find the ops that hold it with `warmprof trace --explain` (a span per aten op, then the op probes)"
+
+
+def _left(w: dict) -> float:
+    """What of a row no fold of --explain booked."""
+    return (w["ms"] - w.get("inferred", {}).get("ms", 0.0) - w.get("warm_own_ms", 0.0) - w.get("warm_process_ms", 0.0)
+            + max(0.0, w.get("rerun_ms", 0.0)))
 
 
 def _probe_takes(name: str) -> bool:

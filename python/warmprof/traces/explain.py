@@ -122,12 +122,14 @@ def fold(rows: list[dict[str, Any]], verdicts: Iterable[Mapping[str, Any]], pric
             first = r["first_of_op"] if "first_of_op" in r else k == 0
             new_sig = r["new_signature"] if "new_signature" in r else sig not in seen
             seen.add(sig)
+            # what a warm process already booked as paid once per process is not the probe's to add again
+            cold_here = max(0.0, cold - r.get("warm_process_ms", 0.0))
             if cause == "runtime_init":
-                figure = cold if first else 0.0
+                figure = cold_here if first else 0.0
             elif cause in ("jit_compile", "algorithm_selection"):
-                figure = (cold if first else (shape if shape is not None else 0.0)) if new_sig else 0.0
+                figure = (cold_here if first else (shape if shape is not None else 0.0)) if new_sig else 0.0
             else:  # allocator_growth
-                figure = cold if new_sig else 0.0
+                figure = cold_here if new_sig else 0.0
             plan.append((int(r.get("index", 0)), op, r, cause, figure))
     totals: dict[str, list] = {}
     left = max(0.0, budget_ms)
@@ -238,61 +240,79 @@ def _spread(rows: list[tuple[dict[str, Any], float]], total: float, field_name: 
     return booked
 
 
-def fold_warm_processes(report: Any, same: Any | None, other: Any | None) -> list[Folded]:
-    """Fold in what two more traces of the same model (op view on, each in a fresh process that ran
-    the model once first) did not pay again, row by (module, op) row (c: this trace's row; s: the
-    same row where the model first ran at this very shape; o: at another shape; missing rows are 0):
+def _free_excess_ms(r: Any) -> float:
+    """A trace's first pass over its seen re-run, outside every cause and estimate: the signed sum of
+    all its (module, op) sites (the rows keep the positive ones only)."""
+    rerun = r.protocol.seen_rerun_residual_ms if r.protocol is not None else None
+    return float(r.unattributed_ms) - float(rerun or 0.0)
 
-    - min(s, c), where s > 0: the model was warm there, so what its first traced pass still paid
-      over the re-run is warmprof's own first-pass cost (its instruments' cold paths) or warm-up of
-      the model's that takes more than one call: profiler_overhead, source warm_same_shape;
-    - c - o beyond that: what a process pays once whatever the shape (the first run of the model's
-      Python code and torch's bindings, op set-up): runtime_init, source warm_process;
+
+def fold_warm_processes(report: Any, same: Any | None, other: Any | None) -> list[Folded]:
+    """Fold in two more traces of the same model (op view on), each in a fresh process that ran the
+    model once first, row by (module, op) row (c: this trace's row, r_c its rerun_ms; s, r_s: the
+    same where the model first ran at this very shape; o: where it first ran at another shape;
+    missing rows are 0):
+
+    - own = min(c, s - max(0, r_c - r_s)): the model was warm there, so what its first traced pass
+      still paid over its re-run is warmprof's own first-pass cost, the cold paths of its instruments
+      (less what the model itself still paid at its second call: in this trace that is in rerun_ms,
+      not in c): profiler_overhead, source warm_same_shape;
+    - once = min(c - own, c - o): what the process that ran another shape first did not pay again,
+      what a process pays once whatever the shape (the first run of the model's Python code and
+      torch's bindings, op set-up): runtime_init, source warm_process;
     - what is left (o - s, keyed on the shape; and noise) stays for the op probes, or unattributed.
 
-    One run per process is noisy, so each total is the signed sum over all rows (s, or c - o), never
-    more than the rows hold nor, in all, the unattributed time; rows get it in proportion."""
+    Rows keep positive sites only, so their sums lean high on noise: each total is capped by the
+    signed figure of the whole traces (each one's first pass over its re-run outside causes, all
+    sites: _free_excess_ms): own by the same-shape trace's, once by this trace's less the
+    other-shape trace's; and, in all, by the unattributed time. Rows get a total in proportion."""
     from ..errors import InputError
     from ..report import CauseEntry
 
     if any(c.source in (WARM_SOURCE, OWN_SOURCE) for c in report.causes):
         raise InputError("this report already has the warm processes folded in")
     rows = list(report.unattributed_where)
-    s_ms = {_row_key(w): float(w.get("ms", 0.0)) for w in same.unattributed_where} if same is not None else {}
-    o_ms = {_row_key(w): float(w.get("ms", 0.0)) for w in other.unattributed_where} if other is not None else {}
     budget = max(0.0, report.unattributed_ms)
+    here_free = _free_excess_ms(report)
     out: list[Folded] = []
-    plans = []
-    if same is not None:
-        plans.append(("profiler_overhead", OWN_SOURCE, same, "warm_own_ms",
-                      lambda w, c: min(c, max(0.0, s_ms.get(_row_key(w), 0.0))),
-                      sum(s_ms.get(_row_key(w), 0.0) for w in rows)))
-    if other is not None:
-        plans.append(("runtime_init", WARM_SOURCE, other, "warm_process_ms",
-                      lambda w, c: max(0.0, min(float(w.get("ms", 0.0)) - max(o_ms.get(_row_key(w), 0.0), 0.0), c)),
-                      sum(float(w.get("ms", 0.0)) - o_ms.get(_row_key(w), 0.0) for w in rows)))
-    for cause, source, warm, field_name, figure, signed in plans:
+    for cause, source, warm in (("profiler_overhead", OWN_SOURCE, same), ("runtime_init", WARM_SOURCE, other)):
+        if warm is None:
+            continue
+        theirs = {_row_key(w): w for w in warm.unattributed_where}
         per_row = []
         for w in rows:
-            c = max(0.0, float(w.get("ms", 0.0)) - w.get("warm_own_ms", 0.0))
-            f = figure(w, c)
+            c = float(w.get("ms", 0.0))
+            t = theirs.get(_row_key(w), {})
+            if cause == "profiler_overhead":
+                second_call = max(0.0, float(w.get("rerun_ms", 0.0)) - float(t.get("rerun_ms", 0.0)))
+                f = min(c, float(t.get("ms", 0.0)) - second_call)
+            else:
+                f = min(c - w.get("warm_own_ms", 0.0), c - float(t.get("ms", 0.0)))
             if f > 0:
                 per_row.append((w, f))
-        booked = _spread(per_row, min(max(0.0, signed), budget), field_name)
+        signed = _free_excess_ms(warm) if cause == "profiler_overhead" else here_free - _free_excess_ms(warm)
+        booked = _spread(per_row, min(max(0.0, signed), budget), "warm_own_ms" if cause == "profiler_overhead"
+                         else "warm_process_ms")
         if booked <= 0:
             continue
         budget -= booked
+        field_name = "warm_own_ms" if cause == "profiler_overhead" else "warm_process_ms"
         by_module: dict[str, float] = {}
         for w, _ in per_row:
             by_module[w["module"]] = by_module.get(w["module"], 0.0) + w.get(field_name, 0.0)
         shape = "x".join(str(d) for d in (warm.shape or []))
-        what = ("warmprof's own first-pass cost (its instruments' cold paths), or warm-up of the model's that takes "
-                "more than one call" if cause == "profiler_overhead" else
-                "what a process pays once whatever the shape: the first run of the model's Python code and torch's "
-                "bindings, op set-up")
-        detail = (f"the same trace in a fresh process that first ran the model once at input shape {shape}: its "
-                  f"(module, op) rows paid {booked:.2f} ms less (the signed sum over {len(rows)} rows, spread over the "
-                  f"{len(per_row)} that paid more here): {what} (inferred: two processes compared, one run each)")
+        if cause == "profiler_overhead":
+            detail = (f"the same trace in a fresh process that first ran the model once at this very shape ({shape}) "
+                      f"still paid {booked:.2f} ms over its re-run at these rows ({len(per_row)} of {len(rows)}; at most "
+                      f"that trace's whole first pass over its re-run, {signed:.2f} ms): with the model warm, that is "
+                      "warmprof's own first-pass cost, the cold paths of its instruments that the warm instrumented "
+                      "steady passes cannot see (inferred: two processes compared, one run each)")
+        else:
+            detail = (f"the same trace in a fresh process that first ran the model once at input shape {shape} paid "
+                      f"{booked:.2f} ms less at these rows ({len(per_row)} of {len(rows)}; at most the difference of the "
+                      f"two traces' whole first passes over their re-runs, {signed:.2f} ms): what a process pays once "
+                      "whatever the shape, the first run of the model's Python code and torch's bindings, op set-up "
+                      "(inferred: two processes compared, one run each)")
         module = max(by_module, key=by_module.get)
         report.causes.append(CauseEntry(cause=cause, ms=booked, share=0.0, evidence="inferred", source=source,
                                         module=module, count=len(per_row), detail=detail))
