@@ -107,13 +107,49 @@ def test_advice_for_one_cause_names_its_share_once():
     assert "of the excess" in compile_lines[0] and "of the excess" not in compile_lines[1]
 
 
-def test_a_first_pass_within_noise_gets_no_cause_advice():
+def test_a_first_pass_within_noise_is_too_noisy_to_tell_never_no_warm_up_needed():
     from warmprof.traces.advice import advise
 
     r = make_report(first_pass_ms=10.2, excess_ms=0.2, noise_band_ms=1.0, unattributed_ms=0.1,
                     causes=[CauseEntry("allocator_growth", 0.1, 0.5, "estimated", "host_faults", "M", count=3)])
     lines = advise(r)
-    assert len(lines) == 1 and "within the steady passes' noise" in lines[0]
+    assert len(lines) == 1 and lines[0].startswith("Too noisy to tell:")
+    assert "+0.20 ms from the steady median" in lines[0] and "spread over 1.00 ms" in lines[0]
+    assert "no warm-up needed" not in lines[0]
+    # a first pass faster than the steady median: the same, said with its sign; the text shows no shares
+    fast = make_report(first_pass_ms=254.0, steady_median_ms=425.0, excess_ms=-171.0, noise_band_ms=385.0,
+                       unattributed_ms=-171.0, causes=[])
+    (line,) = advise(fast)
+    assert line.startswith("Too noisy to tell: the first pass was -171.00 ms from the steady median")
+    text = str(fast)
+    assert "excess -171.0 ms: the first pass was faster than the steady median" in text
+    assert "%" not in text.split("unattributed")[1].splitlines()[0]  # no share on the residual row
+
+
+def test_threads_that_clash_with_the_cpus_get_a_note_and_threads_advice():
+    from warmprof.platform import oversubscription
+    from warmprof.report.trace import Protocol
+    from warmprof.traces.advice import advise
+
+    assert oversubscription(1, cpus=(2.0, "2 in its affinity mask"), others=5) == ""  # one thread: nothing to clash
+    over = oversubscription(4, cpus=(2.0, "2 in its affinity mask"), others=0)
+    assert "4 intra-op threads" in over and "--threads 2" in over
+    busy = oversubscription(2, cpus=(2.0, "2 in its affinity mask"), others=1)
+    assert "1 other task(s)" in busy and "--threads 1" in busy
+    assert oversubscription(2, cpus=(4.0, "4 in its affinity mask"), others=1) == ""
+    r = make_report(first_pass_ms=20.0, excess_ms=10.0, noise_band_ms=1.0, unattributed_ms=10.0, causes=[])
+    r.protocol = Protocol(oversubscription=busy)
+    assert any("`--threads 1`" in a for a in advise(r))
+
+
+def test_the_cpu_budget_reads_affinity_and_the_cgroup_quota():
+    from warmprof.platform import runnable_others, usable_cpus
+
+    assert usable_cpus(affinity=8, quota_text="150000 100000\n") == (1.5, "8 in its affinity mask, a cgroup quota of 1.5 CPUs")
+    assert usable_cpus(affinity=2, quota_text="max 100000\n") == (2.0, "2 in its affinity mask")
+    assert usable_cpus(affinity=2, quota_text="garbage") == (2.0, "2 in its affinity mask")
+    assert runnable_others("2.38 2.65 2.17 3/80 15707\n") == 2
+    assert runnable_others("") == 0
 
 
 def test_an_excess_that_is_warmprofs_own_cost_is_said_so():
@@ -123,7 +159,8 @@ def test_an_excess_that_is_warmprofs_own_cost_is_said_so():
     r = make_report(first_pass_ms=70.0, excess_ms=60.0, noise_band_ms=2.0, unattributed_ms=0.6,
                     causes=[CauseEntry("profiler_overhead", 59.4, 0.99, "estimated", "module_hooks", "M", count=14336)])
     lines = advise(r)
-    assert len(lines) == 1 and lines[0].startswith("Without warmprof's own instrument cost (59.40 ms, estimated)")
+    assert len(lines) == 1 and lines[0].startswith("Too noisy to tell: without warmprof's own instrument cost (59.40 ms, "
+                                                   "estimated)")
     worse = make_report(first_pass_ms=70.0, excess_ms=60.0, noise_band_ms=2.0, unattributed_ms=30.6,
                         causes=[CauseEntry("profiler_overhead", 29.4, 0.49, "estimated", "module_hooks", "M")])
     assert not any("Without warmprof" in a for a in advise(worse))

@@ -10,7 +10,7 @@ from typing import Any, Iterator
 from .. import _native
 from ..errors import InputError
 from ..progress import progress_printer
-from ..platform import cuda_index, fingerprint
+from ..platform import cuda_index, fingerprint, oversubscription
 from ..report.probe import ProbeReport
 from . import bands as bands_mod
 from . import bucketing, experiments
@@ -58,6 +58,8 @@ def probe(
     be = open_backend(device, backend, dtype, cold_cache)
     say(f"probing {be.describe()}: {', '.join(names)}; K={K}, B={B}")
     with be, _threads(threads):
+        # the same check as a trace's (platform.oversubscription), before anything runs
+        crowded = oversubscription(_torch_threads() or 1) if be.device_type == "cpu" else ""
         raw = experiments.plan(names, shapes_per_op, be.element_size)
         bands = bands_mod.calibrate(be, [r.alloc_bytes for r in raw], say)
         stall = be.thread_stall_note()
@@ -77,7 +79,7 @@ def probe(
             "sync": _sync_note(be), "compile_cache": cache, "threads": threads_used, "load_average": load,
             "runtime_warmup": "a 1M-element add and the 1-element add of the launch band ran before any probe",
         },
-        notes=_notes(be, load) + ([stall] if stall else []), wall_s=wall_s, warmprof_version=_native.__version__,
+        notes=_notes(be, load) + ([stall] if stall else []) + ([crowded] if crowded else []), wall_s=wall_s, warmprof_version=_native.__version__,
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     )
 

@@ -42,7 +42,11 @@ class TraceTextRenderer(Renderer):
             f"{r.steady_passes} passes)"
         )
         ratio = r.first_pass_ms / r.steady_median_ms if r.steady_median_ms > 0 else float("inf")
-        lines.append(f"  excess {_ms(r.excess_ms)} ({ratio:.1f}x steady); noise band {_ms(r.noise_band_ms)}")
+        if r.excess_ms > 0:
+            lines.append(f"  excess {_ms(r.excess_ms)} ({ratio:.1f}x steady); noise band {_ms(r.noise_band_ms)}")
+        else:  # said as it is, with no shares: a first pass faster than the steady median is noise
+            lines.append(f"  excess -{_ms(-r.excess_ms)}: the first pass was faster than the steady median; noise band "
+                         f"{_ms(r.noise_band_ms)}")
         lines.append("")
         residual_source = "excess - attributed"
         rows = [(c, one_line(c.source) + (f" x{c.count}" if c.count > 1 else "")) for c in sorted(r.causes, key=lambda c: -c.ms)]
@@ -53,7 +57,7 @@ class TraceTextRenderer(Renderer):
             if len(src) > width:
                 src = src[: width - 3] + "..."
             lines.append(
-                f"  {c.cause:<20} {_cause_ms(c.ms):>10} {c.share:>6.1%}  {c.evidence:<9} {src:<{width}} "
+                f"  {c.cause:<20} {_cause_ms(c.ms):>10} {_share(c.share, r.excess_ms)}  {c.evidence:<9} {src:<{width}} "
                 f"{one_line(c.module) or '-'}"
             )
         within = "within" if abs(r.unattributed_ms) <= r.noise_band_ms else "outside"
@@ -133,3 +137,7 @@ def _where_lines(r: Any) -> list[str]:
         out.append(f"    {_ms(left(w)):>10}  {one_line(w['module']):<44} {op:<14} {one_line(shapes)}")
     return out
 
+
+def _share(share: float, excess_ms: float) -> str:
+    """A cause's share of the excess; none when there is no excess to share."""
+    return f"{share:>6.1%}" if excess_ms > 0 else f"{'-':>6}"

@@ -121,6 +121,9 @@ class Protocol:
     # What the seen re-run took over a steady pass beyond its attributed causes: warm-up that takes
     # more than one call (interpreter specialisation, cold caches), an inferred residual.
     seen_rerun_residual_ms: float | None = None
+    # torch's intra-op threads against the CPUs this process may use and the work runnable when the
+    # trace started (platform.oversubscription); "" when they did not clash
+    oversubscription: str = ""
     # A loaded file's protocol is written back as it was: keys this class does not name (a newer
     # writer's) are kept in `extra`, and named keys the file did not have are in `absent`, so they
     # are not written back with defaults that would state facts nobody recorded.
@@ -203,6 +206,7 @@ _PROTOCOL = S.Obj(optional={
     "warm_reasons": S.ListOf(S.STR), "unattributed_within_noise": S.BOOL, "attribution_thread_only": S.BOOL,
     "recorder": _RECORDER, "fresh_process": S.BOOL, "cache": S.STR, "threads": S.Nullable(S.POSITIVE_INT),
     "caches": S.MapOf(S.STR), "instrumented_steady_ms": S.ListOf(S.NUM), "seen_rerun_residual_ms": S.Nullable(S.NUM),
+    "oversubscription": S.STR,
 })
 SCHEMA = S.Obj(
     {

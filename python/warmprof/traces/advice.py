@@ -47,14 +47,23 @@ def _lines(cause: str, source: str) -> list[str]:
 def advise(report: Any, share_floor: float = 0.1, max_causes: int = 3) -> list[str]:
     """Advice for the causes holding at least `share_floor` of the excess, largest first.
 
-    A first pass within the steady passes' noise gets no cause advice: nothing there is
-    distinguishable from a steady pass, however the small figures split."""
-    if report.excess_ms <= report.noise_band_ms:
-        return ["The first pass is within the steady passes' noise: no warm-up needed for this shape."]
+    A first pass within the steady passes' noise (or faster than them) gets no cause advice and no
+    "no warm-up needed" either: it is too noisy to tell, and the line says why. Threads that clash
+    with the CPUs or the other work (protocol.oversubscription) get their own line."""
+    crowded = _threads_line(report)
+    band, excess = report.noise_band_ms, report.excess_ms
+    if excess <= band:
+        p10, p90 = getattr(report, "steady_p10_ms", 0.0), getattr(report, "steady_p90_ms", 0.0)
+        why = (f"the first pass was {excess:+.2f} ms from the steady median, and the steady passes themselves spread "
+               f"over {band:.2f} ms (p10-p90 {p10:.2f}-{p90:.2f} ms)")
+        return [f"Too noisy to tell: {why}, so no first-call cost can be told apart from noise here. Trace again on "
+                "a quieter machine (or with fewer threads); an excess that stays within the noise on a quiet machine "
+                "means no warm-up is needed for this shape."] + crowded
     own = sum(c.ms for c in report.causes if c.cause == causes.OWN)
-    if own > 0 and report.excess_ms - own <= report.noise_band_ms:
-        return [f"Without warmprof's own instrument cost ({own:.2f} ms, estimated) the first pass is within the "
-                "steady passes' noise: no warm-up needed for this shape."]
+    if own > 0 and excess - own <= band:
+        return [f"Too noisy to tell: without warmprof's own instrument cost ({own:.2f} ms, estimated) the rest of the "
+                f"excess ({excess - own:.2f} ms) is within the steady passes' spread ({band:.2f} ms), so no first-call "
+                "cost of the model's can be told apart from noise here."] + crowded
     totals: dict[str, float] = {}
     sources: dict[str, dict[str, float]] = {}
     for c in report.causes:
@@ -85,7 +94,20 @@ def advise(report: Any, share_floor: float = 0.1, max_causes: int = 3) -> list[s
         lines.append(f"unattributed ({unattributed / report.excess_ms:.0%} of the excess{at}) is the largest part: no "
                      f"instrument here names its cause. {_next_step(rows)}, or warm the served shapes with one pass "
                      "at start-up, which covers one-time costs of any cause.")
-    return lines
+    return lines + _threads_line(report)
+
+
+def _threads_line(report: Any) -> list[str]:
+    """The --threads advice when torch's threads clashed with the CPUs or other work (see the notes)."""
+    note = getattr(getattr(report, "protocol", None), "oversubscription", "") or ""
+    if not note:
+        return []
+    import re
+
+    m = re.search(r"--threads (\d+)", note)
+    hint = f"`--threads {m.group(1)}`" if m else "fewer threads"
+    return [f"Other work competed for this process's CPUs (see the notes): trace again with {hint} "
+            "(torch.set_num_threads), or on a quieter machine, before trusting small figures."]
 
 
 def _next_step(rows: list[dict]) -> str:

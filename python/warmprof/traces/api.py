@@ -25,7 +25,7 @@ from ..inputs import check_model, make_inputs, parse_device
 from ..instruments.host import HostCounters
 from ..instruments.modules import ModuleHooks
 from ..instruments.python_imports import PythonImports
-from ..platform import cuda_index, fingerprint
+from ..platform import cuda_index, fingerprint, oversubscription
 from ..process_state import ProcessState
 from ..progress import progress_printer
 from ..report import Report
@@ -344,6 +344,8 @@ def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, devic
     args, kwargs, input_desc = make_inputs(model, shape, dtype, inputs, dev)
     compiled = compile not in (None, False)
     warm = _warm_reasons(model, compiled)
+    # read before any pass: /proc and the affinity mask, nothing that warms the runtime
+    crowded = oversubscription(torch.get_num_threads()) if dev.type == "cpu" else ""
     runner = compile_model(model, compile)
     sync = _sync(dev)
 
@@ -446,6 +448,7 @@ def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, devic
         op_call=ops_inst.call if ops_inst is not None else None,
         op_firsts=ops_inst.firsts("first") if ops_inst is not None else None,
         warm_pass=warm_pass,
+        oversubscription=crowded,
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     ))
 

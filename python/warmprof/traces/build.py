@@ -65,6 +65,7 @@ class TraceFacts:
     op_firsts: tuple[dict[str, int], set[int]] | None = None
     # the fastest instrumented steady pass, attributed (op view only): the warm baseline per site
     warm_pass: PassAttribution | None = None
+    oversubscription: str = ""  # platform.oversubscription() at the start of the trace
 
 
 def steady_fault_median(steady_faults: list[int]) -> int:
@@ -251,6 +252,8 @@ def build_report(facts: TraceFacts) -> Report:
     if f.warm_reasons:
         notes.append("runtime already warm: " + "; ".join(f.warm_reasons) + " (run in a fresh process for a true first pass)")
     notes.extend(f.protocol_notes)
+    if f.oversubscription:
+        notes.append(f.oversubscription)
     notes.extend(recorder_notes(f.timeline, {"first_pass": first, "seen_rerun": rerun}))
     notes.extend(calibration_notes(f.calibration))
     if first.op_sites and f.op_call is not None and not _calls_aligned(f):
@@ -299,6 +302,7 @@ def build_report(facts: TraceFacts) -> Report:
             recorder=RecorderStats(records=len(tl), dropped=tl.dropped, thinned_modules=tl.thinned,
                                    own_faults=tl.own_faults),
             run=f.run, instrumented_steady_ms=list(f.instrumented_steady_ms), seen_rerun_residual_ms=residual,
+            oversubscription=f.oversubscription,
         ),
         instruments=inst,
         torch_compile=TorchCompileFigures.from_summary(inst.get("torch_compile")),
