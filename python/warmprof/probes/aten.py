@@ -22,6 +22,7 @@ from ..errors import InputError, ReportError
 from ..platform import cuda_index, fingerprint
 from ..progress import progress_printer
 from ..report.op_probe import OpProbeReport, OpResult
+from ..report.trace import warm_left_ms
 from .aten_table import call_for, split_names
 from .aten_verdict import OpTiming, VariantTiming, judge_op
 
@@ -69,8 +70,7 @@ def op_sites(report: Any, top: int, origin: str = "the report",
                          "records the model's own op calls)")
     out, seen, why = [], set(), []
     # largest first by what the warm processes of --explain left of a row (all of it, without them)
-    for w in sorted(rows, key=lambda w: -(float(w.get("ms", 0.0)) - float(w.get("warm_own_ms", 0.0))
-                                          - float(w.get("warm_process_ms", 0.0)))):
+    for w in sorted(rows, key=lambda w: -warm_left_ms(w)):
         call = w.get("call")
         reason = "no call recorded" if not isinstance(call, dict) or not isinstance(call.get("op"), str) \
             else opspec.replayable(call)

@@ -114,10 +114,7 @@ def _where_lines(r: Any) -> list[str]:
         return ([f"  unattributed sits in (each module's own time outside causes, first pass less seen re-run; "
                  f"largest {len(top)}):"] + [f"    {one_line(w['module']):<40} {_ms(w['ms']):>10}" for w in top])
     from ..opspec import label, short_op
-
-    def left(w: dict) -> float:  # what the probes' inferred causes did not take, and what the re-run paid again
-        taken = w.get("inferred", {}).get("ms", 0.0) + w.get("warm_process_ms", 0.0) + w.get("warm_own_ms", 0.0)
-        return max(0.0, w["ms"] - taken) + max(0.0, w.get("rerun_ms", 0.0))
+    from ..report.trace import unplaced_ms as left
 
     placed = sum(left(w) for w in rows)
     top = sorted((w for w in rows if left(w) > 0), key=lambda w: -left(w))[:8]

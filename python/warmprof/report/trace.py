@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Mapping
 
 from .. import causes
 from ..causes import EVIDENCE
@@ -225,6 +225,18 @@ SCHEMA = S.Obj(
         "notes": S.ListOf(S.STR), "warmprof_version": S.STR, "created": S.STR,
     },
 )
+
+
+def warm_left_ms(row: Mapping[str, Any]) -> float:
+    """An unattributed_where row's ms less what --explain's warm processes booked there."""
+    return float(row.get("ms", 0.0)) - float(row.get("warm_own_ms", 0.0)) - float(row.get("warm_process_ms", 0.0))
+
+
+def unplaced_ms(row: Mapping[str, Any]) -> float:
+    """What of a row no fold booked (the warm processes, the probes' inferred causes), plus what the
+    seen re-run still paid there: the row's part of the unattributed time."""
+    taken = float(row.get("inferred", {}).get("ms", 0.0))
+    return max(0.0, warm_left_ms(row) - taken) + max(0.0, float(row.get("rerun_ms", 0.0)))
 
 
 @register_kind

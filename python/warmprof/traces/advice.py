@@ -6,6 +6,7 @@ from typing import Any
 
 from .. import causes
 from ..opspec import short_op
+from ..report.trace import unplaced_ms
 
 # Lines for one source of a cause, shown instead of the cause's generic line (causes.py) when that
 # source holds most of it.
@@ -87,8 +88,8 @@ def advise(report: Any, share_floor: float = 0.1, max_causes: int = 3) -> list[s
     unattributed = report.unattributed_ms
     if report.excess_ms > 0 and unattributed > report.noise_band_ms and unattributed >= max(
             [c.ms for c in report.causes if c.cause != "unattributed"] + [0.0]):
-        rows = sorted(getattr(report, "unattributed_where", []), key=lambda w: -_left(w))
-        rows = [w for w in rows if _left(w) > 0]
+        rows = sorted(getattr(report, "unattributed_where", []), key=lambda w: -unplaced_ms(w))
+        rows = [w for w in rows if unplaced_ms(w) > 0]
         where = [w["module"] + (f" ({short_op(w['op'])})" if "op" in w else "") for w in rows[:2]]
         at = f" (most in {' and '.join(where)})" if where else ""
         lines.append(f"unattributed ({unattributed / report.excess_ms:.0%} of the excess{at}) is the largest part: no "
@@ -123,12 +124,6 @@ def _next_step(rows: list[dict]) -> str:
     if any("op" in w for w in rows):
         return "Probe the ops that hold it with `warmprof probe --from` this report's JSON (it replays their recorded shapes)"
     return "Find the ops that hold it with `warmprof trace --explain` (a span per aten op, then the op probes)"
-
-
-def _left(w: dict) -> float:
-    """What of a row no fold of --explain booked."""
-    return (w["ms"] - w.get("inferred", {}).get("ms", 0.0) - w.get("warm_own_ms", 0.0) - w.get("warm_process_ms", 0.0)
-            + max(0.0, w.get("rerun_ms", 0.0)))
 
 
 def _probe_takes(name: str) -> bool:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from ..opspec import short_op
+from ..report.trace import warm_left_ms
 
 SOURCE = "probe"
 FOLDABLE = ("runtime_init", "jit_compile", "algorithm_selection", "allocator_growth")
@@ -75,11 +76,6 @@ def booked_by_trace_ms(first_call: Mapping[str, Any] | None, prices: Prices) -> 
             + anon_faults * prices.fault_ns / 1e6)
 
 
-def _left(row: Mapping[str, Any]) -> float:
-    """What of a row's residual the warm processes did not book (fold_warm_processes runs first)."""
-    return float(row.get("ms", 0.0)) - row.get("warm_own_ms", 0.0) - row.get("warm_process_ms", 0.0)
-
-
 def _shape_figure(v: Mapping[str, Any], prices: Prices) -> float | None:
     """The new-shape excess less what the trace books in each new shape's first call (the median over
     the probe's new shapes), or the probe's own figure for a verdict that carries no counters."""
@@ -111,7 +107,7 @@ def fold(rows: list[dict[str, Any]], verdicts: Iterable[Mapping[str, Any]], pric
             by_op[v["op"]] = v
     plan: list[tuple[int, str, dict[str, Any], str, float]] = []  # (index, op, row, cause, figure)
     for op, v in by_op.items():
-        sites = sorted((r for r in rows if r.get("op") == op and _left(r) > 0 and "inferred" not in r),
+        sites = sorted((r for r in rows if r.get("op") == op and warm_left_ms(r) > 0 and "inferred" not in r),
                        key=lambda r: r.get("index", 0))
         cause = v["verdict"]
         cold = max(0.0, float(v.get("cold_excess_ms") or 0.0) - booked_by_trace_ms(v.get("first_call"), prices))
@@ -134,7 +130,7 @@ def fold(rows: list[dict[str, Any]], verdicts: Iterable[Mapping[str, Any]], pric
     totals: dict[str, list] = {}
     left = max(0.0, budget_ms)
     for _, op, r, cause, figure in sorted(plan, key=lambda p: p[0]):
-        ms = min(_left(r), figure, left)
+        ms = min(warm_left_ms(r), figure, left)
         if ms <= 0:
             continue
         left -= ms
@@ -197,9 +193,8 @@ def explain_report(report: Any, *, top: int = 8, threads: int | None = None, dev
     import dataclasses
     import time
 
-    from ..probes.aten import probe_from
-
     from ..errors import InputError, ReportError
+    from ..probes.aten import probe_from
 
     t0 = time.monotonic()
     try:
