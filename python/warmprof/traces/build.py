@@ -72,13 +72,18 @@ def steady_fault_median(steady_faults: list[int]) -> int:
     return sorted(steady_faults)[len(steady_faults) // 2] if steady_faults else 0
 
 
+def share_of(ms: float, excess_ms: float, attributed_ms: float) -> float:
+    """A cause's share: of the excess, or of the attributed time when that is larger; 0 with no excess."""
+    denom = max(excess_ms, attributed_ms)
+    return max(0.0, ms / denom) if excess_ms > 0 and denom > 0 else 0.0
+
+
 def _entries(att: PassAttribution, excess_ms: float) -> list[CauseEntry]:
     """One entry per cause part. share is the part's fraction of the excess; when the attributed
     time exceeds the excess (noise), of the attributed time, so shares never sum past 1. With no
     excess at all (the pass was no slower than steady) a share means nothing and is 0."""
-    denom = max(excess_ms, att.attributed_ms)
     return [
-        CauseEntry(cause=p.cause, ms=p.ms, share=max(0.0, p.ms / denom) if excess_ms > 0 and denom > 0 else 0.0,
+        CauseEntry(cause=p.cause, ms=p.ms, share=share_of(p.ms, excess_ms, att.attributed_ms),
                    evidence=p.evidence, source=p.source, module=p.top_module, count=p.count, detail=p.detail)
         for p in att.parts if p.ns >= 1000  # under a microsecond: nothing to report
     ]

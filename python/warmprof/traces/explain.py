@@ -319,13 +319,12 @@ def fold_warm_processes(report: Any, same: Any | None, other: Any | None) -> lis
 def _retotal(report: Any, added: float) -> None:
     """The totals, shares, notes and advice after `added` ms more were attributed."""
     from .advice import advise
-    from .build import first_call_residual_note
+    from .build import first_call_residual_note, share_of
 
     report.attributed_ms += added
     report.unattributed_ms -= added
-    denom = max(report.excess_ms, report.attributed_ms)
     for c in report.causes:
-        c.share = max(0.0, c.ms / denom) if report.excess_ms > 0 and denom > 0 else 0.0
+        c.share = share_of(c.ms, report.excess_ms, report.attributed_ms)
     report.causes.sort(key=lambda c: -c.ms)
     if report.protocol is not None:
         report.protocol.unattributed_within_noise = abs(report.unattributed_ms) <= report.noise_band_ms
