@@ -27,6 +27,11 @@ uint32_t g_major_faults_name = 0;
 uint32_t g_rss_name = 0;
 uint32_t g_threads_name = 0;
 uint32_t g_file_bytes_name = 0;
+uint32_t g_run_delay_name = 0;
+uint32_t g_involuntary_name = 0;
+// The calling thread's run-queue delay at its last module-boundary sample: its involuntary switches
+// are read again only when the delay moved (a preemption always leaves a wait behind it).
+thread_local int64_t t_delay_sampled = -1;
 // The fault count (minor + major) at the last read of /proc/self/statm: RSS only moves when a fault
 // does (or memory is given back), so a module boundary reads it only when faults moved since.
 std::atomic<int64_t> g_faults_at_memory{-1};
@@ -125,6 +130,20 @@ inline void append_memory(int64_t faults_now, uint64_t t) {
   recorder::append(kCounter, kStructure, g_file_bytes_name, m.file, t);
 }
 
+// The calling thread's run-queue delay (a pread of its kept-open schedstat, about 1 us) and, when it
+// moved since this thread's last sample or `always`, its involuntary context switches. Counters
+// of the calling thread (each record carries its thread): attribution reads the pass thread's.
+inline void append_sched(uint64_t t, bool always) {
+  host::SchedStat s = host::thread_schedstat();
+  if (!s.ok) return;
+  recorder::append(kCounter, kStructure, g_run_delay_name, s.delay_ns, t);
+  if (always || s.delay_ns != t_delay_sampled) {
+    t_delay_sampled = s.delay_ns;
+    const int64_t inv = host::thread_involuntary_switches();
+    if (inv >= 0) recorder::append(kCounter, kStructure, g_involuntary_name, inv, t);
+  }
+}
+
 // Records the process's fault counters and thread count (getrusage, and an fstat of a kept-open
 // /proc/self/task: about 1.5 us) and, unless rss is False, RSS and its file-backed bytes (a pread of
 // /proc/self/statm, about 1.1 us more). Pass boundaries take them; module boundaries take them only
@@ -150,6 +169,7 @@ PyObject* fast_sample_host(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     recorder::append(kCounter, kStructure, g_major_faults_name, f.major, t);
     if (with_rss) append_memory(f.minor + f.major, t);
     recorder::append(kCounter, kStructure, g_threads_name, host::thread_count(), t);
+    append_sched(t, true);
   }
   Py_RETURN_NONE;
 }
@@ -168,6 +188,7 @@ inline void append_host_counters() {
   const int64_t total = f.minor + f.major;
   if (total != g_faults_at_memory.load(std::memory_order_relaxed)) append_memory(total, t);
   recorder::append(kCounter, kStructure, g_threads_name, host::thread_count(), t);
+  append_sched(t, false);
 }
 
 PyObject* fast_module_enter(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
@@ -303,6 +324,8 @@ PYBIND11_MODULE(_native, m) {
   g_rss_name = recorder::intern("host:rss_bytes");
   g_threads_name = recorder::intern("host:threads");
   g_file_bytes_name = recorder::intern("host:file_bytes");
+  g_run_delay_name = recorder::intern("host:run_delay_ns");
+  g_involuntary_name = recorder::intern("host:involuntary_switches");
 
   // Recorder (cold).
   m.def("start", [](long long spare_buffers) {
@@ -382,6 +405,32 @@ PYBIND11_MODULE(_native, m) {
   m.def("file_bytes", [] { return host::memory().file; },
         "Resident file-backed or shared bytes (RssFile + RssShmem, /proc/self/statm); 0 where unavailable.");
   m.def("thread_count", &host::thread_count);
+  m.def("thread_schedstat", [] {
+    host::SchedStat s = host::thread_schedstat();
+    if (!s.ok) return py::object(py::none());
+    return py::object(py::make_tuple(s.run_ns, s.delay_ns, s.slices));
+  }, "(run_ns, delay_ns, timeslices) of the calling thread (/proc/thread-self/schedstat: time on a CPU, "
+     "time runnable waiting for one), or None where the kernel has no schedstat.");
+  m.def("thread_involuntary_switches", &host::thread_involuntary_switches,
+        "Involuntary context switches of the calling thread (getrusage RUSAGE_THREAD); -1 where unavailable.");
+  m.def("task_schedstats", [] {
+    std::vector<host::TaskSched> got;
+    {
+      py::gil_scoped_release nogil;
+      got = host::task_schedstats();
+    }
+    py::dict d;
+    for (const auto& t : got) {
+      py::dict e;
+      e["run_ns"] = t.sched.ok ? py::object(py::int_(t.sched.run_ns)) : py::object(py::none());
+      e["delay_ns"] = t.sched.ok ? py::object(py::int_(t.sched.delay_ns)) : py::object(py::none());
+      e["voluntary"] = t.voluntary;
+      e["involuntary"] = t.involuntary;
+      d[py::int_(t.tid)] = e;
+    }
+    return d;
+  }, "{tid: {'run_ns', 'delay_ns', 'voluntary', 'involuntary'}} for every thread of this process "
+     "(/proc/self/task/*/schedstat and status; None / -1 where a file is missing).");
   m.def("page_size", &host::page_size);
   m.def("calibrate_fault_cost", [](long long bytes, int trials) {
     check_positive(bytes, "bytes");

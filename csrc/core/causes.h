@@ -15,7 +15,8 @@ enum Cause : uint8_t {
   kDataTransfer = 6,
   kClockRamp = 7,
   kProfilerOverhead = 8,    // warmprof's / CUPTI's own first-use cost, never blamed on the model
-  kNumCauses = 9,
+  kCpuContention = 9,       // the model's threads were runnable with no CPU (schedstat run-queue delay)
+  kNumCauses = 10,
 };
 
 enum RecordKind : uint8_t {

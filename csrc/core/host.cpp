@@ -7,6 +7,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <dirent.h>
+#include <sys/syscall.h>
+
 #include <atomic>
 #include <mutex>
 
@@ -106,6 +109,101 @@ int64_t thread_count() {
   struct stat st {};
   if (f.task_links_count_threads && fstat(f.task, &st) == 0 && st.st_nlink > 2) return int64_t(st.st_nlink) - 2;
   return thread_count_from_stat();
+}
+
+namespace {
+
+bool parse_schedstat(const char* buf, SchedStat* out) {
+  long long run = 0, delay = 0, slices = 0;
+  if (std::sscanf(buf, "%lld %lld %lld", &run, &delay, &slices) != 3) return false;
+  out->ok = true;
+  out->run_ns = run;
+  out->delay_ns = delay;
+  out->slices = slices;
+  return true;
+}
+
+// The calling thread's schedstat file, opened on its first read and kept; a thread that outlives a
+// fork (the child's copy of the forking thread) reopens it for its own pid.
+struct ThreadSchedFile {
+  int fd = -1;
+  int pid = 0;
+  ~ThreadSchedFile() {
+    if (fd >= 0) close(fd);
+  }
+  int get() {
+    const int me = int(getpid());
+    if (pid == me) return fd;
+    if (fd >= 0) close(fd);
+    fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {  // kernels before 3.17 have no /proc/thread-self
+      char path[64];
+      std::snprintf(path, sizeof(path), "/proc/self/task/%ld/schedstat", long(syscall(SYS_gettid)));
+      fd = open(path, O_RDONLY | O_CLOEXEC);
+    }
+    pid = me;
+    return fd;
+  }
+};
+
+thread_local ThreadSchedFile t_sched;
+
+int64_t status_field(const char* buf, const char* key) {
+  const char* p = std::strstr(buf, key);
+  return p ? std::atoll(p + std::strlen(key)) : -1;
+}
+
+}  // namespace
+
+SchedStat thread_schedstat() {
+  SchedStat out;
+  const int fd = t_sched.get();
+  if (fd < 0) return out;
+  char buf[96];
+  const ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+  if (n <= 0) return out;
+  buf[n] = 0;
+  parse_schedstat(buf, &out);
+  return out;
+}
+
+int64_t thread_involuntary_switches() {
+#ifdef RUSAGE_THREAD
+  rusage ru{};
+  if (getrusage(RUSAGE_THREAD, &ru) == 0) return int64_t(ru.ru_nivcsw);
+#endif
+  return -1;
+}
+
+std::vector<TaskSched> task_schedstats() {
+  std::vector<TaskSched> out;
+  DIR* dir = opendir("/proc/self/task");
+  if (!dir) return out;
+  char path[96];
+  char buf[4096];
+  while (dirent* e = readdir(dir)) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    TaskSched t;
+    t.tid = std::atoll(e->d_name);
+    std::snprintf(path, sizeof(path), "/proc/self/task/%s/schedstat", e->d_name);
+    if (FILE* f = std::fopen(path, "r")) {
+      const size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
+      std::fclose(f);
+      buf[n] = 0;
+      parse_schedstat(buf, &t.sched);
+    }
+    std::snprintf(path, sizeof(path), "/proc/self/task/%s/status", e->d_name);
+    if (FILE* f = std::fopen(path, "r")) {
+      const size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
+      std::fclose(f);
+      buf[n] = 0;
+      t.voluntary = status_field(buf, "\nvoluntary_ctxt_switches:");
+      t.involuntary = status_field(buf, "\nnonvoluntary_ctxt_switches:");
+    }
+    out.push_back(t);
+  }
+  closedir(dir);
+  return out;
 }
 
 namespace {

@@ -21,6 +21,29 @@ Memory memory();            // both from one read of /proc/self/statm (about 1.1
 int64_t thread_count();     // threads of this process: links of /proc/self/task, else /proc/self/stat (0 where unavailable)
 int64_t page_size();
 
+// CPU contention. The kernel's scheduler statistics (/proc/<pid>/task/<tid>/schedstat, kernels with
+// CONFIG_SCHED_INFO): time a thread ran on a CPU, and time it was runnable but waiting for one (its
+// run-queue delay), both cumulative ns since the thread started.
+struct SchedStat {
+  bool ok = false;       // false: no schedstat here (the kernel lacks it, or /proc is not mounted)
+  int64_t run_ns = 0;
+  int64_t delay_ns = 0;  // runnable, not running: the wait for a CPU
+  int64_t slices = 0;    // times it ran on a CPU
+};
+// The calling thread's, from /proc/thread-self/schedstat kept open per thread (reopened after a
+// fork): one pread, cheap enough for every module boundary.
+SchedStat thread_schedstat();
+// The calling thread's involuntary context switches (getrusage RUSAGE_THREAD); -1 where unavailable.
+int64_t thread_involuntary_switches();
+struct TaskSched {
+  int64_t tid = 0;
+  SchedStat sched;
+  int64_t voluntary = -1;    // context switches from /proc/<pid>/task/<tid>/status (-1: not read)
+  int64_t involuntary = -1;
+};
+// Every thread of this process (opens two files per thread: pass boundaries, not module ones).
+std::vector<TaskSched> task_schedstats();
+
 struct FaultCost {
   // Touch time is the thread's CPU time (CLOCK_THREAD_CPUTIME_ID), not wall: waits for a core on
   // a busy machine are not a cost of the faults.

@@ -50,6 +50,10 @@ FAULT_COUNTERS = ("host:minor_faults", "host:major_faults")
 THREAD_COUNTER = "host:threads"
 RSS_COUNTER = "host:rss_bytes"
 FILE_COUNTER = "host:file_bytes"  # resident file-backed (and shared) bytes: RSS less this is anonymous
+# The sampling thread's own run-queue delay (ns runnable, waiting for a CPU: schedstat) and its
+# involuntary context switches; per-thread counters, read on the pass thread only.
+RUN_DELAY_COUNTER = "host:run_delay_ns"
+INVOLUNTARY_COUNTER = "host:involuntary_switches"
 MODULE_PREFIX = "module:"
 OP_PREFIX = "op:"  # the op view's spans (instruments/aten_ops.py): structure, nested in modules
 
@@ -148,6 +152,9 @@ class Part:
     count: int = 0
     by_module: dict[str, float] = field(default_factory=dict)
     detail: str = ""  # what the figure holds or leaves out, where a reader would otherwise guess
+    # True: its time was taken out of cause spans' parts (which its estimator lowered by as much),
+    # not out of the pass's free time; _assemble leaves it out of the unexplained time
+    carved: bool = False
 
     @property
     def ms(self) -> float:
@@ -187,6 +194,10 @@ class PassAttribution:
     @property
     def attributed_ms(self) -> float:
         return sum(p.ms for p in self.parts)
+
+    def attributed_by_cause(self, cause: str) -> float:
+        """ms of the parts of one cause."""
+        return sum(p.ms for p in self.parts if p.cause == cause)
 
     def by_module(self) -> dict[str, dict[str, float]]:
         out: dict[str, dict[str, float]] = {}
@@ -437,6 +448,8 @@ class PassContext:
     off_thread_ns: int = 0  # cause spans of other threads, clipped to the window
     calibration: Calibration = field(default_factory=Calibration)
     steady_faults: float = 0.0  # page faults a steady pass takes (median)
+    # ns a clean steady pass's thread waited for a CPU (median; run-queue delay from schedstat)
+    steady_run_delay_ns: float = 0.0
     evidence: Mapping[str, str] = field(default_factory=dict)  # source -> evidence of its spans
     inferred: tuple[Mapping, ...] = ()  # figures no span brackets: {"cause", "source", "ms", ...}
     timeline: Timeline | None = None
@@ -512,6 +525,7 @@ def build_context(
     *,
     calibration: Calibration | None = None,
     steady_faults: float = 0.0,
+    steady_run_delay_ns: float = 0.0,
     evidence: Mapping[str, str] | None = None,
     inferred: Iterable[Mapping] | None = None,
     window: tuple[int, int] | None = None,
@@ -544,6 +558,7 @@ def build_context(
         off_thread_ns=off_thread_ns,
         calibration=calibration or Calibration(),
         steady_faults=steady_faults,
+        steady_run_delay_ns=steady_run_delay_ns,
         evidence=evidence or {},
         inferred=tuple(inferred or ()),
         timeline=tl,
@@ -831,6 +846,119 @@ def cupti_callback_cost(ctx: PassContext) -> list[Part]:
                  by_module={"": n * cost}, detail=detail)]
 
 
+def thread_counter_series(tl: Timeline, name: str, thread: int) -> tuple[list[int], list[int]]:
+    """(timestamps, values) of a per-thread counter as `thread` (a recorder thread index) sampled it."""
+    ids = [i for i, n in enumerate(tl.names) if n == name]
+    if not ids or len(tl) == 0:
+        return [], []
+    mask = (tl.kind == COUNTER) & (tl.name == ids[0]) & (tl.thread == thread)
+    return tl.ts_ns[mask].tolist(), tl.value[mask].tolist()
+
+
+def thread_counter_change(tl: Timeline, name: str, thread: int, t0: int, t1: int) -> int | None:
+    """How much `thread`'s cumulative counter grew over [t0, t1]: its last sample at or before t0
+    (else its first inside) to its first at or after t1 (else its last inside); None without two
+    samples there (not sampled: no schedstat, or a timeline recorded before it was)."""
+    ts, vals = thread_counter_series(tl, name, thread)
+    if len(ts) < 2:
+        return None
+    a = max(0, bisect.bisect_right(ts, t0) - 1)
+    b = min(len(ts) - 1, bisect.bisect_left(ts, t1))
+    if b <= a or ts[a] > t1 or ts[b] < t0:
+        return None
+    return max(0, int(vals[b]) - int(vals[a]))
+
+
+def _spread(ctx: PassContext, lo: int, hi: int, amount: float) -> list[tuple[SpanRec | None, str, float]]:
+    """`amount` (a wait that happened somewhere in [lo, hi]) spread over the segments there in
+    proportion to their time: (innermost cause span or None, module, share). An instant interval
+    goes whole to the segment that holds it."""
+    starts = ctx.segment_starts
+    first = max(0, bisect.bisect_right(starts, lo) - 1)
+    pieces: list[tuple[SpanRec | None, str, int]] = []
+    for k in range(first, len(ctx.segments)):
+        s0, s1, cause_span, _, mod, _ = ctx.segments[k]
+        if s0 >= hi:
+            break
+        ov = min(s1, hi) - max(s0, lo)
+        if ov > 0:
+            pieces.append((cause_span, mod, ov))
+    covered = sum(p[2] for p in pieces)
+    if covered <= 0:
+        cause_span, mod_span = ctx.cover(lo, hi)
+        return [(cause_span, _module_of(mod_span), amount)]
+    return [(c, m, amount * ov / covered) for c, m, ov in pieces]
+
+
+def cpu_contention(ctx: PassContext) -> list[Part]:
+    """Measured cpu_contention: the time the pass's thread was ready to run and had no CPU (its
+    run-queue delay, schedstat), read at the pass's boundaries and at every module boundary, so each
+    wait is placed in the module it happened in. A steady pass's wait (ctx.steady_run_delay_ns, the
+    median) is taken off in proportion: what is booked is what this pass waited beyond a steady one.
+    A wait inside a cause span (a compile that was preempted) is taken out of that span's part, which
+    measured wall time, and booked here (source run_queue_in:<the span's source>), so nothing counts
+    twice.
+
+    Only the pass's thread is booked: its wait adds to the pass's wall time directly. A worker
+    thread's wait adds only while the pass's thread waits for that worker, which these counters
+    cannot tell from the pass thread's own work (an OpenMP pool spins before it sleeps); workers'
+    waits are reported beside this figure (instruments/host.py), never added to it, and never
+    summed as if they had happened one after another."""
+    tl = ctx.timeline
+    if tl is None:
+        return []
+    t0, t1 = ctx.window
+    ts, vals = thread_counter_series(tl, RUN_DELAY_COUNTER, ctx.pass_span.thread)
+    if len(ts) < 2:
+        return []
+    a = max(0, bisect.bisect_right(ts, t0) - 1)
+    b = min(len(ts) - 1, bisect.bisect_left(ts, t1))
+    free = Part("cpu_contention", "run_queue", "measured")
+    carved: dict[str, Part] = {}  # by the source of the cause spans the waits fell in
+    lowered: dict[tuple[str, str, str], float] = {}  # (cause, source, module) -> ns taken out of its span
+    total = 0.0
+    for k in range(a, b):
+        d = vals[k + 1] - vals[k]
+        if d <= 0:
+            continue
+        lo, hi = max(ts[k], t0), min(ts[k + 1], t1)
+        if hi < lo:
+            continue
+        total += d
+        for cause_span, mod, ns in _spread(ctx, lo, hi, d):
+            if cause_span is None:
+                free.add(mod, ns)
+            else:
+                src = source_of(cause_span.name)
+                into = carved.get(src)
+                if into is None:
+                    into = carved[src] = Part("cpu_contention", f"run_queue_in:{src}", "measured", carved=True)
+                into.add(mod, ns)
+                key = (cause_name(cause_span.cause), src, mod)
+                lowered[key] = lowered.get(key, 0.0) + ns
+    if total <= 0:
+        return []
+    keep = max(0.0, total - ctx.steady_run_delay_ns) / total
+    if keep <= 0:
+        return []
+    parts = []
+    steady = (f"; less a steady pass's own wait ({ctx.steady_run_delay_ns / 1e6:.3f} ms, the median)"
+              if ctx.steady_run_delay_ns > 0 else "")
+    for p, where in ((free, "outside cause spans"),
+                     *((c, f"inside {src} spans, taken out of their time") for src, c in carved.items())):
+        if p.ns <= 0:
+            continue
+        p.by_module = {m: ns * keep for m, ns in p.by_module.items()}
+        p.ns *= keep
+        p.detail = (f"the pass's thread was runnable with no CPU for {p.ns / 1e6:.3f} ms {where} (schedstat "
+                    f"run-queue delay, read at module boundaries){steady}; not a first-call cost, and no warm-up "
+                    "removes it")
+        parts.append(p)
+    for (cause, source, mod), ns in lowered.items():
+        parts.append(Part(cause, source, "measured", ns=-ns * keep, by_module={mod: -ns * keep}))
+    return parts
+
+
 def inferred_figures(ctx: PassContext) -> list[Part]:
     """Figures no span brackets (a clock ramp inferred from clock samples), added as given; entries
     of the same (cause, source) add up."""
@@ -894,7 +1022,7 @@ def instrument_cost(ctx: PassContext) -> list[Part]:
 # Run in this order; parts of the same (cause, source) from several estimators add up, and the
 # first one's evidence stands.
 ESTIMATORS: tuple[Estimator, ...] = (cause_spans, host_faults, thread_starts, module_hook_cost, cupti_callback_cost,
-                                     inferred_figures, op_view_first_dispatch, instrument_cost)
+                                     inferred_figures, op_view_first_dispatch, cpu_contention, instrument_cost)
 
 
 # -- The loop ----------------------------------------------------------------------------------
@@ -939,7 +1067,7 @@ def _assemble(ctx: PassContext, parts: dict[tuple[str, str], Part]) -> PassAttri
     unexplained = dict(ctx.free_by_module)
     estimated: dict[str, float] = {}
     for key, p in parts.items():
-        if key in ctx.span_keys:
+        if key in ctx.span_keys or p.carved:
             continue
         for mod, ns in p.by_module.items():
             unexplained[mod] = unexplained.get(mod, 0.0) - ns

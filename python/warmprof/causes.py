@@ -57,6 +57,12 @@ _ROWS: list[Cause] = [
     Cause(7, "clock_ramp", "clock ramp", "#e377c2", "rail_idle", True,
           advice="The device clocks were low at the start: a short warm-up burst before traffic raises them."),
     Cause(8, "profiler_overhead", "profiler overhead", "#8c564b", "grey", False, blamed_on_model=False),
+    # The model's threads were ready to run and had no CPU (schedstat run-queue delay): other work on
+    # the machine, or more threads than CPUs. Paid on any call the machine is busy for, first or not.
+    Cause(9, "cpu_contention", "CPU contention", "#393b79", "thread_state_runnable", False,
+          advice="The model's threads waited for a CPU: this is the machine's load, not a first-call cost, and no "
+                 "warm-up removes it. Give the process CPUs of its own (taskset, a CPU quota or request), or fewer "
+                 "threads than CPUs (torch.set_num_threads); trace again on a quieter machine for the first-call figures."),
     Cause(None, "unattributed", "unattributed", "#d9d9d9", "generic_work", False, blamed_on_model=False),
 ]
 
@@ -74,6 +80,7 @@ RUNTIME_INIT = _id("runtime_init")
 DATA_TRANSFER = _id("data_transfer")
 CLOCK_RAMP = _id("clock_ramp")
 PROFILER_OVERHEAD = _id("profiler_overhead")
+CPU_CONTENTION = _id("cpu_contention")
 
 UNATTRIBUTED = "unattributed"  # computed: the excess less what the causes explain
 OWN = "profiler_overhead"  # warmprof's own cost: reported, never advised on

@@ -86,7 +86,9 @@ def test_onednn_creation_is_jit_compile_equal_to_onednn_own_times():
     assert onednn, f"no oneDNN creation attributed: {r.causes} {r.instruments.get('onednn')}"
     assert all(c.cause == "jit_compile" and c.evidence == "measured" for c in onednn)
     reported = r.instruments["onednn"]["passes"]["first"]["create_miss_ms"]
-    ours = sum(c.ms for c in onednn)
+    # oneDNN times its creations in wall time: a wait for a CPU inside them is in its figure, and
+    # warmprof takes it out of the span into cpu_contention (source run_queue_in:onednn)
+    ours = sum(c.ms for c in onednn) + sum(c.ms for c in r.causes if c.source == "run_queue_in:onednn")
     assert reported > 0
     assert abs(ours - reported) <= 0.10 * reported, (ours, reported)
     # cached: the seen-shape re-run creates nothing new
@@ -149,7 +151,9 @@ def test_compile_inside_a_module_inside_a_module_counts_once():
     spans = sum(c["span_ms"] for c in compile_info["compiles"] if c["pass"] == "first")
     # Python imports the compiler runs inside its compile span stay in the compile (torch's timers
     # count them too): they are recorded as spans but own no time of their own.
-    assert total == pytest.approx(spans, rel=0.02)  # counted once, not once per enclosing module
+    # A wait for a CPU inside the compile span is taken out of it and booked as cpu_contention.
+    waited = sum(c.ms for c in r.causes if c.cause == "cpu_contention" and c.source == "run_queue_in:torch.compile")
+    assert total + waited == pytest.approx(spans, rel=0.02)  # counted once, not once per enclosing module
     assert total <= r.first_pass_ms
     assert {c.module for c in jit} == {"Outer.inner"}  # the innermost module
     assert not [c for c in r.seen_rerun_causes if c.cause == "jit_compile"]

@@ -108,7 +108,7 @@ def test_a_fresh_process_gets_no_in_process_note_and_records_its_caches():
     d = r.to_dict()["protocol"]
     assert list(d) == ["input", "steady_ms", "calibration", "runtime_warm", "warm_reasons", "unattributed_within_noise",
                        "attribution_thread_only", "instrumented_steady_ms", "seen_rerun_residual_ms", "oversubscription",
-                       "recorder",
+                       "steady_run_delay_ms", "steady_net_median_ms", "recorder",
                        "fresh_process", "cache", "threads", "caches"]
     assert d["fresh_process"] is True and d["threads"] == 2 and d["caches"] == {"TMPDIR": "fresh (removed after)"}
 

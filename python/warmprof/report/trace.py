@@ -116,7 +116,8 @@ class Protocol:
     recorder: RecorderStats = field(default_factory=RecorderStats)
     run: RunContext = field(default_factory=RunContext)
     # Steady passes with every instrument on (after the clean ones): the fastest of them against the
-    # clean passes is warmprof's own cost per pass on this model (the profiler_overhead entry).
+    # clean passes is warmprof's own cost per pass on this model (the profiler_overhead entry). Each
+    # is net of its wait for a CPU, and so are the clean passes it is compared with.
     instrumented_steady_ms: list[float] = field(default_factory=list)
     # What the seen re-run took over a steady pass beyond its attributed causes: warm-up that takes
     # more than one call (interpreter specialisation, cold caches), an inferred residual.
@@ -124,6 +125,10 @@ class Protocol:
     # torch's intra-op threads against the CPUs this process may use and the work runnable when the
     # trace started (platform.oversubscription); "" when they did not clash
     oversubscription: str = ""
+    # Each clean steady pass's wait for a CPU (ms: its thread's schedstat run-queue delay), and the
+    # steady median with each pass's wait taken out; empty / None where the kernel has no schedstat.
+    steady_run_delay_ms: list[float] = field(default_factory=list)
+    steady_net_median_ms: float | None = None
     # A loaded file's protocol is written back as it was: keys this class does not name (a newer
     # writer's) are kept in `extra`, and named keys the file did not have are in `absent`, so they
     # are not written back with defaults that would state facts nobody recorded.
@@ -206,7 +211,7 @@ _PROTOCOL = S.Obj(optional={
     "warm_reasons": S.ListOf(S.STR), "unattributed_within_noise": S.BOOL, "attribution_thread_only": S.BOOL,
     "recorder": _RECORDER, "fresh_process": S.BOOL, "cache": S.STR, "threads": S.Nullable(S.POSITIVE_INT),
     "caches": S.MapOf(S.STR), "instrumented_steady_ms": S.ListOf(S.NUM), "seen_rerun_residual_ms": S.Nullable(S.NUM),
-    "oversubscription": S.STR,
+    "oversubscription": S.STR, "steady_run_delay_ms": S.ListOf(S.NUM), "steady_net_median_ms": S.Nullable(S.NUM),
 })
 SCHEMA = S.Obj(
     {

@@ -8,6 +8,8 @@ from .. import causes
 from ..opspec import short_op
 from ..report.trace import unplaced_ms
 
+CONTENTION = "cpu_contention"  # the machine's load: never a first-call cost (causes.py)
+
 # Lines for one source of a cause, shown instead of the cause's generic line (causes.py) when that
 # source holds most of it.
 _BY_SOURCE = {
@@ -61,10 +63,14 @@ def advise(report: Any, share_floor: float = 0.1, max_causes: int = 3) -> list[s
                 "a quieter machine (or with fewer threads); an excess that stays within the noise on a quiet machine "
                 "means no warm-up is needed for this shape."] + crowded
     own = sum(c.ms for c in report.causes if c.cause == causes.OWN)
-    if own > 0 and excess - own <= band:
-        return [f"Too noisy to tell: without warmprof's own instrument cost ({own:.2f} ms, estimated) the rest of the "
-                f"excess ({excess - own:.2f} ms) is within the steady passes' spread ({band:.2f} ms), so no first-call "
-                "cost of the model's can be told apart from noise here."] + crowded
+    waited = sum(c.ms for c in report.causes if c.cause == CONTENTION)
+    if (own > 0 or waited > 0) and excess - own - waited <= band:
+        less = " and ".join(x for x in (f"the wait for a CPU ({waited:.2f} ms, measured)" if waited > 0 else "",
+                                        f"warmprof's own instrument cost ({own:.2f} ms, estimated)" if own > 0 else "")
+                            if x)
+        return [f"Too noisy to tell: without {less} the rest of the excess ({excess - own - waited:.2f} ms) is within "
+                f"the steady passes' spread ({band:.2f} ms), so no first-call cost of the model's can be told apart "
+                "from noise here."] + ([_lines(CONTENTION, "run_queue")[0]] if waited > 0 else []) + crowded
     totals: dict[str, float] = {}
     sources: dict[str, dict[str, float]] = {}
     for c in report.causes:

@@ -171,20 +171,33 @@ def _check_output(out: Any) -> None:
                      "Trace a callable that does the work, e.g. lambda x: list(model(x))")
 
 
-def _steady(model, args, kwargs, sync, min_passes: int, max_passes: int, budget_s: float) -> tuple[list[float], list[int]]:
-    times, faults = [], []
+def _run_delay_ns() -> int | None:
+    """This thread's run-queue delay so far (schedstat), None where the kernel has none."""
+    got = _native.thread_schedstat()
+    return None if got is None else got[1]
+
+
+def _steady(model, args, kwargs, sync, min_passes: int, max_passes: int,
+            budget_s: float) -> tuple[list[float], list[int], list[float]]:
+    """Clean steady passes: each one's time (ms), page faults, and the time its thread waited for a
+    CPU (ms, schedstat run-queue delay; the list is empty where the kernel has no schedstat)."""
+    times, faults, waits = [], [], []
     deadline = time.monotonic() + budget_s
     while len(times) < max_passes:
         f0 = sum(_native.faults())
+        d0 = _run_delay_ns()
         t0 = _native.now_ns()
         model(*args, **kwargs)
         sync()
         t1 = _native.now_ns()
+        d1 = _run_delay_ns()
         faults.append(sum(_native.faults()) - f0)
         times.append((t1 - t0) / 1e6)
+        if d0 is not None and d1 is not None:
+            waits.append((d1 - d0) / 1e6)
         if len(times) >= min_passes and time.monotonic() > deadline:
             break
-    return times, faults
+    return times, faults, waits if len(waits) == len(times) else []
 
 
 def _instrumented_steady(runner, args, kwargs, dev, compiled: bool, op_view: bool, sync, passes: tuple[int, int],
@@ -193,25 +206,33 @@ def _instrumented_steady(runner, args, kwargs, dev, compiled: bool, op_view: boo
     oneDNN's verbose capture, samplers, imports, CUDA callbacks) in a recording of their own, so
     nothing of theirs reaches the first pass's timeline or the clean steady statistics. Returns
     each counted pass's time (ms, its own clock reads), each module's calls per pass (their mean), the
-    recording and the fastest counted pass's window (the op view's warm baseline per site).
+    recording and the fastest counted pass's window (the op view's warm baseline per site). Times are
+    net of each pass's wait for a CPU (schedstat run-queue delay; none where the kernel has none).
     The first pass is run and not counted: it warms the fresh instruments."""
     least, most = passes[0] + 1, passes[1] + 1
     instruments = _instruments(runner, dev, compiled, op_view)
     windows: list[tuple[int, int]] = []
+    waits: list[float] = []
     deadline = time.monotonic() + budget_s
     with Recording(spare_buffers=SPARE_BUFFERS) as rec:
         with contextlib.ExitStack() as stack:
             for inst in instruments:
                 stack.enter_context(inst)
             while len(windows) < most:
+                d0 = _run_delay_ns()
                 windows.append(_run_pass(runner, args, kwargs, INSTRUMENTED_STEADY, instruments, sync,
                                          most - len(windows)))
+                d1 = _run_delay_ns()
+                waits.append((d1 - d0) / 1e6 if d0 is not None and d1 is not None else 0.0)
                 if len(windows) >= least and time.monotonic() > deadline:
                     break
         timeline = rec.drain()
     counted = windows[1:]
-    fastest = min(counted, key=lambda w: w[1] - w[0])
-    return [(t1 - t0) / 1e6 for t0, t1 in counted], _module_calls(timeline, counted), timeline, fastest
+    # Net of each pass's wait for a CPU, as the clean passes they are compared with: contention is
+    # the machine's, not the instruments' cost.
+    net = [(t1 - t0) / 1e6 - w for (t0, t1), w in zip(counted, waits[1:])]
+    fastest = counted[min(range(len(counted)), key=lambda k: net[k])]
+    return net, _module_calls(timeline, counted), timeline, fastest
 
 
 def _module_calls(tl: Timeline, windows: list[tuple[int, int]]) -> dict[str, int]:
@@ -367,10 +388,14 @@ def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, devic
             timeline = rec.drain()
         say("steady passes")
         try:
-            steady_ms, steady_faults = _steady(runner, args, kwargs, sync, min_steady, max_steady, steady_budget_s)
+            steady_ms, steady_faults, steady_waits = _steady(runner, args, kwargs, sync, min_steady, max_steady,
+                                                             steady_budget_s)
         except Exception as e:
             raise ModelError(f"the model raised during the steady passes: {type(e).__name__}: {e}") from e
         clean = steady_stats(steady_ms)
+        # the clean passes net of their waits for a CPU: what warmprof's own cost is measured against
+        steady_net = [t - w for t, w in zip(steady_ms, steady_waits)] if steady_waits else steady_ms
+        clean_net = steady_stats(steady_net)
         # at least SELF_COST_PASSES[0], and as many as fit in SELF_COST_FLOOR_S (a fast model's fastest of
         # three is rarely undisturbed on a busy machine); never more than the clean steady passes
         least = max(SELF_COST_PASSES[0], min(SELF_COST_PASSES[1], math.ceil(SELF_COST_FLOOR_S / max(clean.median / 1e3, 1e-6))))
@@ -409,13 +434,15 @@ def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, devic
         op_view_cold = ops_inst.cold_dispatch_cost({c[0] for c in ops_inst.calls.get("first", [])})
         cal = dataclasses.replace(cal, op_view_cold_ns=op_view_cold["ns"])
     say("attributing")
-    clean_low = (float(np.quantile(steady_ms, 1.0 / (len(instrumented_ms) + 1)))
-                 if steady_ms and instrumented_ms else None)
-    own_cost = (InstrumentCost(tuple(instrumented_ms), clean.median, clean.noise_band * 1e6, module_calls, clean_low)
+    clean_low = (float(np.quantile(steady_net, 1.0 / (len(instrumented_ms) + 1)))
+                 if steady_net and instrumented_ms else None)
+    own_cost = (InstrumentCost(tuple(instrumented_ms), clean_net.median, clean_net.noise_band * 1e6, module_calls,
+                               clean_low)
                 if instrumented_ms else None)
+    steady_wait_ns = float(np.median(steady_waits)) * 1e6 if steady_waits else 0.0
     first, rerun = (
         attribute_pass(timeline, name, calibration=cal,
-                       steady_faults=steady_fault_median(steady_faults),
+                       steady_faults=steady_fault_median(steady_faults), steady_run_delay_ns=steady_wait_ns,
                        inferred=[e for i in instruments for e in i.inferred(name)],
                        evidence={src: ev for i in instruments for src, ev in i.span_evidence.items()},
                        window=windows[name], instrument_cost=own_cost)
@@ -437,6 +464,7 @@ def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, devic
         rerun=rerun,
         steady_ms=steady_ms,
         steady_faults=steady_faults,
+        steady_run_delay_ms=steady_waits,
         instrumented_steady_ms=instrumented_ms,
         timeline=timeline,
         instruments=[InstrumentSummary(i.name, i.summary(), list(i.notes), i.reason) for i in instruments],

@@ -58,6 +58,8 @@ class TraceFacts:
     created: str
     # steady passes with every instrument on (against the clean ones: warmprof's own cost, estimated)
     instrumented_steady_ms: list[float] = field(default_factory=list)
+    # each clean steady pass's wait for a CPU (ms, schedstat run-queue delay); empty: not measured
+    steady_run_delay_ms: list[float] = field(default_factory=list)
     protocol_notes: list[str] = field(default_factory=list)  # what the protocol itself left out, and why
     # the op view's recorded call (pass, index) -> its opspec JSON; None when the op view was off
     op_call: Callable[[str, int], dict[str, Any] | None] | None = None
@@ -241,6 +243,28 @@ def _where(f: TraceFacts) -> list[dict[str, Any]]:
     return rows
 
 
+def contention_notes(host: dict[str, Any], steady_waits: list[float], first_contention_ms: float,
+                     noise_band_ms: float) -> list[str]:
+    """What the run-queue delays say beyond the booked cpu_contention: that they were not measured
+    (no schedstat), or the other threads' waits (reported, never booked: attribution.cpu_contention)."""
+    first = host.get("first", {})
+    if "run_delay_ns" not in first:
+        return ["cpu contention: not measured (this kernel gives no per-thread schedstat: "
+                "/proc/<pid>/task/<tid>/schedstat is missing)"]
+    out = []
+    workers_ms = first.get("worker_run_delay_total_ns", 0) / 1e6
+    if workers_ms > max(noise_band_ms, 0.01):
+        out.append(
+            f"cpu contention: the other {first.get('worker_threads', 0)} threads of the process waited for a CPU too, "
+            f"{first.get('workers_waiting', 0)} of them, up to {first.get('worker_run_delay_max_ns', 0) / 1e6:.2f} ms "
+            f"on one thread ({workers_ms:.2f} ms in all): not booked, since a worker's wait adds to the pass only "
+            "while the pass's thread waits for that worker, and they wait side by side, not one after another")
+    if steady_waits and first_contention_ms > 0:
+        out.append(f"cpu contention: the steady passes waited {float(np.median(steady_waits)):.2f} ms each for a CPU "
+                   f"(median; up to {max(steady_waits):.2f} ms); the first pass's booked wait is what it waited beyond that")
+    return out
+
+
 def build_report(facts: TraceFacts) -> Report:
     f = facts
     first, rerun = f.first, f.rerun
@@ -259,6 +283,10 @@ def build_report(facts: TraceFacts) -> Report:
     notes.extend(f.protocol_notes)
     if f.oversubscription:
         notes.append(f.oversubscription)
+    host = inst.get("host", {}).get("passes", {})
+    if "host" in inst:
+        notes.extend(contention_notes(host, f.steady_run_delay_ms, first.attributed_by_cause("cpu_contention"),
+                                      stats.noise_band))
     notes.extend(recorder_notes(f.timeline, {"first_pass": first, "seen_rerun": rerun}))
     notes.extend(calibration_notes(f.calibration))
     if first.op_sites and f.op_call is not None and not _calls_aligned(f):
@@ -283,8 +311,9 @@ def build_report(facts: TraceFacts) -> Report:
     # Only what was recorded: steady passes run uninstrumented, so they have no spans (renderers
     # draw the steady median from steady_median_ms and label it as a median).
     spans = _spans(first, "first") + _spans(rerun, "seen_rerun")
-    host = inst.get("host", {}).get("passes", {})
     tl = f.timeline
+    net = ([t - w for t, w in zip(f.steady_ms, f.steady_run_delay_ms)]
+           if f.steady_run_delay_ms and len(f.steady_run_delay_ms) == len(f.steady_ms) else [])
     report = Report(
         model=f.model, shape=f.shape, device=f.device, dtype=f.dtype, compile=f.compile,
         first_pass_ms=first.pass_ms, seen_rerun_ms=rerun.pass_ms,
@@ -308,6 +337,8 @@ def build_report(facts: TraceFacts) -> Report:
                                    own_faults=tl.own_faults),
             run=f.run, instrumented_steady_ms=list(f.instrumented_steady_ms), seen_rerun_residual_ms=residual,
             oversubscription=f.oversubscription,
+            steady_run_delay_ms=list(f.steady_run_delay_ms),
+            steady_net_median_ms=float(np.median(net)) if net else None,
         ),
         instruments=inst,
         torch_compile=TorchCompileFigures.from_summary(inst.get("torch_compile")),
