@@ -35,8 +35,8 @@ _BY_SOURCE = {
 }
 
 
-def _lines(cause: str, source: str, cuda: bool) -> list[str]:
-    """The cause's lines: its source's, or its generic line and, on a CUDA device only, its CUDA line."""
+def _lines(cause: str, source: str, cuda: bool = False) -> list[str]:
+    """The cause's lines: its source's, or its generic line and, when `cuda` (the report's device is CUDA), its CUDA line."""
     if (cause, source) in _BY_SOURCE:
         return _BY_SOURCE[(cause, source)]
     row = causes.get(cause)
