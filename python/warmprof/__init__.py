@@ -53,7 +53,10 @@ def __getattr__(name: str):
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+    """The public API only (__all__, with the module's own dunders): not the submodules that
+    importing warmprof loads (render, report, errors, ...) nor its helpers. `import warmprof.render`
+    and the like still work; they are just not listed."""
+    return sorted(set(__all__) | {name for name in globals() if name.startswith("__") and name.endswith("__")})
 
 
 __all__ = [

@@ -2,10 +2,11 @@
 
 A row gives the cause's recorder id (mirrored from csrc/core/causes.h; a test parses that header
 and checks it), the name written in report JSON, the label and colours the renderers draw with,
-whether a warm-up pass removes it, and the advice line shown when it dominates. Timeline ids,
-report validation, PNG and Chrome colours and advice all read this table, so a new cause is one
-row here plus its meaning in shared/design/ARCHITECTURE.md (and, when instruments record it, one
-enum value in causes.h).
+whether a warm-up pass removes it, and the advice shown when it dominates (a line for every
+device, and one for CUDA devices only: CUDA's environment variables, cuDNN and CUDA graphs mean
+nothing on a CPU trace). Timeline ids, report validation, PNG and Chrome colours and advice all
+read this table, so a new cause is one row here plus its meaning in shared/design/ARCHITECTURE.md
+(and, when instruments record it, one enum value in causes.h).
 
 Every lookup reads the table when called: `register()` (tests, extensions) is seen at once.
 """
@@ -31,7 +32,8 @@ class Cause:
     chrome_colour: str  # a reserved colour name of the Chrome/Perfetto trace viewer
     warmup_fixes: bool  # a warm-up pass at the served shapes moves it before traffic
     blamed_on_model: bool = True  # False: warmprof's own cost, or the residual; never advised on
-    advice: str = ""  # the generic line when it dominates (traces/advice.py adds per-source lines)
+    advice: str = ""  # the generic line when it dominates, true on any device (traces/advice.py adds per-source lines)
+    cuda_advice: str = ""  # a CUDA-only line after it, given only for a trace on a CUDA device
 
 
 # Not a cause: passes, modules, phases (where, not why). Recorded with id 0.
@@ -41,19 +43,23 @@ _ROWS: list[Cause] = [
     Cause(1, "jit_compile", "JIT compile", "#d62728", "terrible", True,
           advice="Run one pass per served shape at start-up so code generation happens before traffic."),
     Cause(2, "algorithm_selection", "algorithm selection", "#ff7f0e", "bad", True,
-          advice="Algorithm search runs per new shape: warm the served shapes, or turn off benchmarking "
-                 "(torch.backends.cudnn.benchmark=False) when shapes vary."),
+          advice="Algorithm search runs per new shape: warm the served shapes at start-up.",
+          cuda_advice="When the served shapes vary, turn off cuDNN's benchmarking with "
+                      "torch.backends.cudnn.benchmark=False."),
     Cause(3, "graph_capture", "graph capture", "#9467bd", "rail_animation", True,
-          advice="CUDA graphs are captured per shape: warm each bucket at start-up (cudagraph trees record on "
-                 "the 2nd call)."),
+          advice="Graphs are captured per shape: warm each served shape or bucket at start-up.",
+          cuda_advice="CUDA graphs' cudagraph trees record on a shape's 2nd call: warm each bucket with two passes."),
     Cause(4, "allocator_growth", "allocator growth", "#bcbd22", "yellow", True,
-          advice="Memory pools grow on first use: a warm-up pass at the largest served shape pre-grows them; on "
-                 "CUDA, PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True reduces fresh cudaMalloc calls."),
+          advice="Memory pools grow on first use: a warm-up pass at the largest served shape pre-grows them.",
+          cuda_advice="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True reduces fresh cudaMalloc calls."),
     Cause(5, "runtime_init", "runtime init", "#1f77b4", "olive", True,
           advice="One-time runtime start-up (context, libraries, thread pools): do one tiny op on the device at "
-                 "process start; on CUDA, CUDA_MODULE_LOADING=EAGER moves lazy kernel loading to start-up."),
+                 "process start.",
+          cuda_advice="CUDA_MODULE_LOADING=EAGER moves CUDA's lazy kernel loading to start-up."),
     Cause(6, "data_transfer", "data transfer", "#17becf", "rail_load", False,
-          advice="Stage weights on the device before serving (model.to(device) at start-up) and pin host buffers."),
+          advice="Stage weights on the device before serving: model.to(device) at start-up.",
+          cuda_advice="Copy inputs from pinned host buffers, made with tensor.pin_memory(): the copies skip a staging "
+                      "buffer and can run asynchronously."),
     Cause(7, "clock_ramp", "clock ramp", "#e377c2", "rail_idle", True,
           advice="The device clocks were low at the start: a short warm-up burst before traffic raises them."),
     Cause(8, "profiler_overhead", "profiler overhead", "#8c564b", "grey", False, blamed_on_model=False),

@@ -232,6 +232,34 @@ def test_cli_compare_errors_are_one_line(tmp_path, capsys):
     assert main(["compare", str(pa)]) == InputError.exit_code
 
 
+
+@pytest.mark.parametrize("form", ["--label a b after the reports", "--label a b before the reports",
+                                  "--label a --label b after", "--label a --label b before", "between the reports"])
+def test_cli_compare_takes_the_labels_after_one_flag_or_one_per_flag(tmp_path, capsys, form):
+    pa = trace_report({"jit_compile": 3.0}).save(tmp_path / "x.json")
+    pb = trace_report({"jit_compile": 9.0}).save(tmp_path / "y.json")
+    a, b = str(pa), str(pb)
+    argv = {"--label a b after the reports": [a, b, "--label", "fast", "slow"],
+            "--label a b before the reports": ["--label", "fast", "slow", a, b],
+            "--label a --label b after": [a, b, "--label", "fast", "--label", "slow"],
+            "--label a --label b before": ["--label", "fast", "--label", "slow", a, b],
+            "between the reports": [a, "--label", "fast", "slow", b]}[form]
+    out_json = tmp_path / "cmp.json"
+    assert main(["compare", *argv, "--json", str(out_json)]) == 0
+    assert json.loads(out_json.read_text())["labels"] == ["fast", "slow"]
+    assert json.loads(out_json.read_text())["sources"] == [a, b]
+    legend = capsys.readouterr().out.splitlines()[1:3]
+    assert legend[0].split()[:2] == ["A", "fast"] and legend[1].split()[:2] == ["B", "slow"]
+
+
+def test_cli_compare_refuses_labels_that_do_not_match_the_reports(tmp_path, capsys):
+    pa = trace_report({"jit_compile": 3.0}).save(tmp_path / "x.json")
+    pb = trace_report({"jit_compile": 9.0}).save(tmp_path / "y.json")
+    assert main(["compare", str(pa), str(pb), "--label", "a", "b", "c"]) == InputError.exit_code
+    assert "3 labels for 2 reports" in capsys.readouterr().err
+    assert main(["compare", "--label", "a", "b"]) == InputError.exit_code  # no reports at all
+    assert "at least two reports" in capsys.readouterr().err
+
 def test_renderer_handles_many_reports():
     reports = [trace_report({"jit_compile": 1.0 + i}) for i in range(4)]
     text = CompareTextRenderer().render(compare(*reports))

@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 import pytest
-from factories import probe_report, trace_report
+from factories import op_probe_report, op_result, probe_report, trace_report
 from warmprof import render
 from warmprof.cli import main
 from warmprof.comparison import compare
@@ -224,21 +224,44 @@ def test_compare_json_is_the_registered_json_format(tmp_path, capsys):
 
 
 # -- render/format.py ----------------------------------------------------------------------------
-@pytest.mark.parametrize("v, text", [(1234.5, "1.23 s"), (12.34, "12.3 ms"), (0.5, "0.50 ms"), (0.0, "0.00 ms"),
-                                     (0.03, "30.0 µs"), (-0.03, "-30.0 µs")])
+@pytest.mark.parametrize("v, text", [(12345.6, "12.3 s"), (-12345.6, "-12.3 s"), (2490.0, "2490 ms"), (12.34, "12.3 ms"),
+                                     (0.5, "0.50 ms"), (0.0, "0.00 ms"), (0.03, "30.0 µs"), (-0.03, "-30.0 µs")])
 def test_ms_in_a_sentence_carries_its_unit(v, text):
     assert fmt.ms(v) == text
 
 
-@pytest.mark.parametrize("v, text", [(5.0, "5.00"), (0.003, "<0.01"), (-0.003, ">-0.01"), (0.0, "0.00"), (-1.0, "-1.00")])
+@pytest.mark.parametrize("v, text", [(5.0, "5.00"), (0.003, "<0.01"), (-0.003, ">-0.01"), (0.0, "0.00"), (-1.0, "-1.00"),
+                                     (2490.0, "2490.00"), (12345.6, "12.3 s")])
 def test_cause_ms_never_shows_a_misleading_zero(v, text):
     assert fmt.cause_ms(v) == text
 
 
 @pytest.mark.parametrize("v, cell, decimals", [(None, "-", "-"), (0.0, "0.00", "0.0000"), (0.0123, "0.0123", "0.0123"),
-                                               (0.5, "0.5", "0.500"), (25.0, "25.00", "25.0"), (2500.0, "2500.00", "2.50 s")])
+                                               (0.5, "0.5", "0.500"), (25.0, "25.00", "25.0"), (2500.0, "2500.00", "2500.0"),
+                                               (12345.6, "12.3 s", "12.3 s")])
 def test_the_table_ms_variants(v, cell, decimals):
     assert fmt.ms_cell(v) == cell and fmt.ms_decimals(v) == decimals
+
+
+@pytest.mark.parametrize("v, text", [(12345.6, "12.3 s"), (2490.0, "2490 ms"), (2.5, "2.5 ms")])
+def test_duration_in_seconds_from_10_s(v, text):
+    assert fmt.duration(v) == text
+
+
+def test_times_over_10_s_are_in_seconds_in_every_text_renderer():
+    """One rule for the trace text, the comparison text and the probe texts: 10 s or more is
+    written in seconds ('12.3 s'), never as 12345.6 ms (or 12345.60 in an ms column)."""
+    slow = trace_report({"jit_compile": 12345.6}, rerun_causes={"jit_compile": 11000.0})
+    slow.modules = [{"module": "blocks.0", "causes": {"jit_compile": 12345.6}}]
+    fast = trace_report({"jit_compile": 3.0})
+    probe = probe_report(scale=411.52)  # matmul's first call: 12345.6 ms
+    texts = {"trace": str(slow), "comparison": str(compare(fast, slow)),
+             "probe": str(probe), "probe comparison": str(compare(probe_report(), probe)),
+             "op probe": str(op_probe_report([op_result(first_ms=12345.6, cold_excess_ms=12345.0, source={
+                 "module": "blocks.0.mlp", "ms": 12345.6, "calls": 2})]))}
+    for what, text in texts.items():
+        assert "12.3 s" in text, what
+        assert "12345" not in text, (what, [line for line in text.splitlines() if "12345" in line])
 
 
 def test_a_table_aligns_its_columns():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 import sys
 
 import pytest
@@ -113,3 +114,43 @@ def test_causes_overshooting_the_first_pass_are_labelled_and_kept_in_view():
 def test_names_with_math_markup_are_drawn_as_given():
     r = trace_report({"jit_compile": 3.0}, model=r"net$\frac{$")
     decoded(png.PngRenderer().render(r))  # mathtext would raise a ValueError on the unbalanced markup
+
+
+SCIENTIFIC = re.compile(r"\d[eE][+-]?\d")  # 2.49e+03, 1e-2
+
+
+def _tick_texts(fig) -> list[str]:
+    out = []
+    for ax in fig.axes:
+        for minor in (False, True):
+            out += [t.get_text() for t in ax.get_xticklabels(minor=minor) + ax.get_yticklabels(minor=minor)]
+    return [t for t in out if t]
+
+
+@pytest.mark.parametrize("what", ["trace comparison (log axis)", "probe", "probe comparison", "trace"])
+def test_tick_labels_and_bar_labels_are_plain_text(what):
+    """Names are drawn with mathtext off (a model called "net$_2$" is drawn as given), so no label may
+    rely on mathtext: a log axis reads 0.01 / 1 / 100, never $\\mathdefault{10^{-2}}$; a bar reads
+    2490 ms, never 2.49e+03."""
+    obj = {"trace comparison (log axis)": compare(trace_report({"jit_compile": 0.1}), trace_report({"jit_compile": 2490.0})),
+           "probe": probe_report(scale=83.0),  # matmul's first call: 2490 ms
+           "probe comparison": compare(probe_report(), probe_report(scale=83.0)),
+           "trace": trace_report({"jit_compile": 2490.0}, model="net$_2$")}[what]
+    fig = png.figure(obj, draw=True)
+    ax = fig.axes[0]
+    ticks = _tick_texts(fig)
+    assert ticks
+    for text in ticks:
+        assert "$" not in text and "mathdefault" not in text and not SCIENTIFIC.search(text), text
+    log_axes = [axis for axis, scale in ((ax.xaxis, ax.get_xscale()), (ax.yaxis, ax.get_yscale())) if scale == "log"]
+    assert bool(log_axes) == (what != "trace")
+    for axis in log_axes:  # every label of a log axis is a plain number
+        labels = [t.get_text() for t in axis.get_ticklabels() + axis.get_ticklabels(minor=True) if t.get_text()]
+        assert len(labels) >= 3
+        assert all(re.fullmatch(r"\d+(\.\d+)?", t) for t in labels), labels
+    bars = [t.get_text() for t in ax.texts]
+    assert any(re.search(r"\b249\d(\.\d+)? ms", t) for t in bars), bars  # 2490 ms (2495.50 ms: the trace's first pass)
+    assert not [t for t in bars if SCIENTIFIC.search(t) or "$" in t]
+    if what == "trace":  # a name stays literal: not parsed as math, drawn as given
+        assert "net$_2$" in ax.get_title() and not ax.title.get_parse_math()
+    assert png.PngRenderer().render(obj).startswith(PNG_MAGIC)

@@ -315,7 +315,7 @@ def test_a_version_1_report_loads_and_saves_in_this_version(tmp_path, name):
     if name == "trace_compiled_in_process.json":
         assert figures == {"torch_reported_ms": v1["instruments"]["torch_compile"]["torch_reported_compile_ms"],
                            "compiles": 1, "inductor_cache": "miss"}
-        assert "torch reports 2.32 s of compile time; 1 compile(s); inductor cache: miss" in str(r)
+        assert "torch reports 2321 ms of compile time; 1 compile(s); inductor cache: miss" in str(r)
     else:
         assert figures is None and "torch reports" not in str(r)
     assert load(tmp_path / "again.json").to_dict() == r.to_dict()
@@ -360,3 +360,55 @@ def test_a_plain_dict_protocol_is_taken_as_the_typed_one():
     r = make_report(protocol={"input": "caller's inputs", "fresh_process": True, "cache": "fresh"})
     assert r.protocol.input == "caller's inputs" and r.protocol.run.fresh_process
     assert r.to_dict()["protocol"] == {"input": "caller's inputs", "fresh_process": True, "cache": "fresh"}
+
+
+LONG_MODULE = ".".join(f"encoder{i}" for i in range(15))[:120]  # a 120-character module path
+
+
+def _block(text: str, title: str) -> list[str]:
+    """The rows (indented four) under the line starting with `title`."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.strip().startswith(title))
+    rows = []
+    for line in lines[start + 1:]:
+        if not line.startswith("    "):
+            break
+        rows.append(line)
+    return rows
+
+
+def test_a_120_character_module_name_keeps_the_text_columns_aligned():
+    assert len(LONG_MODULE) == 120
+    r = make_report(
+        unattributed_ms=10.0, noise_band_ms=1.0,
+        modules=[{"module": LONG_MODULE, "causes": {"jit_compile": 50.0}}, {"module": "M.a", "causes": {"jit_compile": 20.0}}],
+        unattributed_where=[{"module": LONG_MODULE, "ms": 6.0}, {"module": "M.a", "ms": 3.0}])
+    text = str(r)
+    top = _block(text, "top modules")
+    assert len(top) == 2 and len({row.index("  jit_compile") for row in top}) == 1  # the figures' column lines up
+    where = _block(text, "unattributed sits in")
+    assert len(where) == 2 and len({len(row) for row in where}) == 1  # right-aligned ms: every row ends in one column
+    for row in (top[0], where[0]):
+        assert LONG_MODULE not in row and "…" in row  # cut in the middle: its root and its leaf are kept
+        assert LONG_MODULE[:20] in row and LONG_MODULE[-20:] in row
+        assert len(row) < 100
+    # the op view: ms, module, op, shapes
+    r.unattributed_where = [{"module": LONG_MODULE, "ms": 6.0, "op": "aten.native_layer_norm.default"},
+                            {"module": "M.a", "ms": 3.0, "op": "aten.add.Tensor"}]
+    ops = _block(str(r), "unattributed sits in (module, op)")
+    assert len(ops) == 2
+    assert ops[0].index("native_layer_norm") == ops[1].index("add.Tensor")
+
+
+def test_an_eager_trace_never_reports_zero_compile_time():
+    from warmprof.report.trace import TorchCompileFigures
+
+    # The torch_compile instrument is on whenever dynamo is imported: an eager trace can carry its empty figures.
+    eager = make_report(compile=None, torch_compile=TorchCompileFigures(0.0, 0, "n/a"))
+    assert "eager" in str(eager).splitlines()[0]
+    assert "compile time" not in str(eager) and "torch reports" not in str(eager)
+    compiled = make_report(compile="default", torch_compile=TorchCompileFigures(0.0, 0, "hit"))
+    assert "torch reports 0.00 ms of compile time; 0 compile(s); inductor cache: hit" in str(compiled)
+    # an eager model that compiles a part of itself: what torch reports is said
+    inner = make_report(compile=None, torch_compile=TorchCompileFigures(120.0, 1, "miss"))
+    assert "torch reports 120.0 ms of compile time; 1 compile(s)" in str(inner)

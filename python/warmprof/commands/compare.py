@@ -13,9 +13,11 @@ OUTPUTS = (("--png", "png", "also draw the comparison as grouped bars into FILE"
 
 
 def setup(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("reports", nargs="+", metavar="REPORT", help="two or more saved reports; the first is the baseline")
-    parser.add_argument("--label", action="append", metavar="NAME",
-                        help="a name per report, in order (default: the file names)")
+    # "*", not "+": a --label before the reports takes them as names too, and _names() gives them back.
+    parser.add_argument("reports", nargs="*", metavar="REPORT", help="two or more saved reports; the first is the baseline")
+    parser.add_argument("--label", action="extend", nargs="+", metavar="NAME",
+                        help="a name per report, in order: several after one --label (`--label a b`), or one per "
+                             "--label (default: the file names)")
     for option, _, what in OUTPUTS:
         parser.add_argument(option, metavar="FILE", help=what)
 
@@ -29,7 +31,8 @@ def run(args: argparse.Namespace) -> int:
     for option, path in paths.items():
         if path is not None:
             check_output_path(path, option)
-    comparison = compare(*args.reports, labels=args.label)
+    labels, reports = _names(args.label, args.reports)
+    comparison = compare(*reports, labels=labels)
     # warmprof.fileio's policy, like every output; each file is rendered whole before it is written.
     written = [render.get(fmt, "comparison").write(comparison, paths[option]) for option, fmt, _ in OUTPUTS if paths[option]]
     sys.stdout.write(str(comparison))  # the "text" format: control characters already made visible
@@ -38,3 +41,15 @@ def run(args: argparse.Namespace) -> int:
     for path in written:
         print(f"wrote {safe_text(str(path))}", file=sys.stderr)
     return 0
+
+
+def _names(labels: list[str] | None, reports: list[str]) -> tuple[list[str] | None, list[str]]:
+    """The labels and the reports, one label per report. `--label a b` takes every word after it,
+    so in `compare --label a b x.json y.json` (or `--label a --label b x.json y.json`) the reports
+    end up among the labels: as there is one label per report, the second half of the words are
+    the reports that followed the last --label. A count that cannot be split so is left for
+    compare() to refuse, naming both counts."""
+    if not labels or len(labels) <= len(reports) or (len(labels) + len(reports)) % 2:
+        return labels, reports
+    n = (len(labels) + len(reports)) // 2
+    return labels[:n], reports + labels[n:]

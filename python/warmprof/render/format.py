@@ -3,7 +3,8 @@ device, and aligned tables. One place, so a text report, a comparison and a PNG 
 same way.
 
 The millisecond formatters differ on purpose: a figure in a sentence carries its unit and scales
-to s or µs; a table column has its unit in the header and keeps a fixed number of decimals.
+to µs; a table column has its unit in the header and keeps a fixed number of decimals. All of them
+write a duration of 10 s or more in seconds, with the unit ('12.3 s'), never as '12345.6 ms'.
 """
 
 from __future__ import annotations
@@ -16,10 +17,19 @@ from .safe import one_line
 
 
 # -- milliseconds --------------------------------------------------------------------------------
+SECONDS_FROM_MS = 10_000.0  # every formatter writes a duration of 10 s or more in seconds: "12.3 s"
+
+
+def _seconds(v: float) -> str:
+    return f"{v / 1000:.1f} s"
+
+
 def ms(v: float) -> str:
-    """A duration in a sentence, with its unit: '1.23 s', '12.3 ms', '0.50 ms', '30.0 µs'."""
+    """A duration in a sentence, with its unit: '12.3 s', '2490 ms', '12.3 ms', '0.50 ms', '30.0 µs'."""
+    if abs(v) >= SECONDS_FROM_MS:
+        return _seconds(v)
     if abs(v) >= 1000:
-        return f"{v / 1000:.2f} s"
+        return f"{v:.0f} ms"
     if abs(v) >= 10:
         return f"{v:.1f} ms"
     if abs(v) >= 0.1 or v == 0:
@@ -28,7 +38,10 @@ def ms(v: float) -> str:
 
 
 def cause_ms(v: float) -> str:
-    """A cause's ms in a table column: two decimals, and a visible '<0.01' rather than a misleading 0.00."""
+    """A cause's ms in a table column: two decimals, and a visible '<0.01' rather than a misleading
+    0.00; seconds, with their unit, from 10 s."""
+    if abs(v) >= SECONDS_FROM_MS:
+        return _seconds(v)
     if 0 < abs(v) < 0.005:
         return "<0.01" if v > 0 else ">-0.01"
     return f"{v:.2f}"
@@ -36,19 +49,21 @@ def cause_ms(v: float) -> str:
 
 def ms_cell(v: float | None) -> str:
     """A comparison's ms cell: two decimals, or three significant digits below 1 ms (probe steady
-    times are microseconds); '-' where the row is absent."""
+    times are microseconds); seconds, with their unit, from 10 s; '-' where the row is absent."""
     if v is None:
         return "-"
+    if abs(v) >= SECONDS_FROM_MS:
+        return _seconds(v)
     return f"{v:.2f}" if v == 0 or abs(v) >= 1 else f"{v:.3g}"
 
 
 def ms_decimals(v: float | None) -> str:
     """A probe table's ms column: decimals by magnitude (one from 10 ms, three from 0.1 ms, else
-    four), seconds from 1 s; '-' where there is no figure."""
+    four), seconds, with their unit, from 10 s; '-' where there is no figure."""
     if v is None:
         return "-"
-    if abs(v) >= 1000:
-        return f"{v / 1000:.2f} s"
+    if abs(v) >= SECONDS_FROM_MS:
+        return _seconds(v)
     if abs(v) >= 10:
         return f"{v:.1f}"
     if abs(v) >= 0.1:
@@ -57,8 +72,22 @@ def ms_decimals(v: float | None) -> str:
 
 
 def duration(v: float) -> str:
-    """A longer wait in a sentence: '1.23 s', or three significant digits of ms."""
-    return f"{v / 1000:.2f} s" if v >= 1000 else f"{v:.3g} ms"
+    """A longer wait in a sentence: '12.3 s' from 10 s, whole ms from 1 s, else three significant digits of ms."""
+    if v >= SECONDS_FROM_MS:
+        return _seconds(v)
+    return f"{v:.0f} ms" if v >= 1000 else f"{v:.3g} ms"
+
+
+def middle(text: str, width: int) -> str:
+    """`text` cut to `width` characters by replacing its middle with '…': a module path keeps its
+    root and its leaf ('encoder.layers.0…attention.out_proj')."""
+    if len(text) <= width:
+        return text
+    if width <= 1:
+        return "…"[:width]
+    head = width // 2
+    tail = width - 1 - head
+    return text[:head] + "…" + (text[-tail:] if tail else "")
 
 
 # -- what a report measured, and where -----------------------------------------------------------

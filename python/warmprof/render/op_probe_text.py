@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from .base import Renderer
-from .format import duration, ms_decimals, table
+from .format import duration, ms, ms_decimals, table
 from .registry import register
 from .safe import one_line
 
@@ -53,7 +53,7 @@ class OpProbeTextRenderer(Renderer):
         lines = []
         for o in r.ops:
             if o.source:
-                lines.append(f"  {o.short} at {o.source['module']} ({ms_decimals(o.source['ms'])} ms unattributed"
+                lines.append(f"  {o.short} at {o.source['module']} ({ms(o.source['ms'])} unattributed"
                              f"{', ' + str(o.source['calls']) + ' calls' if o.source.get('calls') else ''})")
             for v in o.variants:
                 lines.append(f"  {one_line(o.short)} {one_line(v['label'])}: {ms_decimals(v['first_ms'])} / {ms_decimals(v['steady_ms'])}")

@@ -11,13 +11,15 @@ Titles name the device (the GPU, the Jetson board and power mode, or the CPU).
 from __future__ import annotations
 
 import io
+import math
 import textwrap
 from typing import Any
 
 from .. import causes
 from ..errors import WarmprofError
 from .base import Renderer
-from .format import device, ms_cell, subject
+from .format import device, subject
+from .format import ms as _ms
 from .registry import kind_of, register
 
 STEADY_COLOR = "#7f7f7f"
@@ -42,6 +44,30 @@ def _label(cause: str) -> str:
 def _colour(cause: str) -> str:
     c = causes.get(cause)
     return c.colour if c is not None else "#aaaaaa"
+
+
+def _plain(v: float) -> str:
+    """A tick value in plain digits: '0.01', '0.5', '1', '300', '20000' (never 1e-2 or mathtext)."""
+    if v == 0:
+        return "0"
+    if abs(v) >= 1:
+        return f"{v:.0f}"
+    return f"{v:.{-math.floor(math.log10(abs(v)) + 1e-9)}f}"
+
+
+def _plain_log_axis(axis: Any) -> None:
+    """A log axis whose tick labels are plain numbers. Matplotlib's log formatter writes
+    '$\\mathdefault{10^{-2}}$', which only mathtext turns into 10⁻²; with mathtext off (names are
+    drawn as given, see _drawing) those characters would be printed. matplotlib's own
+    choice of which ticks carry a label is kept."""
+    from matplotlib.ticker import LogFormatter
+
+    class Plain(LogFormatter):
+        def __call__(self, x: float, pos: Any = None) -> str:
+            return _plain(x) if super().__call__(x, pos) else ""
+
+    axis.set_major_formatter(Plain())
+    axis.set_minor_formatter(Plain(labelOnlyBase=False))
 
 
 def _fit(text: str, limit: int = NAME_CHARS) -> str:
@@ -132,7 +158,7 @@ def _comparison_figure(Figure: Any, c: Any) -> Any:
             name += f": first pass {totals['first pass'][i]:.1f} ms, excess {totals['excess'][i]:.1f} ms"
         bars = ax.barh(ys, values, height=height * 0.92, color=REPORT_COLORS[i % len(REPORT_COLORS)],
                        label=textwrap.fill(name, 44))
-        ax.bar_label(bars, labels=[f" {ms_cell(v)}" if v > 0 else "" for v in values], fontsize=8)
+        ax.bar_label(bars, labels=[f" {_ms(v)}" if v > 0 else "" for v in values], fontsize=8)
     ax.set_yticks(range(len(rows)), [_fit(r.key) if probe else _label(r.key) for r in rows])
     ax.invert_yaxis()
     positive = [cell.ms for r in rows for cell in r.cells if (cell.ms or 0) > 0]
@@ -140,6 +166,7 @@ def _comparison_figure(Figure: Any, c: Any) -> Any:
     unit = "first call (ms" if probe else "ms of the first-pass excess ("
     if probe or top / low > 50:  # a linear axis would flatten every bar but the largest
         ax.set_xscale("log")
+        _plain_log_axis(ax.xaxis)
         ax.set_xlim(low / 3, top * 3)  # room for the value labels
         ax.set_xlabel(f"{unit}{', ' if probe else ''}log scale)")
     else:
@@ -166,9 +193,10 @@ def _probe_figure(Figure: Any, r: Any) -> Any:
     for offset, key, name, color in ((-0.2, "first_ms", "first call", "#d62728"), (0.2, "steady_ms", "steady (median)", STEADY_COLOR)):
         values = [getattr(row, key) for _, row in rows]
         bars = ax.bar([x + offset for x in xs], values, width=0.38, color=color, label=name)
-        ax.bar_label(bars, labels=[f"{v:.3g}" for v in values], fontsize=7.5)
+        ax.bar_label(bars, labels=[_ms(v) for v in values], fontsize=7.5)
     ax.set_xticks(list(xs), [f"{_fit(op)} {_fit(row.label)}\n{row.verdict}" for op, row in rows], rotation=30, ha="right", fontsize=8)
     ax.set_yscale("log")
+    _plain_log_axis(ax.yaxis)
     ax.set_ylabel("time per call (ms, log scale)")
     ax.grid(axis="y", alpha=0.3)
     ax.set_axisbelow(True)
@@ -190,16 +218,32 @@ class PngRenderer(Renderer):
     about = "a chart"
 
     def render(self, obj: Any) -> bytes:
-        kind = kind_of(obj)
-        if kind not in _FIGURES:
-            raise WarmprofError(f"cannot draw {kind!r} as a PNG")
-        figure_cls, canvas_cls = _matplotlib()
-        import matplotlib
-
-        # Names come from users (a model called "net$2$" is not mathtext): draw every string as given.
-        with matplotlib.rc_context({"text.parse_math": False}):
-            fig = _FIGURES[kind](figure_cls, obj)
-            canvas_cls(fig)
-            buf = io.BytesIO()
+        fig = figure(obj)
+        buf = io.BytesIO()
+        with _drawing():
             fig.savefig(buf, format="png", dpi=DPI)
         return buf.getvalue()
+
+
+def _drawing() -> Any:
+    """The settings every figure is built and drawn under. Names come from users (a model called
+    "net$2$" is not mathtext): every string is drawn as given; the log axes' labels are plain
+    numbers (_plain_log_axis), so nothing needs mathtext."""
+    import matplotlib
+
+    return matplotlib.rc_context({"text.parse_math": False, "axes.formatter.use_mathtext": False})
+
+
+def figure(obj: Any, draw: bool = False) -> Any:
+    """The figure PngRenderer saves for `obj` (a trace report, a probe report or a comparison), on
+    an Agg canvas; `draw` draws it once, as savefig would, so its tick labels are what the PNG shows."""
+    kind = kind_of(obj)
+    if kind not in _FIGURES:
+        raise WarmprofError(f"cannot draw {kind!r} as a PNG")
+    figure_cls, canvas_cls = _matplotlib()
+    with _drawing():
+        fig = _FIGURES[kind](figure_cls, obj)
+        canvas_cls(fig)
+        if draw:
+            fig.canvas.draw()
+    return fig

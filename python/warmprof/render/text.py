@@ -6,9 +6,19 @@ from typing import Any
 
 from .base import Renderer
 from .format import cause_ms as _cause_ms
+from .format import middle
 from .format import ms as _ms
 from .registry import register
 from .safe import one_line
+
+NAME_CHARS = 60  # a name column (module, op) is as wide as its longest name up to this; longer names lose their middle
+
+
+def _column(names: list[str], least: int) -> tuple[list[str], int]:
+    """Names cut to one column width (at least `least`, at most NAME_CHARS), and that width: the
+    columns after them stay aligned whatever the names' lengths."""
+    width = min(max([least] + [len(n) for n in names]), NAME_CHARS)
+    return [middle(n, width) for n in names], width
 
 
 def _platform_line(p: dict[str, Any]) -> str:
@@ -75,7 +85,9 @@ class TraceTextRenderer(Renderer):
         else:
             lines.append("  seen-shape re-run paid none of these causes (one-time costs)")
         tc = r.torch_compile
-        if tc is not None:
+        # An eager trace that compiled nothing has no compile time to report (the instrument is on
+        # whenever dynamo is imported); a compiled one always says what torch reported, 0 included.
+        if tc is not None and (r.compile or tc.compiles or tc.torch_reported_ms > 0):
             lines.append(
                 f"  torch reports {_ms(tc.torch_reported_ms)} of compile time; "
                 f"{tc.compiles} compile(s); inductor cache: {one_line(tc.inductor_cache)}"
@@ -90,9 +102,10 @@ class TraceTextRenderer(Renderer):
         if top:
             lines.append("")
             lines.append("  top modules (attributed time, each cause in its innermost module):")
-            for module, ms, causes in top[:5]:
+            names, width = _column([module for module, _, _ in top[:5]], 40)
+            for name, (_, ms, causes) in zip(names, top[:5]):
                 parts = ", ".join(f"{k} {_ms(v)}" for k, v in sorted(causes.items(), key=lambda kv: -kv[1]))
-                lines.append(f"    {module:<40} {_ms(ms):>10}  {parts}")
+                lines.append(f"    {name:<{width}} {_ms(ms):>10}  {parts}")
         if r.advice:
             lines.append("")
             lines.append("  advice:")
@@ -111,8 +124,9 @@ def _where_lines(r: Any) -> list[str]:
         return []
     if not any("op" in w for w in rows):
         top = rows[:5]
+        names, width = _column([one_line(w["module"]) for w in top], 40)
         return ([f"  unattributed sits in (each module's own time outside causes, first pass less seen re-run; "
-                 f"largest {len(top)}):"] + [f"    {one_line(w['module']):<40} {_ms(w['ms']):>10}" for w in top])
+                 f"largest {len(top)}):"] + [f"    {name:<{width}} {_ms(w['ms']):>10}" for name, w in zip(names, top)])
     from ..opspec import label, short_op
     from ..report.trace import unplaced_ms as left
 
@@ -128,10 +142,11 @@ def _where_lines(r: Any) -> list[str]:
               f"; {len(rows)} sites hold {_ms(placed)}, all of the unattributed {_ms(r.unattributed_ms)} (rows keep "
               "positive sites only, so they add up to more); ")
            + f"largest {len(top)}:"]
-    for w in top:
-        op = short_op(w["op"]) if "op" in w else "(module code)"
+    modules, module_width = _column([one_line(w["module"]) for w in top], 44)
+    ops, op_width = _column([one_line(short_op(w["op"])) if "op" in w else "(module code)" for w in top], 14)
+    for w, module, op in zip(top, modules, ops):
         shapes = label(w["call"]) if "call" in w else ""
-        out.append(f"    {_ms(left(w)):>10}  {one_line(w['module']):<44} {op:<14} {one_line(shapes)}")
+        out.append(f"    {_ms(left(w)):>10}  {module:<{module_width}} {op:<{op_width}} {one_line(shapes)}".rstrip())
     return out
 
 

@@ -1,4 +1,7 @@
-"""One or two lines of advice per dominant cause (pure: report data in, lines out)."""
+"""One or two lines of advice per dominant cause (pure: report data in, lines out).
+
+A line never nests brackets (a reader loses which one closes where), and CUDA-only advice (CUDA's
+environment variables, cuDNN, CUDA graphs: causes.py's cuda_advice) is given for CUDA traces only."""
 
 from __future__ import annotations
 
@@ -34,14 +37,15 @@ _BY_SOURCE = {
 }
 
 
-def _lines(cause: str, source: str) -> list[str]:
+def _lines(cause: str, source: str, cuda: bool = False) -> list[str]:
+    """The cause's lines: its source's, or its generic line and, when `cuda` (the report's device is CUDA), its CUDA line."""
     if (cause, source) in _BY_SOURCE:
         return _BY_SOURCE[(cause, source)]
     row = causes.get(cause)
     if row is None:
         return []
     if row.advice:
-        return [row.advice]
+        return [row.advice] + ([row.cuda_advice] if cuda and row.cuda_advice else [])
     if row.warmup_fixes:
         return [f"{row.label} is a one-time cost: one pass per served shape at start-up moves it before traffic."]
     return [f"{row.label} is not removed by a warm-up pass: it is paid on each call like this one."]
@@ -83,12 +87,13 @@ def advise(report: Any, share_floor: float = 0.1, max_causes: int = 3) -> list[s
         sources[c.cause][base] = sources[c.cause].get(base, 0.0) + c.ms
     # Shares are of the excess, or of the attributed time when the causes add up to more (see build.overshoot_note).
     whole = "attributed time" if report.shares_of_attributed() else "excess"
+    cuda = str(getattr(report, "device", "") or "").split(":", 1)[0] == "cuda"  # "cuda", "cuda:1"
     lines: list[str] = []
     for cause, share in sorted(totals.items(), key=lambda kv: -kv[1])[:max_causes]:
         if share < share_floor:
             continue
         top_source = max(sources[cause], key=sources[cause].get)
-        for i, line in enumerate(_lines(cause, top_source)):
+        for i, line in enumerate(_lines(cause, top_source, cuda)):
             head = f"{cause} ({share:.0%} of the {whole}, mostly {top_source})" if i == 0 else f"{cause}, also"
             lines.append(f"{head}: {line}")
     unattributed = report.unattributed_ms
@@ -96,8 +101,9 @@ def advise(report: Any, share_floor: float = 0.1, max_causes: int = 3) -> list[s
             [c.ms for c in report.causes if c.cause != "unattributed"] + [0.0]):
         rows = sorted(getattr(report, "unattributed_where", []), key=lambda w: -unplaced_ms(w))
         rows = [w for w in rows if unplaced_ms(w) > 0]
-        where = [w["module"] + (f" ({short_op(w['op'])})" if "op" in w else "") for w in rows[:2]]
-        at = f" (most in {' and '.join(where)})" if where else ""
+        # No brackets inside the share's brackets: "addmm in blocks.0.mlp", not "blocks.0.mlp (addmm)".
+        where = [(f"{short_op(w['op'])} in " if "op" in w else "") + w["module"] for w in rows[:2]]
+        at = f", most in {' and '.join(where)}" if where else ""
         lines.append(f"unattributed ({unattributed / report.excess_ms:.0%} of the excess{at}) is the largest part: no "
                      f"instrument here names its cause. {_next_step(rows)}, or warm the served shapes with one pass "
                      "at start-up, which covers one-time costs of any cause.")
