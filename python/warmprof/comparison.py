@@ -1,7 +1,8 @@
 """Two or more reports side by side, as data: which cause (or op) moved, and on what platforms.
 
-`compare(a, b, ...)` takes reports or paths to saved reports, all of one kind (trace or probe),
-and returns a `Comparison`; renderers turn it into text (render/compare_text.py), JSON or a PNG.
+`compare(a, b, ...)` takes reports or paths to saved reports, all of one kind (trace or probe; a
+repeated trace, `trace --repeat N`, is compared as a trace by its per-cause medians), and returns a
+`Comparison`; renderers turn it into text (render/compare_text.py), JSON or a PNG.
 Every figure in a comparison is one of the reports' own figures, or a ratio of two of them.
 """
 
@@ -92,12 +93,15 @@ def compare(*reports: ReportBase | str | os.PathLike, labels: list[str] | None =
         reports = tuple(reports[0])
     if len(reports) < 2:
         raise InputError(f"compare needs at least two reports, got {len(reports)}")
-    loaded = [_as_report(r) for r in reports]
+    given = [_as_report(r) for r in reports]
     sources = [str(r) if isinstance(r, (str, os.PathLike)) else "" for r in reports]
     if labels is None:
         labels = _default_labels(sources)
-    elif len(labels) != len(loaded):
-        raise InputError(f"{len(labels)} labels for {len(loaded)} reports")
+    elif len(labels) != len(given):
+        raise InputError(f"{len(labels)} labels for {len(given)} reports")
+    # A repeated trace (`trace --repeat N`) is compared by its medians, and says so.
+    repeated = [(lab, len(r.runs)) for lab, r in zip(labels, given) if r.KIND == "trace_repeat"]
+    loaded = [r.median_view() if r.KIND == "trace_repeat" else r for r in given]
     kinds = [r.KIND for r in loaded]
     if len(set(kinds)) > 1:
         named = ", ".join(f"{lab}: {k}" for lab, k in zip(labels, kinds))
@@ -111,10 +115,12 @@ def compare(*reports: ReportBase | str | os.PathLike, labels: list[str] | None =
     else:
         dicts = [r.to_dict() for r in loaded]  # read through the probe report's JSON contract
         summary, rows, predictions = [], _op_rows(dicts), _prediction_rows(dicts)
+    medians = [f"{lab}: the median of {n} runs (each a fresh process), cause by cause; its ranges are in "
+               "`warmprof show` of that report" for lab, n in repeated]
     return Comparison(
         kind=kind, labels=list(labels), sources=sources,
         devices=[describe_device(r.platform or {}, r.device) for r in loaded],
-        differs=_differs(loaded, kind), warnings=_warnings(loaded, labels, kind),
+        differs=_differs(loaded, kind), warnings=medians + _warnings(loaded, labels, kind),
         summary=summary, rows=rows, predictions=predictions, reports=loaded,
     )
 

@@ -97,7 +97,7 @@ def subject(report: Any) -> str:
     kind = getattr(report, "KIND", None)
     if kind == "probe":
         return f"op probes ({report.backend}, {report.dtype})"
-    if kind != "trace":
+    if kind not in ("trace", "trace_repeat"):
         return ""
     shape = f" ({', '.join(str(d) for d in report.shape)})" if report.shape else ""
     dtype = f" {report.dtype}" if report.dtype else ""

@@ -205,8 +205,37 @@ def _probe_figure(Figure: Any, r: Any) -> Any:
     return fig
 
 
+# -- a repeated trace: each cause's median with its range over the runs ----------------------------
+def _repeat_figure(Figure: Any, r: Any) -> Any:
+    rows = [(c.cause, c.median_ms, c.min_ms, c.max_ms, f"{c.runs}/{c.of}") for c in r.causes if c.max_ms > 0]
+    un = r.figures["unattributed_ms"]
+    if un["max"] > 0:
+        seen = sum(1 for run in r.runs if run.unattributed_ms > 0)
+        rows.append(("unattributed", max(un["median"], 0.0), max(un["min"], 0.0), un["max"], f"{seen}/{len(r.runs)}"))
+    fig = Figure(figsize=(12, 1.8 + 0.45 * max(len(rows), 1)), layout="constrained")
+    ax = fig.add_subplot()
+    ys = range(len(rows))
+    medians = [m for _, m, _, _, _ in rows]
+    errors = [[m - lo for _, m, lo, _, _ in rows], [hi - m for _, m, _, hi, _ in rows]]
+    bars = ax.barh(list(ys), medians, xerr=errors, color=[_colour(k) for k, *_ in rows], height=0.6,
+                   error_kw={"ecolor": "#333333", "capsize": 4, "linewidth": 1})
+    ax.bar_label(bars, labels=[f"  {_ms(m)} (in {n} runs)" for _, m, _, _, n in rows], fontsize=8.5, padding=12)
+    ax.set_yticks(list(ys), [_label(k) for k, *_ in rows])
+    ax.invert_yaxis()
+    ax.set_xlim(0, max([hi for *_, hi, _ in rows] + [1e-3]) * 1.4)
+    ax.set_xlabel("ms of the first-pass excess: median over the runs, whiskers min-max (a run without it counts 0)")
+    ax.grid(axis="x", alpha=0.3)
+    ax.set_axisbelow(True)
+    f, st, ex = (r.figures[k] for k in ("first_pass_ms", "steady_median_ms", "excess_ms"))
+    ax.set_title(f"{_fit(subject(r))} on {_fit(device(r))}: {len(r.runs)} runs, each a fresh process\n"
+                 f"first pass {_ms(f['median'])} ({_ms(f['min'])}-{_ms(f['max'])}), steady {_ms(st['median'])}, "
+                 f"excess {_ms(ex['median'])} ({_ms(ex['min'])}-{_ms(ex['max'])})", fontsize=11)
+    return fig
+
+
 # -- the renderer: one figure per kind, chosen by the kind the registry names --------------------
-_FIGURES = {"trace": _trace_figure, "probe": _probe_figure, "comparison": _comparison_figure}
+_FIGURES = {"trace": _trace_figure, "probe": _probe_figure, "trace_repeat": _repeat_figure,
+            "comparison": _comparison_figure}
 
 
 @register

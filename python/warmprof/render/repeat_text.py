@@ -1,0 +1,61 @@
+"""Text renderer for a repeated trace: every run in a row, then each cause's median and range over
+the runs and in how many it appeared, then the advice on the medians."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .base import Renderer
+from .format import ms as _ms
+from .format import subject, table
+from .registry import register
+from .safe import one_line
+
+_RANGE_TITLES = {"first_pass_ms": "first pass", "steady_median_ms": "steady median", "excess_ms": "excess",
+                 "noise_band_ms": "noise band", "unattributed_ms": "unattributed"}
+
+
+def _range(lo: float, hi: float) -> str:
+    return f"{_ms(lo)}-{_ms(hi)}" if lo != hi else _ms(lo)
+
+
+@register
+class RepeatTextRenderer(Renderer):
+    format = "text"
+    kinds = ("trace_repeat",)
+    extension = ".txt"
+
+    def render(self, report: Any) -> str:
+        r = report
+        n = len(r.runs)
+        mode = f"torch.compile({r.compile})" if r.compile else "eager"
+        lines = [f"warmprof trace, {n} runs (each a fresh process): {subject(r)} on {one_line(r.device)}, {one_line(mode)}"]
+        figures = [f"{title} {_ms(r.figures[key]['median'])} ({_range(r.figures[key]['min'], r.figures[key]['max'])})"
+                   for key, title in _RANGE_TITLES.items() if key in r.figures]
+        lines.append("  medians (range over the runs): " + " | ".join(figures[:3]))
+        lines.append("  " + " | ".join(figures[3:]))
+        lines.append("")
+        rows = [[c.cause, _ms(c.median_ms), _range(c.min_ms, c.max_ms), f"{c.runs}/{c.of}", c.evidence]
+                for c in r.causes]
+        un = r.figures.get("unattributed_ms")
+        if un is not None:
+            seen = sum(1 for run in r.runs if run.unattributed_ms > 0)
+            rows.append(["unattributed", _ms(un["median"]), _range(un["min"], un["max"]), f"{seen}/{n}", "residual"])
+        lines += table(["cause", "median", "range (min-max)", "in runs", "evidence"], rows, right={1, 2, 3}, rule=True)
+        lines.append("  (a run without a cause counts as 0 ms: the median is what a fresh process can expect)")
+        lines.append("")
+        lines.append("  runs:")
+        run_rows = []
+        for k, run in enumerate(r.runs, 1):
+            top = max((c for c in run.causes if c.cause != "unattributed"), key=lambda c: c.ms, default=None)
+            run_rows.append([str(k), _ms(run.first_pass_ms), _ms(run.steady_median_ms), _ms(run.excess_ms),
+                             _ms(run.noise_band_ms), f"{top.cause} {_ms(top.ms)}" if top else "-"])
+        lines += ["  " + ln for ln in table(["run", "first pass", "steady", "excess", "noise band", "largest cause"],
+                                            run_rows, right={0, 1, 2, 3, 4}, rule=True)]
+        if r.failed:
+            lines.append(f"  {len(r.failed)} run(s) gave no report: " + "; ".join(one_line(f) for f in r.failed))
+        if r.advice:
+            lines += ["", "  advice (on the medians):"] + [f"    - {one_line(a)}" for a in r.advice]
+        if r.notes:
+            lines += ["", "  notes:"] + [f"    - {one_line(x)}" for x in r.notes]
+        return "\n".join(lines) + "\n"

@@ -1,0 +1,95 @@
+"""Repeated traces: the same trace run N times, each in a fresh process (`warmprof trace` as a
+program, which gives each run fresh caches too), gathered into one RepeatReport.
+
+A first pass happens once per process, so a repeat cannot run in the caller's process: the model
+is named (MODULE:FACTORY, path/to/file.py:FACTORY, or "demo") and built afresh in each run.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import subprocess
+import sys
+import tempfile
+from typing import Any, Callable
+
+from ..errors import InputError, ModelError, WarmprofError
+from ..progress import progress_printer
+from ..report.base import load
+from ..report.repeat import RepeatReport
+from .advice import advise
+
+MAX_REPEAT = 100
+DEMO = "demo"
+
+
+def check_repeat(repeat: Any) -> int:
+    if isinstance(repeat, bool) or not isinstance(repeat, int) or not 1 <= repeat <= MAX_REPEAT:
+        raise InputError(f"repeat must be a whole number of runs from 1 to {MAX_REPEAT}, got {repeat!r}")
+    return repeat
+
+
+def cli_argv(target: str, *, shape: Any = None, dtype: str | None = None, device: str = "cpu",
+             compile: str | None = None, threads: int | None = None, steady: int | None = None,
+             op_view: bool = False, cache: str = "fresh") -> list[str]:
+    """`warmprof trace` arguments for one run (without --json)."""
+    if target != DEMO and ":" not in target:
+        raise InputError(f"a repeated trace names its model: MODULE:FACTORY, path/to/file.py:FACTORY or "
+                         f"{DEMO!r}, got {target!r}")
+    argv = ["trace", "--demo"] if target == DEMO else ["trace", target]
+    if shape is not None:
+        argv += ["--shape", shape if isinstance(shape, str) else ",".join(str(int(d)) for d in shape)]
+    for flag, value in (("--dtype", dtype), ("--device", device), ("--threads", threads), ("--steady", steady)):
+        if value is not None:
+            argv += [flag, str(value)]
+    if compile:
+        argv.append(f"--compile={compile}")
+    if op_view:
+        argv.append("--op-view")
+    return argv + ["--cache", cache, "--quiet"]
+
+
+def run_repeats(argv: list[str], repeat: int, *, progress: Any = None,
+                run: Callable[[list[str]], tuple[int, str]] | None = None) -> RepeatReport:
+    """`warmprof <argv> --json TMP` `repeat` times, one after another, each a fresh process; a run
+    that fails is listed in the report (`failed`) with its last error line, and the rest are kept.
+    `run` (tests) replaces the process: argv -> (exit code, stderr)."""
+    check_repeat(repeat)
+    say = progress_printer(progress)
+    runs, failed = [], []
+    with tempfile.TemporaryDirectory(prefix="warmprof-repeat-") as tmp:
+        for k in range(1, repeat + 1):
+            say(f"run {k}/{repeat}: a fresh process")
+            out = os.path.join(tmp, f"run{k}.json")
+            rc, err = (run or _run)([*argv, "--json", out])
+            if rc != 0:
+                last = (err.strip().splitlines() or ["no message"])[-1]
+                failed.append(f"run {k}: exit {rc}: {last}")
+                say(f"run {k}/{repeat} failed: {last}")
+                continue
+            try:
+                runs.append(load(out))
+            except (WarmprofError, OSError) as e:
+                failed.append(f"run {k}: its report could not be read ({e})")
+    if not runs:
+        raise ModelError(f"none of the {repeat} runs gave a report; {failed[0] if failed else ''}")
+    notes = [f"{len(runs)} runs of `warmprof {' '.join(argv)}`, each a fresh process, one after another"]
+    report = RepeatReport.of_runs(runs, failed=failed, notes=notes,
+                                  created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
+    report.advice = advise(report.median_view())
+    return report
+
+
+def _run(argv: list[str]) -> tuple[int, str]:
+    proc = subprocess.run([sys.executable, "-m", "warmprof", *argv], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True)
+    return proc.returncode, proc.stderr
+
+
+def trace_repeat(target: str, shape: Any = None, *, repeat: int, progress: Any = None, **options: Any) -> RepeatReport:
+    """warmprof.trace(target, shape, repeat=N) with the model named: N fresh-process runs."""
+    return run_repeats(cli_argv(target, shape=shape, **options), repeat, progress=progress)
+
+
+__all__ = ["MAX_REPEAT", "check_repeat", "cli_argv", "run_repeats", "trace_repeat"]

@@ -1,0 +1,130 @@
+"""Repeated traces: every run kept, per-cause median / min-max / runs-present, JSON, text, PNG and
+compare read it; the runner keeps going past a failed run and says which."""
+
+import json
+
+import pytest
+
+import warmprof
+from warmprof.errors import InputError, ModelError, ReportError
+from warmprof.report import RepeatReport, load
+from warmprof.traces.repeat import check_repeat, cli_argv, run_repeats
+
+from factories import trace_report
+
+
+def _runs():
+    # allocator_growth appears in 2 of 3 runs; jit_compile in all
+    return [trace_report({"jit_compile": 5.0, "allocator_growth": a}, unattributed=u)
+            for a, u in ((2.0, 1.0), (0.0, 1.5), (3.0, 0.5))]
+
+
+def test_per_cause_median_range_and_runs_present_count_an_absent_run_as_zero():
+    r = RepeatReport.of_runs(_runs())
+    by = {c.cause: c for c in r.causes}
+    assert (by["jit_compile"].median_ms, by["jit_compile"].runs, by["jit_compile"].of) == (5.0, 3, 3)
+    alloc = by["allocator_growth"]
+    assert (alloc.median_ms, alloc.min_ms, alloc.max_ms, alloc.runs, alloc.ms) == (2.0, 0.0, 3.0, 2, [2.0, 0.0, 3.0])
+    assert r.figures["excess_ms"] == {"median": 8.0, "min": 6.5, "max": 8.5}
+    assert [c.cause for c in r.causes] == ["jit_compile", "allocator_growth"]  # largest median first
+
+
+def test_the_median_view_is_a_consistent_trace_report():
+    view = RepeatReport.of_runs(_runs()).median_view()
+    assert view.excess_ms == pytest.approx(view.first_pass_ms - view.steady_median_ms)
+    assert view.cause_ms("allocator_growth") == 2.0 and view.unattributed_ms == pytest.approx(8.0 - 7.0)
+    view.validate()
+
+
+def test_json_round_trip_keeps_every_run(tmp_path):
+    r = RepeatReport.of_runs(_runs(), failed=["run 4: exit 3: boom"])
+    path = r.save(tmp_path / "r.json")
+    back = load(path)
+    assert isinstance(back, RepeatReport) and len(back.runs) == 3 and back.failed == ["run 4: exit 3: boom"]
+    assert [run.first_pass_ms for run in back.runs] == [run.first_pass_ms for run in r.runs]
+    assert back.to_dict() == r.to_dict()
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: d["figures"]["excess_ms"].update(median=99.0), "outside its range"),
+    (lambda d: d["causes"][0].update(of=7), "in 3 of 7 runs"),
+    (lambda d: d["runs"][0].update(first_pass_ms="fast"), "runs"),
+    (lambda d: d.update(runs=[]), "at least one run"),
+])
+def test_a_corrupt_repeat_file_is_refused_with_the_field(tmp_path, edit, message):
+    d = RepeatReport.of_runs(_runs()).to_dict()
+    edit(d)
+    (tmp_path / "bad.json").write_text(json.dumps(d))
+    with pytest.raises(ReportError, match=message):
+        load(tmp_path / "bad.json")
+
+
+def test_runs_of_different_models_or_inputs_are_refused():
+    other = trace_report({"jit_compile": 1.0}, shape=(1, 32))
+    with pytest.raises(ReportError, match="a repeated trace is of one model and input"):
+        RepeatReport.of_runs([_runs()[0], other])
+    with pytest.raises(ReportError, match="at least one run"):
+        RepeatReport.of_runs([])
+
+
+def test_text_gives_each_causes_median_range_and_runs():
+    text = str(RepeatReport.of_runs(_runs()))
+    assert "3 runs (each a fresh process)" in text
+    line = next(ln for ln in text.splitlines() if ln.strip().startswith("allocator_growth"))
+    assert "2.00 ms" in line and "0.00 ms-3.00 ms" in line and "2/3" in line
+    assert "excess 8.00 ms (6.50 ms-8.50 ms)" in text
+
+
+def test_png_draws_the_medians_with_plain_labels():
+    pytest.importorskip("matplotlib")
+    from warmprof.render import png
+
+    fig = png.figure(RepeatReport.of_runs(_runs()), draw=True)
+    ax = fig.axes[0]
+    ticks = [t.get_text() for t in ax.get_yticklabels()]
+    assert ticks == ["JIT compile", "allocator growth", "unattributed"]
+    labels = [t.get_text() for t in ax.texts]
+    assert any("2.00 ms (in 2/3 runs)" in t for t in labels)
+    assert not any("$" in t or "e+" in t for t in labels + [t.get_text() for t in ax.get_xticklabels()])
+
+
+def test_compare_reads_a_repeat_report_by_its_medians(tmp_path):
+    path = RepeatReport.of_runs(_runs()).save(tmp_path / "five.json")
+    c = warmprof.compare(path, _runs()[1])
+    row = next(r for r in c.rows if r.key == "allocator_growth")
+    assert [cell.ms for cell in row.cells] == [2.0, 0.0] or [cell.ms for cell in row.cells] == [2.0, None]
+    assert any("the median of 3 runs" in w for w in c.warnings)
+
+
+def test_the_runner_keeps_going_past_a_failed_run_and_lists_it(tmp_path):
+    runs = iter(_runs())
+    calls = []
+
+    def fake(argv):
+        calls.append(argv)
+        if len(calls) == 2:
+            return 3, "Traceback...\nwarmprof: error: the model raised on the first pass: boom\n"
+        next(runs).save(argv[argv.index("--json") + 1])
+        return 0, ""
+
+    r = run_repeats(["trace", "--demo", "--quiet"], 3, run=fake)
+    assert len(r.runs) == 2 and r.failed == ["run 2: exit 3: warmprof: error: the model raised on the first pass: boom"]
+    assert len({a[a.index("--json") + 1] for a in calls}) == 3  # each run its own file
+    assert r.advice  # advice on the medians
+
+    with pytest.raises(ModelError, match="none of the 2 runs gave a report; run 1: exit 1: nope"):
+        run_repeats(["trace", "--demo"], 2, run=lambda argv: (1, "nope"))
+
+
+@pytest.mark.parametrize("bad", [0, -1, 101, 2.5, True, "5"])
+def test_repeat_must_be_a_whole_number_of_runs(bad):
+    with pytest.raises(InputError, match="repeat must be a whole number of runs"):
+        check_repeat(bad)
+
+
+def test_a_repeat_names_its_model_and_passes_the_options_on():
+    assert cli_argv("demo", shape=(1, 64), threads=1, compile="default") == [
+        "trace", "--demo", "--shape", "1,64", "--device", "cpu", "--threads", "1", "--compile=default",
+        "--cache", "fresh", "--quiet"]
+    with pytest.raises(InputError, match="names its model"):
+        cli_argv("resnet")
