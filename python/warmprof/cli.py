@@ -5,10 +5,13 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import traceback
 
 from .errors import WarmprofError
 
 COMMANDS = ("trace", "probe", "compare", "show")
+TRACEBACK_HELP = ("on an error, also print its traceback, with the exception it came from (the model's own, "
+                  "when the model raised) on stderr")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -19,12 +22,15 @@ def build_parser() -> argparse.ArgumentParser:
         description="Why was the first pass slow? Attribute a model's first-pass excess to its causes.",
     )
     parser.add_argument("--version", action="version", version=f"warmprof {__version__}")
+    parser.add_argument("--traceback", action="store_true", help=TRACEBACK_HELP)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name in COMMANDS:
         module = importlib.import_module(f".commands.{name}", __package__)
         p = sub.add_parser(name, help=module.HELP, description=module.HELP)
         module.setup(p)
+        # also after the command (`warmprof trace ... --traceback`); SUPPRESS keeps a global one given before it
+        p.add_argument("--traceback", action="store_true", default=argparse.SUPPRESS, help=TRACEBACK_HELP)
         p.set_defaults(_run=module.run)
     return parser
 
@@ -37,6 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     except WarmprofError as e:
         from .render.safe import safe_text
 
+        if getattr(args, "traceback", False):
+            # The chain first (the model's own exception, then warmprof's), the one line last.
+            print(safe_text("".join(traceback.format_exception(e))), end="", file=sys.stderr)
         # One line, whatever the message quotes (a path or a name with control characters in it).
         print(f"warmprof: error: {safe_text(str(e))}", file=sys.stderr)
         return e.exit_code

@@ -18,6 +18,7 @@ from .causes import EVIDENCE
 from .errors import InputError, ReportError
 from .platform import describe_device
 from .report import SCHEMA_VERSION, ReportBase, load
+from .report.trace import inputs_label
 
 # Report settings that are part of the configuration being compared (shown when they differ).
 _TRACE_SETTINGS = ("device", "dtype", "compile")
@@ -258,6 +259,13 @@ def _warnings(reports: list[Any], labels: list[str], kind: str) -> list[str]:
         if len(set(values)) > 1:
             listed = ", ".join(f"{lab}: {v}" for lab, v in zip(labels, values))
             out.append(f"{name} differs ({listed}): the reports may not measure the same work")
+    if kind == "trace" and len({_show(r.shape) for r in reports}) == 1:
+        # traced on the caller's inputs (trace(inputs=), --inputs): every argument's shape, which
+        # `shape` (the first positional one's) does not tell apart
+        shown = [inputs_label(getattr(r, "inputs", None)) or f"from shape {_show(r.shape)}" for r in reports]
+        if len(set(shown)) > 1:
+            listed = "; ".join(f"{lab}: {v}" for lab, v in zip(labels, shown))
+            out.append(f"input shapes differ ({listed}): the reports may not measure the same work")
     return out
 
 

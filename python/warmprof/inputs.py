@@ -29,6 +29,95 @@ def parse_dtype(dtype: Any):
     raise InputError(f"unknown dtype {dtype!r} (try float32, bfloat16, float16, int64)")
 
 
+# What model_dtype= casts a model's floating parameters and buffers to (names as parse_dtype reads them).
+MODEL_DTYPES = {k: v for k, v in _DTYPES.items() if v in ("float32", "float16", "bfloat16", "float64")}
+
+
+def parse_model_dtype(dtype: Any):
+    """None, or a floating torch.dtype for model_dtype= (--model-dtype); anything else is an InputError."""
+    import torch
+
+    if dtype is None:
+        return None
+    choices = ", ".join(sorted(set(MODEL_DTYPES.values())))
+    if isinstance(dtype, torch.dtype):
+        if dtype.is_floating_point and str(dtype).removeprefix("torch.") in MODEL_DTYPES.values():
+            return dtype
+    elif isinstance(dtype, str) and dtype.lower().removeprefix("torch.") in MODEL_DTYPES:
+        return getattr(torch, MODEL_DTYPES[dtype.lower().removeprefix("torch.")])
+    raise InputError(f"model_dtype {dtype!r} is not a dtype warmprof casts a model to: give one of {choices} "
+                     "(the model's floating parameters and buffers are cast; integer ones are left alone)")
+
+
+def cast_model(model: Any, dtype: Any) -> Any:
+    """The model with its floating parameters and buffers cast to `dtype` (in place, as nn.Module.to
+    does; integer buffers are left alone). None: the model as it is."""
+    if dtype is None:
+        return model
+    from torch import nn
+
+    if not isinstance(model, nn.Module):
+        raise InputError(f"model_dtype casts an nn.Module's parameters and buffers; the model is a "
+                         f"{type(model).__name__}: cast what it uses yourself, or leave model_dtype out")
+    return model.to(dtype)
+
+
+def _float_dtypes(tensors: Any) -> set:
+    return {t.dtype for t in tensors if t.is_floating_point()}
+
+
+def _tensors(x: Any, depth: int = 0) -> list:
+    import torch
+
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if depth > 4:
+        return []
+    if isinstance(x, dict):
+        x = list(x.values())
+    if isinstance(x, (tuple, list)):
+        return [t for v in x for t in _tensors(v, depth + 1)]
+    return []
+
+
+_MISMATCH_WORDS = ("dtype", "scalar type", "same type", "type (", "BFloat16", "Half", "Float", "Double", "Long")
+
+
+def dtype_mismatch_hint(model: Any, args: tuple, kwargs: dict, dtype: Any, model_dtype: Any,
+                        error: BaseException | None) -> str:
+    """When the model raised what reads as a dtype mismatch and its floating weights and the inputs
+    differ in dtype: a sentence saying which way, and what to pass. "" otherwise."""
+    try:
+        from torch import nn
+    except ImportError:  # pragma: no cover
+        return ""
+    if error is None or not any(w in str(error) for w in _MISMATCH_WORDS) or not isinstance(model, nn.Module):
+        return ""
+    target = getattr(model, "_orig_mod", model)
+    weights = _float_dtypes([*target.parameters(), *target.buffers()])
+    given = _tensors((args, kwargs))
+    inputs = _float_dtypes(given)
+    if not weights or len(weights) > 1:
+        return ""
+    (w,) = weights
+    wname = str(w).removeprefix("torch.")
+    if inputs and w not in inputs:
+        iname = "/".join(sorted(str(d).removeprefix("torch.") for d in inputs))
+        if model_dtype is not None:
+            return (f"the model was cast to {wname} (model_dtype=, --model-dtype) but the inputs are {iname}: pass "
+                    f"dtype={wname} (--dtype {wname}) as well, or give inputs of that dtype")
+        if dtype is not None:
+            return (f"the model's weights are {wname} but the inputs were cast to {iname} (dtype=, --dtype): cast the "
+                    f"model, or pass model_dtype={iname} (--model-dtype {iname})")
+        return (f"the model's weights are {wname} but the inputs are {iname}: cast the model, or pass "
+                f"model_dtype={iname} (--model-dtype {iname})")
+    if dtype is not None and not inputs and given:
+        iname = "/".join(sorted({str(t.dtype).removeprefix("torch.") for t in given}))
+        return (f"the model's weights are {wname} but the inputs were made {iname} (dtype=, --dtype): a model that "
+                "does not start with an embedding takes floating inputs; give a floating dtype or leave dtype out")
+    return ""
+
+
 def parse_shape(shape: Any) -> tuple[int, ...]:
     if isinstance(shape, str):
         try:
@@ -101,6 +190,9 @@ def make_inputs(model: Any, shape: Any, dtype: Any, inputs: Any, device) -> tupl
     if inputs is not None:
         if shape is not None:
             raise InputError("give either shape or inputs, not both")
+        if dtype is not None:
+            raise InputError("dtype= sets the dtype of the random input made from shape; inputs= are used as they "
+                             "are: cast them yourself (and the model with model_dtype=)")
         if callable(inputs) and not isinstance(inputs, torch.Tensor):
             try:
                 made = inputs()

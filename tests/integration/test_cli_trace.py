@@ -66,10 +66,40 @@ def test_trace_factory_from_a_file(tmp_path):
     assert "Sequential (2, 8) float32" in p.stdout
 
 
+def test_traceback_reaches_the_fresh_process_and_shows_the_models_line(tmp_path):
+    f = tmp_path / "wp_raising.py"
+    f.write_text("import torch\n"
+                 "class Raising(torch.nn.Module):\n"
+                 "    def forward(self, x):\n"
+                 "        raise ValueError('boom in forward')\n"
+                 "def build():\n"
+                 "    return Raising()\n")
+    p = run_cli("--traceback", "trace", f"{f}:build", "--shape", "2,8", "--quiet")  # the default: a fresh child
+    assert p.returncode == 4
+    assert f'File "{f}", line 4, in forward' in p.stderr
+    assert p.stderr.strip().splitlines()[-1].startswith("warmprof: error: the model raised on the first pass")
+    plain = run_cli("trace", f"{f}:build", "--shape", "2,8", "--quiet")
+    assert plain.returncode == 4 and "Traceback" not in plain.stderr
+
+
+def test_inputs_file_in_a_fresh_process(tmp_path):
+    import torch
+
+    f = tmp_path / "wp_lin.py"
+    f.write_text("import torch\ndef build():\n    return torch.nn.Linear(8, 4)\n")
+    torch.save((torch.randn(7, 8),), tmp_path / "in.pt")
+    out = tmp_path / "r.json"
+    p = subprocess.run([sys.executable, "-m", "warmprof", "trace", f"{f}:build", "--inputs", "in.pt", "--steady", "2",
+                        "--quiet", "--json", str(out)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    data = json.loads(out.read_text())
+    assert data["inputs"] == {"args": [[7, 8]], "kwargs": {}} and data["protocol"]["fresh_process"] is True
+
+
 @pytest.mark.parametrize("argv, code, message", [
     (["trace"], 2, "nothing to trace"),
     (["trace", "nomodule"], 2, "MODULE:FACTORY"),
-    (["trace", "warmprof.demo:build"], 2, "--shape is required"),
+    (["trace", "warmprof.demo:build"], 2, "--shape (or --inputs) is required"),
     (["trace", "no_such_module_xyz:build", "--shape", "1,2", "--in-process"], 2, "cannot import"),
     (["trace", "--demo", "--shape", "1,0", "--in-process", "--quiet"], 2, "dimension 0"),
     (["trace", "--demo", "--device", "tpu", "--in-process", "--quiet"], 3, "unknown device"),

@@ -13,8 +13,12 @@ def test_compile_probe_counts_graphs_and_restores_state():
 
     limit_before = torch._dynamo.config.recompile_limit
     env_before = {k: os.environ.get(k) for k in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")}
+    lines = []
     r = warmprof.probe(("matmul", "elementwise"), device="cpu", backend="compile", shapes_per_op=2, steady_calls=5,
-                       rerun_rounds=2, K=4, B=2, progress=False)
+                       rerun_rounds=2, K=4, B=2, progress=lines.append)
+    # the first compile is said before it runs, not only after it took its seconds
+    first = next(i for i, line in enumerate(lines) if line.startswith("compiling a 1-element add"))
+    assert first < next(i for i, line in enumerate(lines) if line.startswith("launch band:"))
 
     b = r.bucketing
     assert b["counted"] and (b["distinct"]["compiles"], b["bucketed"]["compiles"]) == (4, 2)

@@ -115,7 +115,8 @@ def test_first_touch_allocation_is_estimated_close_to_its_measured_cost():
 def test_inputs_callable_and_float_default():
     model = nn.Sequential(nn.Linear(16, 16), nn.ReLU())
     r = warmprof.trace(model, inputs=lambda: torch.randn(2, 16), steady=3)
-    assert r.protocol.input == "caller's inputs"
+    assert r.protocol.input == "caller's inputs: [2, 16]"  # every input's shape (the report's `inputs`)
+    assert r.inputs == {"args": [[2, 16]], "kwargs": {}}
     assert r.shape == [2, 16] and r.dtype == "float32"  # read from the caller's first input
     assert str(r).startswith("warmprof trace: Sequential (2, 16) float32 on cpu")
     r2 = warmprof.trace(model, (2, 16), steady=3)

@@ -8,17 +8,17 @@ interpreter (with empty compile caches unless --cache keep) and that child does 
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
 import os
 import sys
-from pathlib import Path
 from typing import Any
 
 from ..errors import InputError, WarmprofError
 from ..report.trace import RunContext
 from . import child
 from .paths import check_output_path, save_and_print
+from .targets import check_inputs_spec, load_inputs, load_target
+
+__all__ = ["HELP", "NAME", "load_target", "run", "setup"]
 
 NAME = "trace"
 HELP = "Trace a model's first pass and attribute its excess over a steady pass to causes."
@@ -27,8 +27,18 @@ HELP = "Trace a model's first pass and attribute its excess over a steady pass t
 def setup(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("target", nargs="?", help="MODULE:FACTORY or path/to/file.py:FACTORY returning the model")
     parser.add_argument("--demo", action="store_true", help="trace the built-in demo LM (warmprof.demo, shape 1,128)")
-    parser.add_argument("--shape", help="input shape, e.g. 1,128 (token ids if the model starts with an embedding)")
-    parser.add_argument("--dtype", help="input dtype (float32, bfloat16, int64, ...)")
+    parser.add_argument("--shape", action="append",
+                        help="input shape, e.g. 1,128 (token ids if the model starts with an embedding); one per "
+                             "trace: run one trace per shape and compare the reports")
+    parser.add_argument("--inputs", action="append", metavar="FILE.pt|MODULE:FACTORY",
+                        help="the model's real inputs instead of --shape: a file saved with torch.save (a tensor, a "
+                             "tuple/list of tensors = positional arguments, a dict = keyword arguments; loaded with "
+                             "weights_only=True), or a factory returning one of those")
+    parser.add_argument("--dtype", help="dtype of the random input --shape makes (float32, bfloat16, int64, ...); "
+                                        "the model is not cast: see --model-dtype")
+    parser.add_argument("--model-dtype", metavar="DTYPE",
+                        help="cast the model's floating parameters and buffers first (float32, bfloat16, float16, "
+                             "float64)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps (default cpu)")
     parser.add_argument("--compile", nargs="?", const="default", default=None, metavar="MODE",
                         help="wrap the model in torch.compile (optionally a mode: reduce-overhead, max-autotune)")
@@ -57,47 +67,6 @@ def setup(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--status-file", help=argparse.SUPPRESS)  # the parent's, for the child's phase
 
 
-def load_target(target: str) -> Any:
-    """MODULE:FACTORY or FILE.py:FACTORY -> the model the factory returns.
-
-    A file's folder is on sys.path while the file loads and its factory runs (so it can import the
-    modules next to it), and taken off again afterwards."""
-    if ":" not in target:
-        raise InputError(f"target {target!r} must look like MODULE:FACTORY or path/to/file.py:FACTORY")
-    where, factory = target.rsplit(":", 1)
-    added = None
-    try:
-        try:
-            if where.endswith(".py"):
-                path = Path(where)
-                if not path.is_file():
-                    raise InputError(f"no such file: {where}")
-                spec = importlib.util.spec_from_file_location(path.stem, path)
-                module = importlib.util.module_from_spec(spec)
-                added = str(path.parent.resolve())
-                sys.path.insert(0, added)
-                spec.loader.exec_module(module)
-            else:
-                module = importlib.import_module(where)
-        except WarmprofError:
-            raise
-        except Exception as e:
-            raise InputError(f"cannot import {where!r}: {type(e).__name__}: {e}") from e
-        fn = getattr(module, factory, None)
-        if fn is None or not callable(fn):
-            raise InputError(f"{where!r} has no callable {factory!r}")
-        try:
-            return fn()
-        except Exception as e:
-            raise InputError(f"the factory {target} raised: {type(e).__name__}: {e}") from e
-    finally:
-        if added is not None:
-            try:
-                sys.path.remove(added)
-            except ValueError:  # the file took it off itself
-                pass
-
-
 def _child_argv(args: argparse.Namespace) -> list[str]:
     argv = ["trace"]
     if args.target:
@@ -107,10 +76,14 @@ def _child_argv(args: argparse.Namespace) -> list[str]:
             argv.append(f"--{flag.replace('_', '-')}")
     if args.explain:
         argv += ["--explain-top", str(args.explain_top)]
-    for opt in ("shape", "dtype", "device", "json", "steady", "threads", "warm_shape"):
+    for opt in ("shape", "inputs", "dtype", "model_dtype", "device", "json", "steady", "threads", "warm_shape"):
         v = getattr(args, opt)
         if v is not None:
-            argv += [f"--{opt.replace('_', '-')}", str(os.path.abspath(v) if opt == "json" else v)]
+            # a file is named from the child's folder too (a FILE.py:FACTORY resolves as the target does)
+            path = opt == "json" or (opt == "inputs" and os.path.exists(v))
+            argv += [f"--{opt.replace('_', '-')}", str(os.path.abspath(v) if path else v)]
+    if getattr(args, "traceback", False):
+        argv.append("--traceback")
     if args.compile is not None:
         argv.append(f"--compile={args.compile}")
     return argv + ["--in-process", "--fresh-process", "--cache", args.cache]
@@ -128,16 +101,46 @@ def _target_taken_by_compile(args: argparse.Namespace) -> None:
         args.target, args.compile = args.compile, "default"
 
 
+def _one_each(args: argparse.Namespace) -> None:
+    """--shape and --inputs are given once (argparse would keep the last silently), and not together.
+    Leaves args.shape and args.inputs a single value or None."""
+    for opt in ("shape", "inputs"):
+        values = getattr(args, opt)
+        if isinstance(values, list):
+            if len(values) > 1:
+                given = " and ".join(repr(v) for v in values)
+                raise InputError(f"--{opt} given {len(values)} times ({given}): a trace measures one first pass, "
+                                 f"on one input; run one `warmprof trace` per {opt.rstrip('s')} (each with its own "
+                                 "--json) and put the reports side by side with `warmprof compare`")
+            setattr(args, opt, values[0])
+    if args.shape is not None and args.inputs is not None:
+        raise InputError("give either --shape (a random input of that shape) or --inputs (your own), not both")
+    if args.inputs is not None:
+        if args.dtype is not None:
+            raise InputError("--dtype sets the dtype of the random input --shape makes; --inputs are used as they "
+                             "are: save them in the dtype you want (and cast the model with --model-dtype)")
+        if args.warm_shape is not None:
+            raise InputError("--warm-shape runs the model at a --shape; it does not go with --inputs")
+        check_inputs_spec(args.inputs)
+    if args.model_dtype is not None:
+        from ..inputs import MODEL_DTYPES
+
+        if args.model_dtype.lower().removeprefix("torch.") not in MODEL_DTYPES:  # checked again by trace()
+            raise InputError(f"--model-dtype {args.model_dtype!r}: give a floating dtype "
+                             f"({', '.join(sorted(set(MODEL_DTYPES.values())))})")
+
+
 def run(args: argparse.Namespace) -> int:
     _target_taken_by_compile(args)
+    _one_each(args)
     if args.demo and args.target:
         raise InputError("give either --demo or a MODULE:FACTORY target, not both")
     if not args.demo and not args.target:
         raise InputError("nothing to trace: give --demo or a MODULE:FACTORY target (see warmprof trace -h)")
     if args.target and ":" not in args.target:
         raise InputError(f"target {args.target!r} must look like MODULE:FACTORY or path/to/file.py:FACTORY")
-    if args.target and not args.shape:
-        raise InputError("--shape is required with a target, e.g. --shape 1,128")
+    if args.target and not args.shape and args.inputs is None:
+        raise InputError("--shape (or --inputs) is required with a target, e.g. --shape 1,128")
     if args.threads is not None and args.threads < 1:
         raise InputError("--threads must be at least 1")
     if not 1 <= args.explain_top <= 100:
@@ -170,19 +173,24 @@ def _trace_here(args: argparse.Namespace, status: child.Status) -> int:
     if args.demo:
         from ..demo import DEFAULT_SHAPE, demo_model
 
-        model, shape = demo_model(), args.shape or DEFAULT_SHAPE
+        model, shape = demo_model(), args.shape or (None if args.inputs is not None else DEFAULT_SHAPE)
     else:
         model, shape = load_target(args.target), args.shape
+    inputs = None
+    if args.inputs is not None:
+        status.write("loading the inputs")
+        inputs = load_inputs(args.inputs)
     steady = args.steady if args.steady is not None else (5, 50)
     if args.warm_shape:
         status.write("running the model once at the warm-up shape")
-        _warm_run(torch, model, args.warm_shape, args.dtype, args.device)
+        _warm_run(torch, model, args.warm_shape, args.dtype, args.device, args.model_dtype)
     status.write("setting up the trace")
     import time
 
     started = time.monotonic()
-    report = warmprof.trace(model, shape, dtype=args.dtype, device=args.device, compile=args.compile,
-                            steady=steady, progress=status.progress(args.quiet), run=_run_context(args),
+    report = warmprof.trace(model, shape, inputs=inputs, dtype=args.dtype, model_dtype=args.model_dtype,
+                            device=args.device, compile=args.compile, steady=steady,
+                            progress=status.progress(args.quiet), run=_run_context(args),
                             op_view=args.op_view or args.explain)
     if args.warm_shape:
         report.notes.append(f"the model ran once at input shape {args.warm_shape} before this trace (--warm-shape): "
@@ -213,13 +221,15 @@ def _run_context(args: argparse.Namespace) -> RunContext:
     return RunContext(fresh_process=True, cache=args.cache, threads=args.threads, caches=caches)
 
 
-def _warm_run(torch: Any, model: Any, shape: str, dtype: str | None, device: str) -> None:
+def _warm_run(torch: Any, model: Any, shape: str, dtype: str | None, device: str,
+              model_dtype: str | None = None) -> None:
     """One pass at `shape` before the trace (no grad), as a server that already ran other inputs."""
-    from ..inputs import make_inputs, parse_device
+    from ..inputs import cast_model, make_inputs, parse_device, parse_model_dtype
 
     dev = parse_device(device)
     if dev.type != "cpu" and isinstance(model, torch.nn.Module):
         model.to(dev)
+    cast_model(model, parse_model_dtype(model_dtype))  # as the trace will (the same cast again is a no-op)
     args, kwargs, _ = make_inputs(model, shape, dtype, None, dev)
     try:
         with torch.no_grad():
@@ -239,6 +249,10 @@ def _warm_process(args: argparse.Namespace, report: Any, status: child.Status, t
     traces/explain.fold_warm_processes. A run that fails is left out, with a note saying which."""
     from ..traces.explain import fold_warm_processes, other_shape
 
+    if args.inputs is not None:
+        report.notes.append("--explain: no warm-process runs (they run the model at a --shape first; this trace "
+                            "ran on --inputs)")
+        return
     if not report.shape:
         report.notes.append("--explain: no warm-process runs (the input has no plain shape to give them)")
         return
@@ -275,9 +289,9 @@ def _traced_after_warm_up(args: argparse.Namespace, shape: str, warm_shape: str,
         argv = [sys.executable, "-m", "warmprof", "trace", *([args.target] if args.target else ["--demo"]),
                 "--shape", shape, "--warm-shape", warm_shape, "--op-view", "--json", out, "--quiet",
                 "--cache", args.cache, "--device", args.device]
-        for opt in ("dtype", "threads", "steady"):
+        for opt in ("dtype", "model_dtype", "threads", "steady"):
             if getattr(args, opt) is not None:
-                argv += [f"--{opt}", str(getattr(args, opt))]
+                argv += [f"--{opt.replace('_', '-')}", str(getattr(args, opt))]
         proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         try:
             _, err = proc.communicate(timeout=timeout_s)

@@ -33,16 +33,17 @@ def probe(
     dtype: str = "float32",
     threads: int | None = None,
     cold_cache: bool = True,
-    progress: Any = True,
+    progress: Any = False,
 ) -> ProbeReport:
     """Probe a backend's first-call behaviour at never-seen shapes; returns a ProbeReport.
 
     device: cpu, cuda, cuda:N or mps. backend: eager (torch), compile (torch.compile with static
     shapes, cpu or cuda) or cupy (cuda). K distinct lengths are bucketed into B buckets.
     threads: torch.set_num_threads for the probe (restored after). cold_cache: fresh, empty compile
-    caches (inductor/Triton or CuPy) for every experiment. progress: True (lines on stderr), False or a
-    callable taking one line. The compile backend resets dynamo before each experiment and at the end,
-    so compiled functions of the calling process recompile on their next call.
+    caches (inductor/Triton or CuPy) for every experiment. progress: False (the default, as for
+    trace(); `warmprof probe` turns it on unless --quiet), True (lines on stderr) or a callable taking
+    one line. The compile backend resets dynamo before each experiment and at the end, so compiled
+    functions of the calling process recompile on their next call.
     """
     names = O.parse_ops(ops)
     _check_int("shapes_per_op", shapes_per_op, 2, O.MAX_SHAPES_PER_OP)
@@ -66,12 +67,15 @@ def probe(
         experiments.run(be, raw, steady_calls, rerun_rounds, say)
         sweep = bucketing.run(be, K, B, say)
         cache = be.cache_note()
-        threads_used = _torch_threads()
+        # Read while the probe's threads are still set: the header's threads and the platform line's
+        # torch_threads are one figure (the platform's, when torch is loaded).
+        platform = fingerprint(gpu_index=cuda_index(_device_name(device)))
+        threads_used = platform["torch_threads"] if "torch_threads" in platform else _torch_threads()
     rows, pairs, summary = judge(raw, {b: bands.for_row(b) for b in bands.alloc_ms_by_bytes})
     wall_s = (_native.now_ns() - start_ns) / 1e9
     load = {"before": load_before, "after": _loadavg(), "cpus": os.cpu_count() or 0}
     return ProbeReport(
-        device=_device_name(device), backend=backend, dtype=dtype, platform=fingerprint(gpu_index=cuda_index(_device_name(device))), bands=bands.to_report(), ops=rows,
+        device=_device_name(device), backend=backend, dtype=dtype, platform=platform, bands=bands.to_report(), ops=rows,
         shape_vs_size=pairs, bucketing=sweep, predictions=predictions(rows, pairs, sweep), op_summary=summary,
         protocol={
             "what": be.describe(), "steady_calls": steady_calls, "warm_calls": 2, "rerun_rounds": rerun_rounds,

@@ -30,6 +30,8 @@ class TorchEager:
 
     name = "eager"
     counter: str | None = None  # no compile counter: compiles are inferred from call times
+    # said before the probe's first call (bands.calibrate) when that call is a long wait: "" for none
+    first_call_note = ""
 
     def __init__(self, device: Any, dtype: Any) -> None:
         import torch
@@ -143,6 +145,8 @@ class TorchCompile(TorchEager):
 
     name = "compile"
     counter = GRAPH_COUNTER
+    first_call_note = ("compiling a 1-element add (the first call under torch.compile: seconds, longer with "
+                       "cold caches, while inductor loads and builds its first kernel)")
 
     def __init__(self, device: Any, dtype: Any, cold_cache: bool = True) -> None:
         super().__init__(device, dtype)

@@ -66,6 +66,9 @@ def calibrate(be: Any, alloc_bytes: list[int], say: Callable[[str], None]) -> Ba
     be.runtime_warmup()
     with be.experiment("launch-band"):
         fn, args = be.trivial()
+        note = getattr(be, "first_call_note", "")
+        if note:  # a first call that takes seconds: say what it is before it starts
+            say(note)
         try:
             first = time_call(fn, args, be.sync)
         except Exception as e:

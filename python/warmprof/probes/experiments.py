@@ -45,6 +45,9 @@ def plan(ops: tuple[str, ...], shapes_per_op: int, element_size: int) -> list[Ra
 def run(be: Any, rows: list[RawRow], steady_calls: int, rerun_rounds: int, say: Callable[[str], None]) -> list[RawRow]:
     limit = len(rows) + 8  # static shapes: one graph per shape; keep dynamo from giving up on the op
     with be.experiment("ops", recompile_limit=limit):
+        if getattr(be, "first_call_note", ""):
+            say(f"op experiments: {len(rows)} never-seen shapes, each first call compiling its own graph "
+                f"({be.name}: up to seconds each)")
         for row in rows:
             row.args = be.inputs(row.op, row.shape)
             be.sync()

@@ -202,6 +202,10 @@ _WHERE = S.Obj({"module": S.STR, "ms": S.NUM}, {"op": S.STR, "calls": S.NON_NEGA
                                                       "first_of_op": S.BOOL, "new_signature": S.BOOL,
                                                       "warm_process_ms": S.NUM, "warm_own_ms": S.NUM,
                                                       "inferred": S.Obj({"cause": S.STR, "ms": S.NUM})})
+# The shapes of the caller's inputs (trace(inputs=), --inputs): one per positional argument and per
+# keyword, null where the argument is not a tensor with a plain shape.
+_INPUT_SHAPE = S.Nullable(S.ListOf(S.NON_NEGATIVE_INT))
+_INPUTS = S.Obj({"args": S.ListOf(_INPUT_SHAPE), "kwargs": S.MapOf(_INPUT_SHAPE)})
 _TORCH_COMPILE = S.Obj(optional={"torch_reported_compile_ms": S.NUM, "compiles": S.ListOf(S.ANY)})
 _TORCH_COMPILE_FIGURES = S.Obj({"torch_reported_ms": S.NUM, "compiles": S.NON_NEGATIVE_INT, "inductor_cache": S.STR},
                                extra=False)
@@ -220,7 +224,7 @@ SCHEMA = S.Obj(
         "excess_ms": S.NUM, "unattributed_ms": S.NUM, "causes": S.ListOf(_CAUSE_ENTRY), "platform": S.PLATFORM,
     },
     {
-        "dtype": S.STR, "compile": S.Nullable(S.STR), "steady_passes": S.NON_NEGATIVE_INT,
+        "dtype": S.STR, "compile": S.Nullable(S.STR), "inputs": S.Nullable(_INPUTS), "steady_passes": S.NON_NEGATIVE_INT,
         "steady_p10_ms": S.NUM, "steady_p90_ms": S.NUM, "attributed_ms": S.NUM,
         "seen_rerun_causes": S.ListOf(_CAUSE_ENTRY), "modules": S.ListOf(_MODULE), "counters": S.MapOf(S.ANY),
         "unattributed_where": S.ListOf(_WHERE),
@@ -230,6 +234,20 @@ SCHEMA = S.Obj(
         "notes": S.ListOf(S.STR), "warmprof_version": S.STR, "created": S.STR,
     },
 )
+
+
+def inputs_label(inputs: Mapping[str, Any] | None) -> str:
+    """A report's `inputs` as one line: '[1, 128], attention_mask=[1, 128]' ('-' for an argument that
+    is not a tensor with a plain shape); '' for None (a trace from a shape)."""
+    if not inputs:
+        return ""
+
+    def one(shape: Any) -> str:
+        return "-" if shape is None else "[" + ", ".join(str(d) for d in shape) + "]"
+
+    parts = [one(a) for a in inputs.get("args") or []]
+    parts += [f"{k}={one(v)}" for k, v in (inputs.get("kwargs") or {}).items()]
+    return ", ".join(parts) or "no arguments"
 
 
 def warm_left_ms(row: Mapping[str, Any]) -> float:
@@ -265,6 +283,10 @@ class Report(ReportBase):
     platform: dict[str, Any] = field(default_factory=dict)
     dtype: str = ""
     compile: str | None = None
+    # trace(inputs=): every argument's shape, {"args": [shape | None, ...], "kwargs": {name: shape | None}};
+    # None for a trace from a shape (`shape` says it), and then left out of the JSON, as files written
+    # before this field have none (so a loaded one is saved back as it was).
+    inputs: dict[str, Any] | None = None
     steady_passes: int = 0
     steady_p10_ms: float = 0.0
     steady_p90_ms: float = 0.0
@@ -320,6 +342,12 @@ class Report(ReportBase):
         return max(real, key=lambda c: c.ms) if real else None
 
     # -- JSON ----------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        d = super().to_dict()
+        if d.get("inputs") is None:  # optional: absent unless the trace ran on the caller's inputs
+            d.pop("inputs", None)
+        return d
+
     def _field_to_json(self, name: str, value: Any) -> Any:
         if name in ("causes", "seen_rerun_causes"):
             return [dataclasses.asdict(c) for c in value]

@@ -21,7 +21,7 @@ import numpy as np
 from .. import _native
 from ..attribution import InstrumentCost, attribute_pass, steady_stats
 from ..errors import InputError, ModelError, WarmprofError
-from ..inputs import check_model, make_inputs, parse_device
+from ..inputs import cast_model, check_model, dtype_mismatch_hint, make_inputs, parse_device, parse_model_dtype
 from ..instruments.host import HostCounters
 from ..instruments.modules import ModuleHooks
 from ..instruments.python_imports import PythonImports
@@ -29,7 +29,7 @@ from ..platform import cuda_index, fingerprint, oversubscription
 from ..process_state import ProcessState
 from ..progress import progress_printer
 from ..report import Report
-from ..report.trace import RunContext
+from ..report.trace import RunContext, inputs_label
 from ..timeline import BEGIN, STRUCTURE, Recording, Timeline, begin, begin_section, end, name_id
 from . import calibrate as calibration
 from .build import InstrumentSummary, TraceFacts, build_report, steady_fault_median
@@ -265,12 +265,31 @@ def _shape_of(x: Any) -> list[int] | None:
     return None
 
 
+def _dtype_of(args: tuple, kwargs: dict) -> str:
+    """The first argument's dtype (by position, else by keyword: inputs= as a dict); "" for none."""
+    first = args[0] if args else next(iter(kwargs.values()), None)
+    dtype = getattr(first, "dtype", None)
+    return str(dtype).removeprefix("torch.") if dtype is not None else ""
+
+
+def _input_shapes(args: tuple, kwargs: dict) -> dict[str, Any]:
+    """Every argument's shape, by position and by keyword (None where it is not a tensor with a plain
+    shape): the report's `inputs`, so reports traced on different inputs= can be told apart."""
+    import torch
+
+    def one(x: Any) -> list[int] | None:
+        return _shape_of(x) if isinstance(x, torch.Tensor) else None
+
+    return {"args": [one(a) for a in args], "kwargs": {str(k): one(v) for k, v in kwargs.items()}}
+
+
 def trace(
     model: Any,
     shape: Any = None,
     *,
     inputs: Any = None,
     dtype: Any = None,
+    model_dtype: Any = None,
     device: Any = "cpu",
     steady: int | tuple[int, int] = (5, 50),
     steady_budget_s: float = 3.0,
@@ -286,8 +305,12 @@ def trace(
     """Trace the first pass of `model` and attribute its excess over a steady pass to causes.
 
     model: an nn.Module or any callable. shape: a tuple for a synthetic input (token ids when the
-    model starts with an embedding or dtype is an integer type, else randn). inputs: the caller's
-    tensors, a tuple/dict of them, or a callable that makes them. compile: None, True, a mode
+    model starts with an embedding or dtype is an integer type, else randn); dtype: that input's
+    dtype (the input only). inputs: the caller's tensors, a tuple/dict of them, or a callable that
+    makes them (used as they are; their shapes are recorded in the report's `inputs`). model_dtype:
+    cast the model's floating parameters and buffers first (in place, as nn.Module.to; float32,
+    bfloat16, float16, float64). progress: False (default, as for probe()), True (lines on stderr)
+    or a callable taking one line. compile: None, True, a mode
     ("reduce-overhead", "max-autotune") or a dict of torch.compile options. steady: the number of
     clean passes (an int, or (min, max) adaptive within steady_budget_s seconds). run: where the
     trace runs, for the report (`warmprof trace`'s fresh child passes its own); None is the
@@ -305,6 +328,7 @@ def trace(
     except ImportError:
         raise WarmprofError("warmprof.trace needs torch: pip install 'warmprof[torch]'") from None
     _check_options(steady_budget_s, progress, no_grad, label, run)
+    model_dt = parse_model_dtype(model_dtype)
     if not isinstance(op_view, bool):
         raise InputError(f"op_view must be True or False, got {op_view!r}")
     if not isinstance(explain, bool):
@@ -322,8 +346,13 @@ def trace(
         before = ProcessState.take()
         report = _trace(torch, model, shape, inputs=inputs, dtype=dtype, device=device, steady=steady,
                         steady_budget_s=steady_budget_s, compile=compile, progress=progress, no_grad=no_grad,
-                        label=label, run=run if run is not None else RunContext(), op_view=op_view or explain)
+                        label=label, run=run if run is not None else RunContext(), op_view=op_view or explain,
+                        model_dtype=model_dt)
         report.notes.extend(before.changes_since())
+        if model_dt is not None:
+            report.notes.append(f"the model's floating parameters and buffers were cast to "
+                                f"{str(model_dt).removeprefix('torch.')} before the trace (model_dtype=, --model-dtype); "
+                                "the model stays cast")
     finally:
         calibration.busy.release()
     if explain:
@@ -352,7 +381,7 @@ def _check_options(steady_budget_s: Any, progress: Any, no_grad: Any, label: Any
 
 def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, device: Any, steady: Any,
            steady_budget_s: float, compile: Any, progress: Any, no_grad: bool, label: str | None,
-           run: RunContext, op_view: bool = False) -> Report:
+           run: RunContext, op_view: bool = False, model_dtype: Any = None) -> Report:
     say = progress_printer(progress)
     started = time.monotonic()
     check_model(model)
@@ -362,7 +391,11 @@ def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, devic
 
     if dev.type != "cpu" and isinstance(model, torch.nn.Module):
         model = model.to(dev)
+    model = cast_model(model, model_dtype)
     args, kwargs, input_desc = make_inputs(model, shape, dtype, inputs, dev)
+    input_shapes = _input_shapes(args, kwargs) if inputs is not None else None
+    if input_shapes is not None:
+        input_desc = f"{input_desc}: {inputs_label(input_shapes)}"
     compiled = compile not in (None, False)
     warm = _warm_reasons(model, compiled)
     # read before any pass: /proc and the affinity mask, nothing that warms the runtime
@@ -380,8 +413,14 @@ def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, devic
                 for inst in instruments:
                     stack.enter_context(inst)
                 say("first pass" + (" (includes torch.compile: seconds to minutes)" if compiled else ""))
-                windows["first"] = _guarded_pass(runner, args, kwargs, "first", instruments, sync,
-                                                 "on the first pass")
+                try:
+                    windows["first"] = _guarded_pass(runner, args, kwargs, "first", instruments, sync,
+                                                     "on the first pass")
+                except ModelError as e:  # a dtype mismatch says which way, and what to pass
+                    hint = dtype_mismatch_hint(model, args, kwargs, dtype, model_dtype, e.__cause__)
+                    if not hint:
+                        raise
+                    raise ModelError(f"{e}; {hint}") from e.__cause__
                 say("seen-shape re-run")
                 windows["seen_rerun"] = _guarded_pass(runner, args, kwargs, "seen_rerun", instruments, sync,
                                                       "on the second pass (seen-shape re-run)")
@@ -456,10 +495,11 @@ def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, devic
     return build_report(TraceFacts(
         model=label or type(getattr(model, "_orig_mod", model)).__name__,
         shape=_shape_of(args[0]) if args else None,  # also for inputs=: the first input's, when it has a plain one
-        dtype=str(args[0].dtype).removeprefix("torch.") if args and hasattr(args[0], "dtype") else "",
+        dtype=_dtype_of(args, kwargs),
         device=str(dev),
         compile=compile_label(compile),
         input_desc=input_desc,
+        inputs=input_shapes,
         first=first,
         rerun=rerun,
         steady_ms=steady_ms,

@@ -68,6 +68,8 @@ class TraceFacts:
     # the fastest instrumented steady pass, attributed (op view only): the warm baseline per site
     warm_pass: PassAttribution | None = None
     oversubscription: str = ""  # platform.oversubscription() at the start of the trace
+    # trace(inputs=): each argument's shape by position and keyword (api._input_shapes); None from a shape
+    inputs: dict[str, Any] | None = None
 
 
 def steady_fault_median(steady_faults: list[int]) -> int:
@@ -315,7 +317,7 @@ def build_report(facts: TraceFacts) -> Report:
     net = ([t - w for t, w in zip(f.steady_ms, f.steady_run_delay_ms)]
            if f.steady_run_delay_ms and len(f.steady_run_delay_ms) == len(f.steady_ms) else [])
     report = Report(
-        model=f.model, shape=f.shape, device=f.device, dtype=f.dtype, compile=f.compile,
+        model=f.model, shape=f.shape, device=f.device, dtype=f.dtype, compile=f.compile, inputs=f.inputs,
         first_pass_ms=first.pass_ms, seen_rerun_ms=rerun.pass_ms,
         steady_median_ms=stats.median, steady_p10_ms=stats.p10, steady_p90_ms=stats.p90,
         steady_passes=stats.n, noise_band_ms=stats.noise_band,
