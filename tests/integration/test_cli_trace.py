@@ -130,3 +130,45 @@ def test_compile_with_no_mode_before_the_target_leaves_the_target_alone(argv, ta
     args = build_parser().parse_args(argv)
     _target_taken_by_compile(args)
     assert (args.target, args.compile) == (target, mode)
+
+
+def test_repeat_runs_fresh_processes_into_one_report_that_show_and_compare_read(tmp_path):
+    out, one = tmp_path / "r.json", tmp_path / "one.json"
+    p = run_cli("trace", "--demo", "--shape", "1,32", "--steady", "3", "--repeat", "2", "--json", str(out), timeout=600)
+    assert p.returncode == 0, p.stderr
+    assert "run 1/2: a fresh process" in p.stderr and "run 2/2: a fresh process" in p.stderr
+    data = json.loads(out.read_text())
+    assert data["kind"] == "trace_repeat" and len(data["runs"]) == 2
+    assert all(r["protocol"]["fresh_process"] for r in data["runs"])
+    # each run is its own process: each paid its own first pass (no runtime left warm by the other)
+    assert not any(r["protocol"]["runtime_warm"] for r in data["runs"])
+    shown = run_cli("show", str(out))
+    assert shown.returncode == 0, shown.stderr
+    assert "2 runs (each a fresh process)" in shown.stdout and "range (min-max)" in shown.stdout
+    assert run_cli("trace", "--demo", "--shape", "1,32", "--steady", "3", "--json", str(one), "--quiet").returncode == 0
+    c = run_cli("compare", str(out), str(one), "--label", "two", "one")
+    assert c.returncode == 0, c.stderr
+    assert "two: the median of 2 runs" in c.stdout
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--repeat", "0"], "repeat must be a whole number of runs"),
+    (["--repeat", "2", "--in-process"], "--repeat runs each trace in a fresh process"),
+    (["--repeat", "2", "--explain"], "--repeat does not go with --explain"),
+])
+def test_bad_repeats_are_one_line_errors(extra, message, capsys):
+    assert main(["trace", "--demo", *extra]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_python_repeat_needs_the_model_by_name():
+    import torch
+
+    import warmprof
+    from warmprof.errors import InputError
+
+    with pytest.raises(InputError, match="name the model as `warmprof trace` takes it"):
+        warmprof.trace(torch.nn.Linear(4, 4), (1, 4), repeat=3)
+    with pytest.raises(InputError, match="repeat must be a whole number"):
+        warmprof.trace("demo", (1, 4), repeat=0)

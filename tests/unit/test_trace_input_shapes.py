@@ -38,6 +38,14 @@ def test_keyword_inputs_record_every_shape_not_none():
     assert r.protocol.input == "caller's inputs: x=[2, 8], attention_mask=[2, 8]"
 
 
+def test_the_text_header_and_the_compare_legend_name_every_input_shape():
+    from warmprof.render.format import subject
+
+    r = warmprof.trace(Masked(), inputs=kw(2), steady=2)
+    assert str(r).splitlines()[0].startswith("warmprof trace: Masked (x=[2, 8], attention_mask=[2, 8]) float32 on cpu")
+    assert subject(r) == "Masked (x=[2, 8], attention_mask=[2, 8]) float32"
+
+
 def test_positional_inputs_and_non_tensors_by_position():
     r = warmprof.trace(lambda x, scale, m: (x * scale) @ m, inputs=(torch.ones(2, 3), 2.0, torch.ones(3, 5)),
                        steady=2)

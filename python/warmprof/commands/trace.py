@@ -60,6 +60,9 @@ def setup(parser: argparse.ArgumentParser) -> None:
                              "what they show is folded in as inferred causes (adds a few traces and seconds per op)")
     parser.add_argument("--explain-top", type=int, default=8, metavar="N",
                         help="ops probed by --explain (default 8, the largest first)")
+    parser.add_argument("--repeat", type=int, default=1, metavar="N",
+                        help="run the trace N times, each in a fresh process, into one report with each cause's "
+                             "median and range over the runs (a busy or noisy machine; see the README)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     # --explain's second process: the model runs once at this shape before the trace
     parser.add_argument("--warm-shape", help=argparse.SUPPRESS)
@@ -150,6 +153,8 @@ def run(args: argparse.Namespace) -> int:
                          "explained by the compile's own spans); drop --explain or --compile")
     if args.json is not None:
         check_output_path(args.json)
+    if args.repeat != 1:
+        return _repeat(args)
     if not args.in_process:
         return _run_child(args)
     status = child.Status(args.status_file)
@@ -160,6 +165,23 @@ def run(args: argparse.Namespace) -> int:
         raise
     status.write(child.DONE)
     return code
+
+
+def _repeat(args: argparse.Namespace) -> int:
+    """--repeat N: N runs of this trace, each a fresh process (traces/repeat.py), in one report."""
+    from ..traces.repeat import check_repeat, cli_argv, run_repeats
+
+    check_repeat(args.repeat)
+    if args.in_process or args.fresh_process:
+        raise InputError("--repeat runs each trace in a fresh process: it does not go with --in-process")
+    if args.explain or args.warm_shape:
+        raise InputError("--repeat does not go with --explain: run --explain once, on a run --repeat shows typical")
+    child.require_torch()
+    argv = cli_argv(args.target or "demo", shape=args.shape, dtype=args.dtype, device=args.device,
+                    compile=args.compile, threads=args.threads, steady=args.steady, op_view=args.op_view,
+                    cache=args.cache, inputs=args.inputs, model_dtype=args.model_dtype)
+    report = run_repeats(argv, args.repeat, progress=not args.quiet)
+    return save_and_print(report, args.json)
 
 
 def _trace_here(args: argparse.Namespace, status: child.Status) -> int:

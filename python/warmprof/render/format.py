@@ -91,7 +91,7 @@ def middle(text: str, width: int) -> str:
 
 
 # -- what a report measured, and where -----------------------------------------------------------
-def subject(report: Any) -> str:
+def subject(report: Any, with_compile: bool = True) -> str:
     """What a report measured: 'DemoLM (1, 128) int64, compile=default', or 'op probes (eager,
     float32)'; '' for no report. One line whatever the names hold."""
     kind = getattr(report, "KIND", None)
@@ -99,9 +99,17 @@ def subject(report: Any) -> str:
         return f"op probes ({report.backend}, {report.dtype})"
     if kind not in ("trace", "trace_repeat"):
         return ""
-    shape = f" ({', '.join(str(d) for d in report.shape)})" if report.shape else ""
+    inputs = getattr(report, "inputs", None)
+    if report.shape:
+        shape = f" ({', '.join(str(d) for d in report.shape)})"
+    elif inputs:  # a trace of the caller's inputs with no plain first shape: every input's
+        from ..report.trace import inputs_label
+
+        shape = f" ({inputs_label(inputs)})"
+    else:
+        shape = ""
     dtype = f" {report.dtype}" if report.dtype else ""
-    comp = f", compile={report.compile}" if report.compile else ""
+    comp = f", compile={report.compile}" if report.compile and with_compile else ""
     return one_line(f"{report.model}{shape}{dtype}{comp}")
 
 

@@ -8,6 +8,7 @@ from .base import Renderer
 from .format import cause_ms as _cause_ms
 from .format import middle
 from .format import ms as _ms
+from .format import subject
 from .registry import register
 from .safe import one_line
 
@@ -42,7 +43,7 @@ class TraceTextRenderer(Renderer):
     def render(self, report: Any) -> str:
         r = report
         lines: list[str] = []
-        what = one_line(r.model) + (f" {tuple(r.shape)}" if r.shape else "") + (f" {one_line(r.dtype)}" if r.dtype else "")
+        what = subject(r, with_compile=False)  # the model, its input's shape (or every input's), its dtype
         mode = f"torch.compile({r.compile})" if r.compile else "eager"
         lines.append(f"warmprof trace: {what} on {one_line(r.device)}, {one_line(mode)}")
         lines.append(f"  platform: {_platform_line(r.platform)}")

@@ -7,9 +7,10 @@ the trace N times, each in a fresh process, and keeps all N reports here.
 
 The per-cause figures are over every run, a run without the cause counting as 0 ms (so a cause seen
 in one run of five has median 0 and says "1/5"): what to expect of a fresh process, not of the runs
-that happened to pay it. `median_view()` is a trace Report made of the medians (each figure its own
-median over the runs; the unattributed row is the median excess less the causes' medians, since
-medians do not add up): what the advice, `compare` and the PNG's headline read.
+that happened to pay it. `median_view()` is a trace Report made of the medians (the excess and the
+steady pass their own medians over the runs, the first pass their sum; the unattributed row is the
+median excess less the causes' medians, since medians do not add up): what the advice and `compare`
+read.
 """
 
 from __future__ import annotations
@@ -113,20 +114,31 @@ class RepeatReport(ReportBase):
                    notes=list(notes or []), failed=list(failed or []), warmprof_version=first.warmprof_version,
                    created=created or first.created)
 
+    def main_source(self, cause: str) -> str:
+        """The source holding most of a cause over all the runs."""
+        by: dict[str, float] = {}
+        for r in self.runs:
+            for c in r.causes:
+                if c.cause == cause:
+                    by[c.source] = by.get(c.source, 0.0) + c.ms
+        return max(by, key=by.get) if by else ""
+
     def median(self, key: str) -> float:
         return self.figures[key]["median"]
 
     def median_view(self) -> Report:
-        """A trace Report of the medians: first pass and steady median their own medians (the excess
-        is their difference, as in any trace report), each cause its median over the runs, the
-        unattributed row what the causes' medians leave of that excess."""
-        first, steady = self.median("first_pass_ms"), self.median("steady_median_ms")
-        excess = first - steady
+        """A trace Report of the medians: the steady median and the excess their own medians over the
+        runs, and the first pass their sum (a trace report's excess is first less steady; the median
+        first pass itself is in `figures`), each cause its median over the runs, the unattributed row
+        what the causes' medians leave of the excess."""
+        steady, excess = self.median("steady_median_ms"), self.median("excess_ms")
+        first = steady + excess
         kept = [c for c in self.causes if c.median_ms > 0]
         attributed = sum(c.median_ms for c in kept)
         whole = attributed if excess > 0 and attributed > excess else excess
         entries = [CauseEntry(c.cause, c.median_ms, c.median_ms / whole if excess > 0 else 0.0, c.evidence,
-                              f"median of {c.of} runs", detail=f"in {c.runs} of {c.of} runs, {c.min_ms:.3f}-{c.max_ms:.3f} ms")
+                              self.main_source(c.cause),
+                              detail=f"median of {c.of} runs: in {c.runs} of them, {c.min_ms:.3f}-{c.max_ms:.3f} ms")
                    for c in kept]
         return Report(model=self.model, shape=self.shape, device=self.device, dtype=self.dtype, compile=self.compile,
                       first_pass_ms=first, seen_rerun_ms=self.median("seen_rerun_ms"), steady_median_ms=steady,

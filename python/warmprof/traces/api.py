@@ -301,6 +301,7 @@ def trace(
     op_view: bool = False,
     explain: bool = False,
     explain_top: int = 8,
+    repeat: int = 1,
 ) -> Report:
     """Trace the first pass of `model` and attribute its excess over a steady pass to causes.
 
@@ -319,7 +320,11 @@ def trace(
     profiler_overhead), so unattributed_where gives (module, op) rows with each site's first call's
     arguments, which `warmprof probe --from` replays. explain: op_view, then the explain_top ops
     holding the most unexplained time probed in fresh processes (seconds each) and their verdicts
-    folded in as inferred causes with source "probe" (traces/explain.py).
+    folded in as inferred causes with source "probe" (traces/explain.py). repeat: N > 1 runs the
+    trace N times, each in a fresh process, and returns one RepeatReport (every run, and each cause's
+    median and min-max over them); a first pass happens once per process, so the model must then be
+    named, as `warmprof trace` takes it: "MODULE:FACTORY", "path/to/file.py:FACTORY" or "demo"
+    (traces/repeat.py).
 
     One trace runs at a time in a process: a second one (from another thread) is refused up front.
     """
@@ -328,6 +333,9 @@ def trace(
     except ImportError:
         raise WarmprofError("warmprof.trace needs torch: pip install 'warmprof[torch]'") from None
     _check_options(steady_budget_s, progress, no_grad, label, run)
+    if repeat != 1:
+        return _repeated(model, shape, repeat, inputs=inputs, dtype=dtype, model_dtype=model_dtype, device=device,
+                         steady=steady, compile=compile, progress=progress, op_view=op_view, explain=explain)
     model_dt = parse_model_dtype(model_dtype)
     if not isinstance(op_view, bool):
         raise InputError(f"op_view must be True or False, got {op_view!r}")
@@ -362,6 +370,29 @@ def trace(
         explain_report(report, top=explain_top, threads=torch.get_num_threads(), device=report.device,
                        progress=progress)
     return report
+
+
+def _repeated(model: Any, shape: Any, repeat: Any, *, inputs: Any, dtype: Any, model_dtype: Any, device: Any,
+              steady: Any, compile: Any, progress: Any, op_view: bool, explain: bool) -> Any:
+    """trace(..., repeat=N): N fresh processes of `warmprof trace`, the model given by name."""
+    from .repeat import check_repeat, trace_repeat
+
+    check_repeat(repeat)
+    if not isinstance(model, str):
+        raise InputError(f"repeat={repeat} runs each trace in a fresh process, where a model object cannot follow: "
+                         "name the model as `warmprof trace` takes it ('pkg.module:factory', 'path/to/file.py:factory' "
+                         "or 'demo'), or call warmprof.trace() once per fresh process yourself")
+    if explain:
+        raise InputError("repeat does not go with explain: explain one run, on a run the repeats show typical")
+    if inputs is not None and not isinstance(inputs, str):
+        raise InputError("with repeat, inputs are named too: a FILE.pt saved with torch.save, or 'MODULE:FACTORY'")
+    if compile is True:
+        compile = "default"
+    if compile not in (None, False) and not isinstance(compile, str):
+        raise InputError("with repeat, compile is a mode name (the command line's --compile MODE), not options")
+    return trace_repeat(model, shape, repeat=repeat, progress=progress, inputs=inputs, dtype=dtype,
+                        model_dtype=model_dtype, device=str(device), compile=compile or None, op_view=op_view,
+                        steady=steady if isinstance(steady, int) and not isinstance(steady, bool) else None)
 
 
 def _check_options(steady_budget_s: Any, progress: Any, no_grad: Any, label: Any, run: Any) -> None:

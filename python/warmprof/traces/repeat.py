@@ -32,15 +32,19 @@ def check_repeat(repeat: Any) -> int:
 
 def cli_argv(target: str, *, shape: Any = None, dtype: str | None = None, device: str = "cpu",
              compile: str | None = None, threads: int | None = None, steady: int | None = None,
-             op_view: bool = False, cache: str = "fresh") -> list[str]:
+             op_view: bool = False, cache: str = "fresh", inputs: str | None = None,
+             model_dtype: str | None = None) -> list[str]:
     """`warmprof trace` arguments for one run (without --json)."""
-    if target != DEMO and ":" not in target:
+    if not isinstance(target, str) or (target != DEMO and ":" not in target):
         raise InputError(f"a repeated trace names its model: MODULE:FACTORY, path/to/file.py:FACTORY or "
                          f"{DEMO!r}, got {target!r}")
     argv = ["trace", "--demo"] if target == DEMO else ["trace", target]
     if shape is not None:
         argv += ["--shape", shape if isinstance(shape, str) else ",".join(str(int(d)) for d in shape)]
-    for flag, value in (("--dtype", dtype), ("--device", device), ("--threads", threads), ("--steady", steady)):
+    if inputs is not None:
+        argv += ["--inputs", os.path.abspath(inputs) if os.path.exists(inputs) else inputs]
+    for flag, value in (("--dtype", dtype), ("--model-dtype", model_dtype), ("--device", device),
+                        ("--threads", threads), ("--steady", steady)):
         if value is not None:
             argv += [flag, str(value)]
     if compile:
