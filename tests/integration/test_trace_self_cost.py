@@ -110,9 +110,12 @@ def test_first_call_python_work_is_placed_in_its_module_and_left_unattributed():
     r = warmprof.trace(model, (4, 8), steady=5)
     left.check()
     top = r.unattributed_where[0]
-    assert top["module"] == "Sequential.1" and top["ms"] >= 40, r.unattributed_where
-    assert r.unattributed_ms >= 40
-    assert not [c for c in r.causes if c.module == "Sequential.1" and c.cause != "profiler_overhead"
+    # On a busy machine part of the 50 ms of wall time is a wait for a CPU, booked as cpu_contention
+    # in that module: the rest is the module's own first-call work, unattributed.
+    waited = next((m["causes"].get("cpu_contention", 0.0) for m in r.modules if m["module"] == "Sequential.1"), 0.0)
+    assert top["module"] == "Sequential.1" and top["ms"] + waited >= 40, (r.unattributed_where, waited)
+    assert r.unattributed_ms + waited >= 40
+    assert not [c for c in r.causes if c.module == "Sequential.1" and c.cause not in ("profiler_overhead", "cpu_contention")
                 and c.ms > 5]  # no cause claims it
     assert r.protocol.seen_rerun_residual_ms is not None
     assert any(n.startswith("first-call work no instrument brackets") for n in r.notes)
