@@ -116,6 +116,8 @@ namespace {
 bool parse_schedstat(const char* buf, SchedStat* out) {
   long long run = 0, delay = 0, slices = 0;
   if (std::sscanf(buf, "%lld %lld %lld", &run, &delay, &slices) != 3) return false;
+  // Kernels built without sched_info print the file with zeros: a thread that is reading it has run.
+  if (run == 0 && delay == 0 && slices == 0) return false;
   out->ok = true;
   out->run_ns = run;
   out->delay_ns = delay;

@@ -922,7 +922,10 @@ def cpu_contention(ctx: PassContext) -> list[Part]:
         if d <= 0:
             continue
         lo, hi = max(ts[k], t0), min(ts[k + 1], t1)
-        if hi < lo:
+        # no more than the time between the samples inside the window: a wait before the pass, or
+        # one read a moment after its sample's clock, is never pushed into a span shorter than it
+        d = min(d, hi - lo)
+        if d <= 0:
             continue
         total += d
         for cause_span, mod, ns in _spread(ctx, lo, hi, d):
@@ -938,6 +941,8 @@ def cpu_contention(ctx: PassContext) -> list[Part]:
                 lowered[key] = lowered.get(key, 0.0) + ns
     if total <= 0:
         return []
+    switches = thread_counter_change(tl, INVOLUNTARY_COUNTER, ctx.pass_span.thread, t0, t1) or 0
+    free.count = switches  # the pass thread's involuntary context switches (preemptions) in the pass
     keep = max(0.0, total - ctx.steady_run_delay_ns) / total
     if keep <= 0:
         return []
@@ -951,8 +956,8 @@ def cpu_contention(ctx: PassContext) -> list[Part]:
         p.by_module = {m: ns * keep for m, ns in p.by_module.items()}
         p.ns *= keep
         p.detail = (f"the pass's thread was runnable with no CPU for {p.ns / 1e6:.3f} ms {where} (schedstat "
-                    f"run-queue delay, read at module boundaries){steady}; not a first-call cost, and no warm-up "
-                    "removes it")
+                    f"run-queue delay, read at module boundaries){steady}; {switches} involuntary context switches in "
+                    "the pass; not a first-call cost, and no warm-up removes it")
         parts.append(p)
     for (cause, source, mod), ns in lowered.items():
         parts.append(Part(cause, source, "measured", ns=-ns * keep, by_module={mod: -ns * keep}))
@@ -999,6 +1004,14 @@ def instrument_cost(ctx: PassContext) -> list[Part]:
         head = (f"{n} steady passes with every instrument on (after one uncounted warm-up pass): median "
                 f"{instrumented:.3f} ms, clean steady median {clean:.3f} ms, so {measured / 1e6:.3f} ms per pass")
     p = Part("profiler_overhead", "instrumented_steady", "estimated", count=n)
+    # Never more than this pass took over a clean steady pass: the instruments' cost is part of it (a
+    # busy machine can slow the instrumented passes far more than the clean ones).
+    over_clean = ctx.pass_span.dur_ns - cost.clean_median_ms * 1e6
+    capped = ""
+    if measured > max(over_clean, floor_ns):
+        capped = (f"; capped at what this pass took over the clean steady median ({max(over_clean, floor_ns) / 1e6:.3f} ms): "
+                  f"the difference measured ({measured / 1e6:.3f} ms) is more than the whole pass had to give")
+        measured = max(over_clean, floor_ns)
     if measured >= floor_ns and measured > 0:
         calls = {m: c for m, c in cost.calls.items() if c > 0}
         total = sum(calls.values())
@@ -1006,7 +1019,7 @@ def instrument_cost(ctx: PassContext) -> list[Part]:
             p.add(mod, measured * c / (total or 1))
         noise = (f"; within the noise band ({cost.noise_ns / 1e6:.3f} ms), so a rough figure"
                  if cost.within_noise else "")
-        p.detail = f"{head}{noise}; placed by module in proportion to module calls"
+        p.detail = f"{head}{noise}{capped}; placed by module in proportion to module calls"
     elif floor_ns > 0:
         for f in floor:
             for mod, ns in f.by_module.items():

@@ -84,9 +84,10 @@ _MISMATCH_WORDS = ("dtype", "scalar type", "same type", "type (", "BFloat16", "H
 
 
 def dtype_mismatch_hint(model: Any, args: tuple, kwargs: dict, dtype: Any, model_dtype: Any,
-                        error: BaseException | None) -> str:
+                        error: BaseException | None, own_inputs: bool = False) -> str:
     """When the model raised what reads as a dtype mismatch and its floating weights and the inputs
-    differ in dtype: a sentence saying which way, and what to pass. "" otherwise."""
+    differ in dtype: a sentence saying which way, and what to pass. "" otherwise. `own_inputs`: the
+    caller gave the inputs (inputs=, --inputs), which dtype= does not cast."""
     try:
         from torch import nn
     except ImportError:  # pragma: no cover
@@ -103,6 +104,9 @@ def dtype_mismatch_hint(model: Any, args: tuple, kwargs: dict, dtype: Any, model
     wname = str(w).removeprefix("torch.")
     if inputs and w not in inputs:
         iname = "/".join(sorted(str(d).removeprefix("torch.") for d in inputs))
+        if model_dtype is not None and own_inputs:
+            return (f"the model was cast to {wname} (model_dtype=, --model-dtype) but the inputs given are {iname}: "
+                    f"give the inputs as {wname} (tensor.to(torch.{wname}) before torch.save, or in the factory)")
         if model_dtype is not None:
             return (f"the model was cast to {wname} (model_dtype=, --model-dtype) but the inputs are {iname}: pass "
                     f"dtype={wname} (--dtype {wname}) as well, or give inputs of that dtype")

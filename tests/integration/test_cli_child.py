@@ -126,15 +126,18 @@ def _kill_quietly(pid, group=False):
     (signal.SIGHUP, False, 129, "warmprof: terminated"),  # the terminal closed
     (signal.SIGINT, True, 130, "warmprof: interrupted"),  # Ctrl-C in a terminal
 ])
-def test_a_signal_stops_the_child_and_removes_the_folder(model, tmp_path, sig, to_group, code, message):
+@pytest.mark.parametrize("extra", [(), ("--repeat", "2")], ids=["one", "repeat"])
+def test_a_signal_stops_the_child_and_removes_the_folder(model, tmp_path, sig, to_group, code, message, extra):
     pidfile, subfile = tmp_path / "child.pid", tmp_path / "sub.pid"
     env = _env(tmp_path, WPH_ACTION="spawn", WPH_PIDFILE=str(pidfile), WPH_SUBFILE=str(subfile))
-    with subprocess.Popen(_argv(model), env=env, stderr=subprocess.PIPE, text=True, start_new_session=True) as parent:
+    with subprocess.Popen(_argv(model, *extra), env=env, stderr=subprocess.PIPE, text=True,
+                          start_new_session=True) as parent:
         try:
             _wait_for(lambda: pidfile.exists() and pidfile.read_text(), "the child's forward")
             child_pid, sub_pid = int(pidfile.read_text()), int(subfile.read_text())
             folders = list((tmp_path / "tmp").iterdir())
-            assert len(folders) == 1 and folders[0].name.startswith("warmprof-")
+            # --repeat: its own folder for the runs' reports, and the running trace's
+            assert len(folders) == 1 + bool(extra) and all(f.name.startswith("warmprof-") for f in folders)
             os.killpg(parent.pid, sig) if to_group else os.kill(parent.pid, sig)
             _, err = parent.communicate(timeout=TIMEOUT)
         finally:  # whatever is left (the child and its group, if they outlived the parent)

@@ -172,3 +172,10 @@ def test_python_repeat_needs_the_model_by_name():
         warmprof.trace(torch.nn.Linear(4, 4), (1, 4), repeat=3)
     with pytest.raises(InputError, match="repeat must be a whole number"):
         warmprof.trace("demo", (1, 4), repeat=0)
+
+
+def test_python_trace_of_a_named_model_runs_it_in_a_fresh_process():
+    import warmprof
+
+    r = warmprof.trace("demo", (1, 16), steady=3, label="named")
+    assert r.KIND == "trace" and r.model == "named" and r.protocol.run.fresh_process

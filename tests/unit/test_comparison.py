@@ -300,3 +300,11 @@ def test_a_report_whose_causes_overshoot_its_excess_is_flagged_and_its_residual_
     assert row.cells[1].share is None and row.ratios[1] is None
     line = next(ln for ln in str(c).splitlines() if ln.strip().startswith("unattributed"))
     assert "x-" not in line and "%" not in line.split("-1.00", 1)[1]
+
+
+def test_compare_labels_that_swallow_every_report_are_refused_saying_so(capsys):
+    from warmprof.cli import main
+
+    assert main(["compare", "--label", "x", "y", "a.json", "b.json", "c.json"]) == 2
+    err = capsys.readouterr().err
+    assert "--label took 5 words and no report followed" in err

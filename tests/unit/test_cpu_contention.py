@@ -142,3 +142,18 @@ def test_a_first_pass_slow_only_from_waiting_for_a_cpu_is_too_noisy_to_tell_not_
     lines = advise(_report(contention_ms=20.0, other_ms=10.0))
     assert any(a.startswith("allocator_growth") for a in lines)
     assert [a for a in lines if a.startswith("cpu_contention")][0].count("no warm-up removes it") == 1
+
+
+def test_a_wait_longer_than_the_time_between_its_samples_is_capped_never_taken_past_a_span():
+    # a compile of 1 ms (50-51 ms) with samples at its start and end that read 3 ms of wait (a wait
+    # read a moment after its sample's clock): no more than the span's 1 ms is carved, the cause stays
+    tl = Timeline.from_records(sorted([
+        (0, BEGIN, STRUCTURE, 0, 0, 0), (100 * MS, END, STRUCTURE, 0, 0, 0),
+        (50 * MS, BEGIN, JIT_COMPILE, 3, 0, 0), (51 * MS, END, JIT_COMPILE, 3, 0, 0),
+        (0, COUNTER, STRUCTURE, 4, 0, 0), (50 * MS, COUNTER, STRUCTURE, 4, 0, 0),
+        (51 * MS, COUNTER, STRUCTURE, 4, 3 * MS, 0), (100 * MS, COUNTER, STRUCTURE, 4, 3 * MS, 0)],
+        key=lambda r: r[0]), NAMES)
+    parts = _parts(tl)
+    assert parts[("jit_compile", "torch.compile")].ns == pytest.approx(0.0, abs=1)
+    assert parts[("cpu_contention", "run_queue_in:torch.compile")].ns == pytest.approx(1 * MS)
+    assert all(p.ns >= 0 for p in parts.values())

@@ -59,6 +59,42 @@ def test_a_corrupt_repeat_file_is_refused_with_the_field(tmp_path, edit, message
         load(tmp_path / "bad.json")
 
 
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: d["causes"][0].update(cause="nonsense"), "unknown cause 'nonsense'"),
+    (lambda d: d["causes"][0].update(evidence="guessed"), "unknown evidence 'guessed'"),
+    (lambda d: d["causes"][1].update(ms=[1.0, 2.0]), "per-run ms do not give its median and range"),
+    (lambda d: d["runs"][1].update(model="other"), "a repeated trace is of one model and input"),
+    (lambda d: d["runs"][0].update(kind="probe"), "not a trace report"),
+])
+def test_an_edited_repeat_file_is_refused(tmp_path, edit, message):
+    d = RepeatReport.of_runs(_runs()).to_dict()
+    edit(d)
+    (tmp_path / "bad.json").write_text(json.dumps(d))
+    with pytest.raises(ReportError, match=message):
+        load(tmp_path / "bad.json")
+
+
+def test_a_newer_writers_extra_key_in_a_cause_is_left_out(tmp_path):
+    d = RepeatReport.of_runs(_runs()).to_dict()
+    d["causes"][0]["p90_ms"] = 5.0
+    (tmp_path / "newer.json").write_text(json.dumps(d))
+    assert load(tmp_path / "newer.json").causes[0].median_ms == 5.0
+
+
+def test_a_cause_known_several_ways_compares_and_saves_with_its_weakest_evidence(tmp_path):
+    runs = _runs()
+    runs[1].causes[0].evidence = "estimated"  # jit_compile measured in two runs, estimated in one
+    r = RepeatReport.of_runs(runs)
+    assert next(c for c in r.causes if c.cause == "jit_compile").evidence == "estimated+measured"
+    view = r.median_view()
+    entry = next(c for c in view.causes if c.cause == "jit_compile")
+    assert entry.evidence == "estimated" and "known as estimated+measured" in entry.detail
+    view.validate()
+    c = warmprof.compare(r.save(tmp_path / "mixed.json"), _runs()[0])
+    assert next(row for row in c.rows if row.key == "jit_compile").cells[0].evidence == "estimated"
+    assert isinstance(load(view.save(tmp_path / "view.json")).causes, list)
+
+
 def test_runs_of_different_models_or_inputs_are_refused():
     other = trace_report({"jit_compile": 1.0}, shape=(1, 32))
     with pytest.raises(ReportError, match="a repeated trace is of one model and input"):
@@ -112,8 +148,18 @@ def test_the_runner_keeps_going_past_a_failed_run_and_lists_it(tmp_path):
     assert len({a[a.index("--json") + 1] for a in calls}) == 3  # each run its own file
     assert r.advice  # advice on the medians
 
-    with pytest.raises(ModelError, match="none of the 2 runs gave a report; run 1: exit 1: nope"):
-        run_repeats(["trace", "--demo"], 2, run=lambda argv: (1, "nope"))
+    # the first run failing means every run would: its error at once, as the same kind (exit code)
+    calls.clear()
+
+    def bad_input(argv):
+        calls.append(argv)
+        return 2, "warmprof: error: --shape 'abc': not a shape\n"
+
+    with pytest.raises(InputError, match="run 1 of 3 failed, so the others were not started: --shape 'abc'"):
+        run_repeats(["trace", "--demo"], 3, run=bad_input)
+    assert len(calls) == 1
+    with pytest.raises(ModelError, match="run 1 of 2 failed"):
+        run_repeats(["trace", "--demo"], 2, run=lambda argv: (4, "warmprof: error: the model raised"))
 
 
 @pytest.mark.parametrize("bad", [0, -1, 101, 2.5, True, "5"])
@@ -128,3 +174,23 @@ def test_a_repeat_names_its_model_and_passes_the_options_on():
         "--cache", "fresh", "--quiet"]
     with pytest.raises(InputError, match="names its model"):
         cli_argv("resnet")
+
+
+def test_one_run_and_negative_figures_read_plainly():
+    runs = [trace_report({"jit_compile": 1.0}, unattributed=-3.0)]
+    text = str(RepeatReport.of_runs(runs))
+    assert "1 run (a fresh process)" in text and "1 runs" not in text
+    two = RepeatReport.of_runs([trace_report({"jit_compile": 1.0}, unattributed=u) for u in (-3.0, -1.5)])
+    line = next(ln for ln in str(two).splitlines() if ln.strip().startswith("unattributed"))
+    assert "-3.00 ms to -1.50 ms" in line and "--" not in line
+
+
+def test_repeat_true_is_refused_not_taken_as_one():
+    import torch
+
+    with pytest.raises(InputError, match="repeat must be a whole number of runs"):
+        warmprof.trace(torch.nn.Linear(2, 2), (1, 2), repeat=True)
+    with pytest.raises(InputError, match="do not go with it"):
+        warmprof.trace("demo", (1, 8), repeat=2, no_grad=False)
+    with pytest.raises(InputError, match="steady is a whole number of passes"):
+        warmprof.trace("demo", (1, 8), repeat=2, steady=(3, 9))

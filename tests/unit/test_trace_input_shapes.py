@@ -146,6 +146,12 @@ def test_model_dtype_without_dtype_names_the_other_way():
         warmprof.trace(nn.Linear(8, 4), (2, 8), model_dtype="bfloat16", steady=2)
 
 
+def test_model_dtype_with_the_callers_inputs_says_to_give_them_in_that_dtype_not_dtype():
+    with pytest.raises(ModelError, match=r"but the inputs given are float32: give the inputs as bfloat16") as e:
+        warmprof.trace(nn.Linear(8, 4), inputs=(torch.randn(2, 8),), model_dtype="bfloat16", steady=2)
+    assert "--dtype" not in str(e.value)  # refused with inputs: never suggested
+
+
 @pytest.mark.parametrize("value", ["int8", "float7", 3, torch.int64, torch.float8_e4m3fn])
 def test_a_bad_model_dtype_is_refused_before_anything_runs(value):
     model = nn.Linear(8, 4)

@@ -8,8 +8,6 @@ that folder, so a child that dies or exits without its report is an error that s
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import getpass
 import importlib.util
 import os
@@ -18,12 +16,16 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Mapping
 
 from ..errors import ModelError, WarmprofError
 from ..fileio import classify, stream_fd
 from ..progress import say_on_stderr
+from ..supervise import GRACE_S, STOPPING, Terminated  # noqa: F401  (part of this module's interface)
+from ..supervise import die_with as _die_with
+from ..supervise import signals_held as _signals_held
+from ..supervise import sigterm_raises as _sigterm_raises
+from ..supervise import stop as _stop
 
 # Every on-disk cache a first pass may find warm, by the variable that moves it: what it holds, and
 # where it is when the variable is unset ({tmp}: the temp folder, {home}: ~, {xdg}: XDG_CACHE_HOME,
@@ -55,18 +57,6 @@ DOWNLOADS = {"TORCH_HOME": "{xdg}/torch", "HF_HOME": "{xdg}/huggingface"}
 STATUS_FILE = "status"
 DONE = "done"  # the child saved and printed its report
 EXPLAINED = "explained"  # the child stopped with its own one-line error (or "interrupted") on stderr
-GRACE_S = 5.0  # a stopped child gets this long after SIGTERM before SIGKILL
-
-
-STOPPING = (signal.SIGTERM, signal.SIGHUP)  # each stops the child and cleans up, as Ctrl-C does
-
-
-class Terminated(BaseException):
-    """SIGTERM or SIGHUP, raised like KeyboardInterrupt so the cleanup on the way out runs."""
-
-    def __init__(self, signum: int = signal.SIGTERM) -> None:
-        super().__init__(signum)
-        self.signum = int(signum)
 
 
 def require_torch() -> None:
@@ -222,75 +212,6 @@ def _spawn_and_wait(argv: list[str], tmp: str, cache: str, pass_fds: tuple[int, 
         return rc, ""
 
 
-def _die_with(parent: int) -> None:
-    """In the child, before exec: SIGTERM when the parent dies (Linux prctl PR_SET_PDEATHSIG); if
-    the parent died before that was set, end now. The parent is single-threaded here (no torch)."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, int(signal.SIGTERM), 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # not Linux: the signal handlers above still cover SIGTERM/SIGHUP
-        return
-    if os.getppid() != parent:
-        os._exit(128 + signal.SIGTERM)
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    """SIGTERM to the child and every process it started (the model's own subprocesses), SIGKILL
-    to what is left after GRACE_S. Its descendants are found before it ends (then they are orphans)."""
-    family = [_identity(proc.pid), *_descendants(proc.pid)]
-    _signal_all(family, signal.SIGTERM)
-    try:
-        proc.wait(GRACE_S)
-    except subprocess.TimeoutExpired:
-        pass
-    _signal_all(family + _descendants(proc.pid), signal.SIGKILL)
-    proc.wait()
-
-
-def _stat(pid: int) -> tuple[int, int] | None:
-    """(parent pid, start time) of a process, from /proc (None when it is gone or unreadable)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return int(fields[1]), int(fields[19])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def _identity(pid: int) -> tuple[int, int]:
-    st = _stat(pid)
-    return pid, st[1] if st else -1
-
-
-def _descendants(pid: int) -> list[tuple[int, int]]:
-    """(pid, start time) of the processes below `pid` (Linux /proc; none where it cannot tell). The
-    start time makes sure a signal sent later reaches the same process, not a reused pid."""
-    children: dict[int, list[tuple[int, int]]] = {}
-    try:
-        entries = [int(e) for e in os.listdir("/proc") if e.isdigit()]
-    except OSError:
-        return []
-    for entry in entries:
-        st = _stat(entry)
-        if st is not None:
-            children.setdefault(st[0], []).append((entry, st[1]))
-    found, todo = [], [pid]
-    while todo:
-        for kid in children.get(todo.pop(), []):
-            found.append(kid)
-            todo.append(kid[0])
-    return found
-
-
-def _signal_all(processes: list[tuple[int, int]], sig: int) -> None:
-    for pid, started in processes:
-        st = _stat(pid)
-        if st is None or (started >= 0 and st[1] != started):  # gone, or the pid was reused
-            continue
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, sig)
-
-
 def _outcome(rc: int, status: str) -> int:
     if rc >= 0 and status in (DONE, EXPLAINED):  # it finished, or already said why not
         return rc
@@ -305,32 +226,3 @@ def _outcome(rc: int, status: str) -> int:
     raise ModelError(f"the traced process exited (status {rc}) without writing its report, {where}")
 
 
-@contextlib.contextmanager
-def _sigterm_raises() -> Iterator[None]:
-    """SIGTERM raises Terminated while the block runs (once: a second one must not cut the cleanup
-    short); the previous handler comes back afterwards. Signals can only be set in the main thread."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum: int, frame: Any) -> None:
-        for sig in STOPPING:
-            signal.signal(sig, signal.SIG_IGN)
-        raise Terminated(signum)
-
-    previous = {sig: signal.signal(sig, handler) for sig in STOPPING}
-    try:
-        yield
-    finally:
-        for sig, before in previous.items():
-            signal.signal(sig, signal.SIG_DFL if before is None else before)
-
-
-@contextlib.contextmanager
-def _signals_held() -> Iterator[None]:
-    """SIGINT and SIGTERM wait until the block is done, then act as usual."""
-    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, *STOPPING})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, before)

@@ -49,6 +49,11 @@ def _names(labels: list[str] | None, reports: list[str]) -> tuple[list[str] | No
     end up among the labels: as there is one label per report, the second half of the words are
     the reports that followed the last --label. A count that cannot be split so is left for
     compare() to refuse, naming both counts."""
+    if labels and not reports and len(labels) % 2:
+        from ..errors import InputError
+
+        raise InputError(f"--label took {len(labels)} words and no report followed: give one name per report, with "
+                         "the reports before --label (`compare a.json b.json --label a b`) or as many names as reports")
     if not labels or len(labels) <= len(reports) or (len(labels) + len(reports)) % 2:
         return labels, reports
     n = (len(labels) + len(reports)) // 2

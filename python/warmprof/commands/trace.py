@@ -169,6 +169,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _repeat(args: argparse.Namespace) -> int:
     """--repeat N: N runs of this trace, each a fresh process (traces/repeat.py), in one report."""
+    from ..supervise import Terminated, sigterm_raises
     from ..traces.repeat import check_repeat, cli_argv, run_repeats
 
     check_repeat(args.repeat)
@@ -180,7 +181,14 @@ def _repeat(args: argparse.Namespace) -> int:
     argv = cli_argv(args.target or "demo", shape=args.shape, dtype=args.dtype, device=args.device,
                     compile=args.compile, threads=args.threads, steady=args.steady, op_view=args.op_view,
                     cache=args.cache, inputs=args.inputs, model_dtype=args.model_dtype)
-    report = run_repeats(argv, args.repeat, progress=not args.quiet)
+    if getattr(args, "traceback", False):
+        argv.append("--traceback")
+    try:
+        with sigterm_raises():
+            report = run_repeats(argv, args.repeat, progress=not args.quiet)
+    except Terminated as t:
+        print("warmprof: terminated", file=sys.stderr)
+        return 128 + t.signum
     return save_and_print(report, args.json)
 
 

@@ -16,7 +16,15 @@ _RANGE_TITLES = {"first_pass_ms": "first pass", "steady_median_ms": "steady medi
 
 
 def _range(lo: float, hi: float) -> str:
-    return f"{_ms(lo)}-{_ms(hi)}" if lo != hi else _ms(lo)
+    if lo == hi:
+        return _ms(lo)
+    if lo < 0:  # "-13.9 ms--4.85 ms" would read as a typo
+        return f"{_neg(lo)} to {_neg(hi)}"
+    return f"{_ms(lo)}-{_ms(hi)}"
+
+
+def _neg(v: float) -> str:
+    return f"-{_ms(-v)}" if v < 0 else _ms(v)
 
 
 @register
@@ -29,18 +37,19 @@ class RepeatTextRenderer(Renderer):
         r = report
         n = len(r.runs)
         mode = f"torch.compile({r.compile})" if r.compile else "eager"
-        lines = [f"warmprof trace, {n} runs (each a fresh process): {subject(r)} on {one_line(r.device)}, {one_line(mode)}"]
-        figures = [f"{title} {_ms(r.figures[key]['median'])} ({_range(r.figures[key]['min'], r.figures[key]['max'])})"
+        runs = "1 run (a fresh process)" if n == 1 else f"{n} runs (each a fresh process)"
+        lines = [f"warmprof trace, {runs}: {subject(r)} on {one_line(r.device)}, {one_line(mode)}"]
+        figures = [f"{title} {_neg(r.figures[key]['median'])} ({_range(r.figures[key]['min'], r.figures[key]['max'])})"
                    for key, title in _RANGE_TITLES.items() if key in r.figures]
         lines.append("  medians (range over the runs): " + " | ".join(figures[:3]))
         lines.append("  " + " | ".join(figures[3:]))
         lines.append("")
-        rows = [[c.cause, _ms(c.median_ms), _range(c.min_ms, c.max_ms), f"{c.runs}/{c.of}", c.evidence]
+        rows = [[c.cause, _neg(c.median_ms), _range(c.min_ms, c.max_ms), f"{c.runs}/{c.of}", c.evidence]
                 for c in r.causes]
         un = r.figures.get("unattributed_ms")
         if un is not None:
             seen = sum(1 for run in r.runs if run.unattributed_ms > 0)
-            rows.append(["unattributed", _ms(un["median"]), _range(un["min"], un["max"]), f"{seen}/{n}", "residual"])
+            rows.append(["unattributed", _neg(un["median"]), _range(un["min"], un["max"]), f"{seen}/{n}", "residual"])
         lines += table(["cause", "median", "range (min-max)", "in runs", "evidence"], rows, right={1, 2, 3}, rule=True)
         lines.append("  (a run without a cause counts as 0 ms: the median is what a fresh process can expect)")
         lines.append("")
@@ -48,7 +57,7 @@ class RepeatTextRenderer(Renderer):
         run_rows = []
         for k, run in enumerate(r.runs, 1):
             top = max((c for c in run.causes if c.cause != "unattributed"), key=lambda c: c.ms, default=None)
-            run_rows.append([str(k), _ms(run.first_pass_ms), _ms(run.steady_median_ms), _ms(run.excess_ms),
+            run_rows.append([str(k), _ms(run.first_pass_ms), _ms(run.steady_median_ms), _neg(run.excess_ms),
                              _ms(run.noise_band_ms), f"{top.cause} {_ms(top.ms)}" if top else "-"])
         lines += ["  " + ln for ln in table(["run", "first pass", "steady", "excess", "noise band", "largest cause"],
                                             run_rows, right={0, 1, 2, 3, 4}, rule=True)]

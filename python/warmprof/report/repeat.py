@@ -19,9 +19,12 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import causes as cause_table
+from ..causes import EVIDENCE
 from ..errors import ReportError
 from . import schema as S
 from .base import SCHEMA_VERSION, ReportBase, register_kind
+from .trace import _INPUTS
 from .trace import SCHEMA as TRACE_SCHEMA
 from .trace import CauseEntry, Report
 
@@ -52,6 +55,11 @@ class CauseSpread:
                    per_run)
 
 
+def _key(r: Report) -> tuple:
+    """What every run of one repeated trace shares: the model, its input and how it ran."""
+    return r.model, r.shape, r.inputs, r.device, r.dtype, r.compile
+
+
 def spread(values: list[float]) -> dict[str, float]:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
@@ -65,7 +73,7 @@ SCHEMA = S.Obj(
      "figures": S.MapOf(_SPREAD)},
     {"shape": S.Nullable(S.ListOf(S.NON_NEGATIVE_INT)), "dtype": S.STR, "compile": S.Nullable(S.STR),
      "platform": S.PLATFORM, "notes": S.ListOf(S.STR), "advice": S.ListOf(S.STR), "warmprof_version": S.STR,
-     "created": S.STR, "failed": S.ListOf(S.STR)},
+     "created": S.STR, "failed": S.ListOf(S.STR), "inputs": S.Nullable(_INPUTS)},
 )
 
 
@@ -89,6 +97,7 @@ class RepeatReport(ReportBase):
     notes: list[str] = field(default_factory=list)
     advice: list[str] = field(default_factory=list)  # on the median view (traces/advice.py)
     failed: list[str] = field(default_factory=list)  # runs that gave no report, and why
+    inputs: dict[str, Any] | None = None  # the caller's inputs' shapes (a trace report's `inputs`), if given
     warmprof_version: str = ""
     created: str = ""
     schema_version: int = SCHEMA_VERSION
@@ -101,8 +110,7 @@ class RepeatReport(ReportBase):
             raise ReportError("a repeated trace needs at least one run that gave a report")
         first = runs[0]
         for k, r in enumerate(runs[1:], 2):
-            if (r.model, r.shape, r.device, r.dtype, r.compile) != (first.model, first.shape, first.device, first.dtype,
-                                                                     first.compile):
+            if _key(r) != _key(first):
                 raise ReportError(f"run {k} traced {r.model} {r.shape} {r.dtype} on {r.device} ({r.compile or 'eager'}), "
                                   f"not {first.model} {first.shape} {first.dtype} on {first.device} "
                                   f"({first.compile or 'eager'}): a repeated trace is of one model and input")
@@ -112,6 +120,7 @@ class RepeatReport(ReportBase):
                    figures={key: spread([getattr(r, key) for r in runs]) for _, key in FIGURES},
                    shape=first.shape, dtype=first.dtype, compile=first.compile, platform=dict(first.platform),
                    notes=list(notes or []), failed=list(failed or []), warmprof_version=first.warmprof_version,
+                   inputs=first.inputs,
                    created=created or first.created)
 
     def main_source(self, cause: str) -> str:
@@ -122,6 +131,12 @@ class RepeatReport(ReportBase):
                 if c.cause == cause:
                     by[c.source] = by.get(c.source, 0.0) + c.ms
         return max(by, key=by.get) if by else ""
+
+    @staticmethod
+    def weakest(evidence: str) -> str:
+        """One evidence for a cause whose runs knew it several ways ("estimated+measured"): the
+        weakest of them, as a trace report's cause entry takes one."""
+        return max(evidence.split("+"), key=EVIDENCE.index)
 
     def median(self, key: str) -> float:
         return self.figures[key]["median"]
@@ -136,11 +151,12 @@ class RepeatReport(ReportBase):
         kept = [c for c in self.causes if c.median_ms > 0]
         attributed = sum(c.median_ms for c in kept)
         whole = attributed if excess > 0 and attributed > excess else excess
-        entries = [CauseEntry(c.cause, c.median_ms, c.median_ms / whole if excess > 0 else 0.0, c.evidence,
+        entries = [CauseEntry(c.cause, c.median_ms, c.median_ms / whole if excess > 0 else 0.0, self.weakest(c.evidence),
                               self.main_source(c.cause),
-                              detail=f"median of {c.of} runs: in {c.runs} of them, {c.min_ms:.3f}-{c.max_ms:.3f} ms")
+                              detail=f"median of {c.of} runs: in {c.runs} of them, {c.min_ms:.3f}-{c.max_ms:.3f} ms, known as {c.evidence}")
                    for c in kept]
-        return Report(model=self.model, shape=self.shape, device=self.device, dtype=self.dtype, compile=self.compile,
+        return Report(model=self.model, shape=self.shape, inputs=self.inputs, device=self.device, dtype=self.dtype,
+                      compile=self.compile,
                       first_pass_ms=first, seen_rerun_ms=self.median("seen_rerun_ms"), steady_median_ms=steady,
                       noise_band_ms=self.median("noise_band_ms"), excess_ms=excess, attributed_ms=attributed,
                       unattributed_ms=excess - attributed, causes=entries, platform=dict(self.platform),
@@ -163,11 +179,15 @@ class RepeatReport(ReportBase):
     def _fields_from_json(cls, data: dict[str, Any]) -> dict[str, Any]:
         runs = []
         for k, d in enumerate(data["runs"]):
+            if d.get("kind", Report.KIND) != Report.KIND:
+                raise ReportError(f"runs[{k}]: a {d.get('kind')!r} report, not a trace report")
             try:
                 runs.append(Report.from_dict(d))
             except ReportError as e:
                 raise ReportError(f"runs[{k}]: {e}") from None
-        return {"runs": runs, "causes": [CauseSpread(**c) for c in data["causes"]]}
+        known = set(CauseSpread.__dataclass_fields__)  # a newer writer's extra keys are left out
+        return {"runs": runs, "causes": [CauseSpread(**{k: v for k, v in c.items() if k in known})
+                                         for c in data["causes"]]}
 
     def validate(self) -> None:
         if not self.runs:
@@ -178,7 +198,19 @@ class RepeatReport(ReportBase):
             f = self.figures[key]
             if not f["min"] <= f["median"] <= f["max"]:
                 raise ReportError(f"figures.{key}: median {f['median']} outside its range {f['min']}-{f['max']}")
+        first = self.runs[0]
+        for k, r in enumerate(self.runs[1:], 1):
+            if _key(r) != _key(first):
+                raise ReportError(f"runs[{k}]: {r.model} {r.shape} on {r.device}, not {first.model} {first.shape} on "
+                                  f"{first.device}: a repeated trace is of one model and input")
         for c in self.causes:
+            if cause_table.get(c.cause) is None or c.cause == "unattributed":
+                raise ReportError(f"causes: unknown cause {c.cause!r}")
+            if not c.evidence or any(e not in EVIDENCE for e in c.evidence.split("+")):
+                raise ReportError(f"causes: {c.cause}: unknown evidence {c.evidence!r} (known: {', '.join(EVIDENCE)})")
+            if c.ms and (len(c.ms) != len(self.runs) or abs(statistics.median(c.ms) - c.median_ms) > 1e-6
+                         or min(c.ms) != c.min_ms or max(c.ms) != c.max_ms):
+                raise ReportError(f"causes: {c.cause}: its per-run ms do not give its median and range")
             if not 0 <= c.min_ms <= c.median_ms <= c.max_ms:
                 raise ReportError(f"causes: {c.cause}: median {c.median_ms} outside its range {c.min_ms}-{c.max_ms}")
             if not 0 <= c.runs <= c.of or c.of != len(self.runs):

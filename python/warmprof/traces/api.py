@@ -324,7 +324,7 @@ def trace(
     trace N times, each in a fresh process, and returns one RepeatReport (every run, and each cause's
     median and min-max over them); a first pass happens once per process, so the model must then be
     named, as `warmprof trace` takes it: "MODULE:FACTORY", "path/to/file.py:FACTORY" or "demo"
-    (traces/repeat.py).
+    (traces/repeat.py). A named model with repeat=1 is one trace in a fresh process (its Report).
 
     One trace runs at a time in a process: a second one (from another thread) is refused up front.
     """
@@ -333,9 +333,17 @@ def trace(
     except ImportError:
         raise WarmprofError("warmprof.trace needs torch: pip install 'warmprof[torch]'") from None
     _check_options(steady_budget_s, progress, no_grad, label, run)
-    if repeat != 1:
-        return _repeated(model, shape, repeat, inputs=inputs, dtype=dtype, model_dtype=model_dtype, device=device,
-                         steady=steady, compile=compile, progress=progress, op_view=op_view, explain=explain)
+    if isinstance(repeat, bool) or repeat != 1 or isinstance(model, str):
+        if not no_grad or steady_budget_s != 3.0 or run is not None:
+            raise InputError("a named model is traced as `warmprof trace` traces it (fresh processes, no_grad, its "
+                             "steady budget): no_grad=False, steady_budget_s and run= do not go with it")
+        got = _repeated(model, shape, repeat, inputs=inputs, dtype=dtype, model_dtype=model_dtype, device=device,
+                        steady=steady, compile=compile, progress=progress, op_view=op_view, explain=explain)
+        if label:
+            got.model = label
+            for r in got.runs:
+                r.model = label
+        return got.runs[0] if repeat == 1 and not got.failed else got
     model_dt = parse_model_dtype(model_dtype)
     if not isinstance(op_view, bool):
         raise InputError(f"op_view must be True or False, got {op_view!r}")
@@ -390,6 +398,9 @@ def _repeated(model: Any, shape: Any, repeat: Any, *, inputs: Any, dtype: Any, m
         compile = "default"
     if compile not in (None, False) and not isinstance(compile, str):
         raise InputError("with repeat, compile is a mode name (the command line's --compile MODE), not options")
+    if not (isinstance(steady, int) and not isinstance(steady, bool)) and tuple(steady) != (5, 50):
+        raise InputError("with repeat, steady is a whole number of passes (the command line's --steady N), or left "
+                         "at its default")
     return trace_repeat(model, shape, repeat=repeat, progress=progress, inputs=inputs, dtype=dtype,
                         model_dtype=model_dtype, device=str(device), compile=compile or None, op_view=op_view,
                         steady=steady if isinstance(steady, int) and not isinstance(steady, bool) else None)
@@ -448,7 +459,8 @@ def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, devic
                     windows["first"] = _guarded_pass(runner, args, kwargs, "first", instruments, sync,
                                                      "on the first pass")
                 except ModelError as e:  # a dtype mismatch says which way, and what to pass
-                    hint = dtype_mismatch_hint(model, args, kwargs, dtype, model_dtype, e.__cause__)
+                    hint = dtype_mismatch_hint(model, args, kwargs, dtype, model_dtype, e.__cause__,
+                                               own_inputs=inputs is not None)
                     if not hint:
                         raise
                     raise ModelError(f"{e}; {hint}") from e.__cause__
@@ -521,7 +533,7 @@ def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, devic
     # The op view's warm baseline: the fastest instrumented steady pass, attributed like the re-run,
     # so what the re-run still paid over a warm pass is placed by (module, op) too.
     warm_pass = (attribute_pass(warm_baseline[0], INSTRUMENTED_STEADY, calibration=cal, steady_faults=0,
-                                window=warm_baseline[1], instrument_cost=own_cost)
+                                steady_run_delay_ns=steady_wait_ns, window=warm_baseline[1], instrument_cost=own_cost)
                  if warm_baseline is not None else None)
     return build_report(TraceFacts(
         model=label or type(getattr(model, "_orig_mod", model)).__name__,

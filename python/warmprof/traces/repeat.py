@@ -14,10 +14,12 @@ import sys
 import tempfile
 from typing import Any, Callable
 
+from .. import errors
 from ..errors import InputError, ModelError, WarmprofError
-from ..progress import progress_printer
+from ..progress import progress_printer, say_on_stderr
 from ..report.base import load
 from ..report.repeat import RepeatReport
+from ..supervise import die_with, stop
 from .advice import advise
 
 MAX_REPEAT = 100
@@ -57,8 +59,11 @@ def cli_argv(target: str, *, shape: Any = None, dtype: str | None = None, device
 def run_repeats(argv: list[str], repeat: int, *, progress: Any = None,
                 run: Callable[[list[str]], tuple[int, str]] | None = None) -> RepeatReport:
     """`warmprof <argv> --json TMP` `repeat` times, one after another, each a fresh process; a run
-    that fails is listed in the report (`failed`) with its last error line, and the rest are kept.
-    `run` (tests) replaces the process: argv -> (exit code, stderr)."""
+    that fails is listed in the report (`failed`) with its last error line, and the rest are kept,
+    except when the first run fails: then every run would (a bad option, a missing device, a model
+    that raises), so its error is raised at once, as the same kind of error (exit code).
+    `run` (tests) replaces the process: argv -> (exit code, stderr). Ctrl-C or SIGTERM stops the
+    running process and what it started (supervise.stop); the temp folder goes with them."""
     check_repeat(repeat)
     say = progress_printer(progress)
     runs, failed = [], []
@@ -69,6 +74,11 @@ def run_repeats(argv: list[str], repeat: int, *, progress: Any = None,
             rc, err = (run or _run)([*argv, "--json", out])
             if rc != 0:
                 last = (err.strip().splitlines() or ["no message"])[-1]
+                if k == 1:
+                    if "--traceback" in argv:  # the run's own traceback, as `warmprof trace --traceback` shows it
+                        say_on_stderr(err.rstrip())
+                    raise _error_for(rc)(f"run 1 of {repeat} failed, so the others were not started: "
+                                         f"{last.removeprefix('warmprof: error: ')}")
                 failed.append(f"run {k}: exit {rc}: {last}")
                 say(f"run {k}/{repeat} failed: {last}")
                 continue
@@ -85,10 +95,25 @@ def run_repeats(argv: list[str], repeat: int, *, progress: Any = None,
     return report
 
 
+def _error_for(rc: int) -> type[WarmprofError]:
+    """The WarmprofError class a `warmprof` exit code stands for (ModelError for any other code)."""
+    kinds = [c for c in vars(errors).values() if isinstance(c, type) and issubclass(c, WarmprofError)]
+    return next((c for c in kinds if c is not WarmprofError and c.exit_code == rc),
+                InputError if rc == WarmprofError.exit_code else ModelError)
+
+
 def _run(argv: list[str]) -> tuple[int, str]:
-    proc = subprocess.run([sys.executable, "-m", "warmprof", *argv], stdout=subprocess.DEVNULL,
-                          stderr=subprocess.PIPE, text=True)
-    return proc.returncode, proc.stderr
+    """One run: `python -m warmprof <argv>`, its stdout dropped, its stderr kept. It gets SIGTERM if
+    this process dies (die_with), and is stopped with what it started if this one is interrupted."""
+    parent = os.getpid()
+    proc = subprocess.Popen([sys.executable, "-m", "warmprof", *argv], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, preexec_fn=lambda: die_with(parent))
+    try:
+        _, err = proc.communicate()
+    except BaseException:  # Ctrl-C or SIGTERM (raised as supervise.Terminated): it must not outlive us
+        stop(proc)
+        raise
+    return proc.returncode, err
 
 
 def trace_repeat(target: str, shape: Any = None, *, repeat: int, progress: Any = None, **options: Any) -> RepeatReport:
