@@ -157,3 +157,16 @@ def test_a_wait_longer_than_the_time_between_its_samples_is_capped_never_taken_p
     assert parts[("jit_compile", "torch.compile")].ns == pytest.approx(0.0, abs=1)
     assert parts[("cpu_contention", "run_queue_in:torch.compile")].ns == pytest.approx(1 * MS)
     assert all(p.ns >= 0 for p in parts.values())
+
+
+def test_a_rest_no_larger_than_a_workers_wait_is_too_noisy_to_tell():
+    from warmprof.traces.advice import advise
+
+    r = _report(contention_ms=20.0, other_ms=10.0)
+    r.counters = {"first_pass": {"worker_run_delay_max_ns": 12 * MS}}  # one other thread waited 12 ms
+    (first, *rest) = advise(r)
+    assert first.startswith("Too noisy to tell: the rest of the excess (10.00 ms")
+    assert "one other thread of the process waited for a CPU (12.00 ms)" in first
+    assert not any(a.startswith("allocator_growth") for a in rest)
+    r.counters = {"first_pass": {"worker_run_delay_max_ns": 1 * MS}}  # too small to cover the rest
+    assert any(a.startswith("allocator_growth") for a in advise(r))

@@ -75,6 +75,13 @@ def advise(report: Any, share_floor: float = 0.1, max_causes: int = 3) -> list[s
         return [f"Too noisy to tell: without {less} the rest of the excess ({excess - own - waited:.2f} ms) is within "
                 f"the steady passes' spread ({band:.2f} ms), so no first-call cost of the model's can be told apart "
                 "from noise here."] + ([_lines(CONTENTION, "run_queue")[0]] if waited > 0 else []) + crowded
+    workers = _workers_waited_ms(report)
+    if workers > 0 and excess - own - waited <= band + workers:
+        return [f"Too noisy to tell: the rest of the excess ({excess - own - waited:.2f} ms, without "
+                f"the pass thread's wait for a CPU, {waited:.2f} ms, and warmprof's own cost, {own:.2f} ms) is no more "
+                f"than the steady passes' spread ({band:.2f} ms) and what one other thread of the process waited for a "
+                f"CPU ({workers:.2f} ms), which adds to the pass whenever the pass waits for that thread, so no "
+                "first-call cost of the model's can be told apart here."] + [_lines(CONTENTION, "run_queue")[0]] + crowded
     totals: dict[str, float] = {}
     sources: dict[str, dict[str, float]] = {}
     for c in report.causes:
@@ -108,6 +115,14 @@ def advise(report: Any, share_floor: float = 0.1, max_causes: int = 3) -> list[s
                      f"instrument here names its cause. {_next_step(rows)}, or warm the served shapes with one pass "
                      "at start-up, which covers one-time costs of any cause.")
     return lines + _threads_line(report)
+
+
+def _workers_waited_ms(report: Any) -> float:
+    """The longest wait for a CPU of one other thread in the first pass (instruments/host.py), in ms;
+    0 where not measured."""
+    first = (getattr(report, "counters", None) or {}).get("first_pass") or {}
+    got = first.get("worker_run_delay_max_ns", 0)
+    return got / 1e6 if isinstance(got, (int, float)) else 0.0
 
 
 def _threads_line(report: Any) -> list[str]:
