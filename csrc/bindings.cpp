@@ -312,12 +312,15 @@ void check_positive(long long v, const char* what) {
 
 }  // namespace
 
+int warmprof_add_watch(PyObject* module);  // csrc/watch_type.cpp
+
 PYBIND11_MODULE(_native, m) {
   m.doc() = "warmprof native core: clock, recorder, host counters, CUDA/CUPTI/Metal backends";
   m.attr("__version__") = WARMPROF_VERSION;
   m.attr("NUM_CAUSES") = int(kNumCauses);
   m.attr("RECORD_BYTES") = int(sizeof(recorder::Record));
   if (PyModule_AddFunctions(m.ptr(), g_fast_methods) != 0) throw py::error_already_set();
+  if (warmprof_add_watch(m.ptr()) != 0) throw py::error_already_set();
 
   g_minor_faults_name = recorder::intern("host:minor_faults");
   g_major_faults_name = recorder::intern("host:major_faults");

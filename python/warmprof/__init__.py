@@ -38,6 +38,8 @@ _LAZY = {
     "probe_from": ("probes.aten", "probe_from"),
     "compare": ("comparison", "compare"),
     "load": ("report", "load"),
+    "watch": ("live.core", "watch"),
+    "Watcher": ("live.core", "Watcher"),
 }
 
 
@@ -60,6 +62,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "Watcher",
     "calibrate",
     "compare",
     "load",
@@ -75,4 +78,5 @@ __all__ = [
     "WarmprofError",
     "backends",
     "__version__",
+    "watch",
 ]

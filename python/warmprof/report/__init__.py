@@ -4,6 +4,7 @@ from .base import SCHEMA_VERSION, ReportBase, load
 from .op_probe import OpProbeReport
 from .probe import ProbeReport
 from .repeat import RepeatReport
+from .watch import WatchReport
 from .trace import CauseEntry, CounterSample, Report, Span
 
-__all__ = ["SCHEMA_VERSION", "CauseEntry", "CounterSample", "OpProbeReport", "ProbeReport", "RepeatReport", "Report", "ReportBase", "Span", "load"]
+__all__ = ["SCHEMA_VERSION", "CauseEntry", "CounterSample", "OpProbeReport", "ProbeReport", "RepeatReport", "Report", "ReportBase", "WatchReport", "Span", "load"]

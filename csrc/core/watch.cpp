@@ -1,0 +1,80 @@
+#include "core/watch.h"
+
+#include <cmath>
+
+namespace warmprof::watch {
+
+int Sketch::bucket_of(uint64_t ns) {
+  if (ns < (uint64_t(1) << kFirstOctave)) return 0;
+  const int octave = 63 - __builtin_clzll(ns);
+  // the two bits below the leading one: which quarter of the octave
+  const int quarter = octave >= 2 ? int((ns >> (octave - 2)) & 3) : 0;
+  const int b = (octave - kFirstOctave) * kPerOctave + quarter;
+  return b >= kBuckets ? kBuckets - 1 : b;
+}
+
+double Sketch::lower_ns(int bucket) {
+  const int octave = bucket / kPerOctave + kFirstOctave;
+  const int quarter = bucket % kPerOctave;
+  return std::ldexp(1.0 + quarter / 4.0, octave);
+}
+
+double Sketch::mid_ns(int bucket) {
+  const double lo = lower_ns(bucket);
+  const double hi = bucket + 1 < kBuckets ? lower_ns(bucket + 1) : lo * 1.25;
+  return std::sqrt(lo * hi);
+}
+
+void Sketch::add(uint64_t ns) {
+  uint32_t& c = counts_[bucket_of(ns)];
+  if (c != UINT32_MAX) ++c;
+  ++count_;
+}
+
+double Sketch::quantile(double q) const {
+  if (count_ == 0) return 0.0;
+  uint64_t total = 0;
+  for (uint32_t c : counts_) total += c;
+  const double want = q <= 0 ? 1.0 : std::ceil(q * double(total));
+  uint64_t seen = 0;
+  for (int b = 0; b < kBuckets; ++b) {
+    seen += counts_[b];
+    if (double(seen) >= want) return mid_ns(b);
+  }
+  return mid_ns(kBuckets - 1);
+}
+
+Verdict Table::add(uint64_t key, uint64_t ns, const Rule& rule) {
+  Verdict v;
+  auto it = keys_.find(key);
+  if (it == keys_.end()) {
+    if (keys_.size() >= max_keys_) {
+      ++overflow_calls_;
+      ++overflow_keys_;
+      v.admitted = false;
+      v.first = true;
+      return v;
+    }
+    it = keys_.emplace(key, KeyState{}).first;
+    it->second.first_ns = ns;
+    it->second.order = next_order_++;
+    v.first = true;
+  }
+  KeyState& k = it->second;
+  v.calls = k.sketch.count();
+  if (!v.first && v.calls >= rule.min_calls) {
+    v.median_ns = k.sketch.quantile(0.5);
+    v.outlier = double(ns) > rule.factor * v.median_ns && double(ns) - v.median_ns >= double(rule.floor_ns);
+  }
+  k.sketch.add(ns);
+  k.total_ns += ns;
+  if (ns > k.max_ns) k.max_ns = ns;
+  return v;
+}
+
+void Table::mark_event(uint64_t key) {
+  auto it = keys_.find(key);
+  if (it != keys_.end()) ++it->second.events;
+}
+
+}  // namespace warmprof::watch

@@ -1,0 +1,80 @@
+// warmprof.watch's per-key state: a bounded table of keys, each with a fixed-size latency sketch.
+// Pure C++ (no Python): the Python type in csrc/watch_type.cpp drives it under its own mutex.
+#pragma once
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <unordered_map>
+#include <vector>
+
+namespace warmprof::watch {
+
+// Latency sketch: counts in log-spaced buckets, 4 per octave (each about 19% wide), from 64 ns to
+// about 275 s; a duration outside lands in the first or last bucket. 512 bytes, O(1) to add, a
+// quantile is a walk over 128 counts. Quantiles are a bucket's geometric midpoint: within 10%.
+class Sketch {
+ public:
+  static constexpr int kBuckets = 128;
+  static constexpr int kPerOctave = 4;
+  static constexpr int kFirstOctave = 6;  // 2^6 = 64 ns
+
+  static int bucket_of(uint64_t ns);
+  static double lower_ns(int bucket);  // a bucket's lower edge
+  static double mid_ns(int bucket);    // its geometric midpoint
+
+  void add(uint64_t ns);
+  uint64_t count() const { return count_; }
+  double quantile(double q) const;  // 0 when empty
+  const std::array<uint32_t, kBuckets>& counts() const { return counts_; }
+
+ private:
+  std::array<uint32_t, kBuckets> counts_{};
+  uint64_t count_ = 0;
+};
+
+struct KeyState {
+  Sketch sketch;
+  uint64_t first_ns = 0;  // the first call's duration
+  uint64_t max_ns = 0;
+  uint64_t total_ns = 0;
+  uint64_t events = 0;  // calls kept as events (first, outlier, or something fired)
+  uint64_t order = 0;   // the order keys were first seen in
+};
+
+// The outlier rule: once a key has `min_calls` calls, a call longer than `factor` x its median and
+// longer than the median by at least `floor_ns` is an outlier.
+struct Rule {
+  uint64_t min_calls = 8;
+  double factor = 3.0;
+  uint64_t floor_ns = 50000;
+};
+
+struct Verdict {
+  bool first = false;     // the first call at its key
+  bool outlier = false;   // against its key's calls so far
+  bool admitted = true;   // false: the table was full, the call counted as overflow only
+  uint64_t calls = 0;     // calls at the key before this one
+  double median_ns = 0;   // the key's median before this call
+};
+
+class Table {
+ public:
+  explicit Table(size_t max_keys) : max_keys_(max_keys) {}
+  bool known(uint64_t key) const { return keys_.count(key) != 0; }
+  // Add one call's duration at `key`; says whether it is the first there or an outlier.
+  Verdict add(uint64_t key, uint64_t ns, const Rule& rule);
+  void mark_event(uint64_t key);
+  size_t size() const { return keys_.size(); }
+  uint64_t overflow_calls() const { return overflow_calls_; }
+  uint64_t overflow_keys() const { return overflow_keys_; }
+  const std::unordered_map<uint64_t, KeyState>& keys() const { return keys_; }
+
+ private:
+  size_t max_keys_;
+  std::unordered_map<uint64_t, KeyState> keys_;
+  uint64_t overflow_calls_ = 0;  // calls at keys past max_keys
+  uint64_t overflow_keys_ = 0;   // first calls at such keys (a key seen twice past the limit counts twice)
+  uint64_t next_order_ = 0;
+};
+
+}  // namespace warmprof::watch

@@ -1,0 +1,417 @@
+// _native.WatchCore: the per-call hot path of warmprof.watch as a CPython type whose instances are
+// called in place of the watched callable (python/warmprof/watch/ subclasses it).
+//
+// One call: the key (a key function's result, or each argument's shape and dtype), the idle gap
+// since the last call ended, getrusage(RUSAGE_THREAD) before and after (the thread's CPU time, page
+// faults and involuntary switches: about 0.2 us each), the compiles counted so far (an atomic the
+// dynamo callbacks bump), two clock reads around the call, and the key's sketch under a mutex. Only
+// a call kept as an event (the first at its key, an outlier, the first after an idle gap, or one
+// during which dynamo compiled) goes back to Python, through `on_event`. A clock source (a callable returning the device clock) is
+// called before a call only after an idle gap.
+#include <Python.h>
+#include <structmember.h>
+#include <sys/resource.h>
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+
+#include "core/clock.h"
+#include "core/watch.h"
+
+namespace {
+
+using warmprof::watch::Rule;
+using warmprof::watch::Table;
+using warmprof::watch::Verdict;
+
+std::atomic<uint64_t> g_compiles{0};     // compiles dynamo finished, process-wide
+std::atomic<uint64_t> g_compile_ns{0};   // their summed duration
+
+struct State {
+  std::mutex mu;
+  Table table;
+  Rule rule;
+  uint64_t idle_ns = 1000000000ull;
+  std::atomic<uint64_t> last_end{0};  // clock ns when the last call ended (0: none yet)
+  std::atomic<uint64_t> calls{0};
+  std::atomic<uint64_t> errors{0};
+  std::atomic<bool> closed{false};
+  explicit State(size_t max_keys) : table(max_keys) {}
+};
+
+struct WatchCore {
+  PyObject_HEAD
+  PyObject* fn;
+  PyObject* key_fn;        // nullptr: shapes and dtypes
+  PyObject* clock_source;  // nullptr: none
+  PyObject* on_event;      // nullptr until set
+  State* st;
+  PyObject* dict;          // instance attributes of the Python subclass
+};
+
+PyObject* s_shape = nullptr;
+PyObject* s_dtype = nullptr;
+
+inline uint64_t mix(uint64_t h, uint64_t v) {
+  h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+  return h;
+}
+
+// Python < 3.13 spells "getattr, no exception when missing" _PyObject_LookupAttr.
+inline int lookup_attr(PyObject* o, PyObject* name, PyObject** out) {
+#if PY_VERSION_HEX >= 0x030D0000
+  return PyObject_GetOptionalAttr(o, name, out);
+#else
+  return _PyObject_LookupAttr(o, name, out);
+#endif
+}
+
+// One argument's part of the default key: a tensor's shape and dtype, a short list's or tuple's
+// items, and for anything else its type only (a request id must not make every call a new key).
+bool hash_value(PyObject* v, uint64_t* h, int depth) {
+  PyTypeObject* t = Py_TYPE(v);
+  if (v == Py_None || PyLong_CheckExact(v) || PyFloat_CheckExact(v) || PyUnicode_CheckExact(v) || PyBool_Check(v) ||
+      PyBytes_CheckExact(v)) {
+    *h = mix(*h, uint64_t(uintptr_t(t)));
+    return true;
+  }
+  if ((PyTuple_Check(v) || PyList_Check(v)) && depth < 2) {
+    const Py_ssize_t n = PySequence_Fast_GET_SIZE(v);
+    *h = mix(*h, uint64_t(n) * 31 + uint64_t(uintptr_t(t)));
+    PyObject** items = PySequence_Fast_ITEMS(v);
+    for (Py_ssize_t i = 0; i < n && i < 16; ++i)
+      if (!hash_value(items[i], h, depth + 1)) return false;
+    return true;
+  }
+  PyObject* shape = nullptr;
+  if (lookup_attr(v, s_shape, &shape) < 0) return false;
+  if (shape == nullptr) {
+    *h = mix(*h, uint64_t(uintptr_t(t)));
+    return true;
+  }
+  const Py_hash_t hs = PyObject_Hash(shape);
+  Py_DECREF(shape);
+  if (hs == -1) {
+    PyErr_Clear();
+    *h = mix(*h, uint64_t(uintptr_t(t)));
+    return true;
+  }
+  *h = mix(*h, uint64_t(hs));
+  PyObject* dtype = nullptr;
+  if (lookup_attr(v, s_dtype, &dtype) < 0) return false;
+  if (dtype != nullptr) {
+    *h = mix(*h, uint64_t(uintptr_t(dtype)));  // dtypes are singletons
+    Py_DECREF(dtype);
+  }
+  return true;
+}
+
+bool default_key(PyObject* args, PyObject* kwargs, uint64_t* key) {
+  uint64_t h = 0x51ed270b27a1f3c5ull;
+  const Py_ssize_t n = PyTuple_GET_SIZE(args);
+  for (Py_ssize_t i = 0; i < n; ++i)
+    if (!hash_value(PyTuple_GET_ITEM(args, i), &h, 0)) return false;
+  if (kwargs != nullptr) {
+    PyObject *k, *v;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(kwargs, &pos, &k, &v)) {
+      const Py_hash_t hk = PyObject_Hash(k);
+      if (hk == -1) return false;
+      h = mix(h, uint64_t(hk));
+      if (!hash_value(v, &h, 0)) return false;
+    }
+  }
+  *key = h;
+  return true;
+}
+
+struct Usage {
+  int64_t cpu_ns = 0;
+  int64_t minflt = 0;
+  int64_t majflt = 0;
+  int64_t nivcsw = 0;
+};
+
+inline Usage usage() {
+  rusage ru{};
+  getrusage(RUSAGE_THREAD, &ru);
+  Usage u;
+  u.cpu_ns = (int64_t(ru.ru_utime.tv_sec) + int64_t(ru.ru_stime.tv_sec)) * 1000000000ll +
+             (int64_t(ru.ru_utime.tv_usec) + int64_t(ru.ru_stime.tv_usec)) * 1000ll;
+  u.minflt = ru.ru_minflt;
+  u.majflt = ru.ru_majflt;
+  u.nivcsw = ru.ru_nivcsw;
+  return u;
+}
+
+inline uint64_t now_ns() { return uint64_t(warmprof::clock::to_ns(warmprof::clock::ticks())); }
+
+PyObject* call(PyObject* self_obj, PyObject* args, PyObject* kwargs) {
+  WatchCore* self = reinterpret_cast<WatchCore*>(self_obj);
+  State* st = self->st;
+  if (st == nullptr || self->fn == nullptr) {
+    PyErr_SetString(PyExc_RuntimeError, "WatchCore was not initialised");
+    return nullptr;
+  }
+  if (st->closed.load(std::memory_order_relaxed)) return PyObject_Call(self->fn, args, kwargs);
+
+  uint64_t key = 0;
+  PyObject* key_obj = nullptr;
+  if (self->key_fn != nullptr) {
+    key_obj = PyObject_Call(self->key_fn, args, kwargs);
+    if (key_obj == nullptr) return nullptr;  // the user's key function raised: said as it is
+    const Py_hash_t h = PyObject_Hash(key_obj);
+    if (h == -1) {
+      Py_DECREF(key_obj);
+      return nullptr;
+    }
+    key = uint64_t(h);
+  } else if (!default_key(args, kwargs, &key)) {
+    return nullptr;
+  }
+
+  const uint64_t start = now_ns();
+  const uint64_t last = st->last_end.load(std::memory_order_relaxed);
+  const uint64_t gap = last != 0 && start > last ? start - last : 0;
+  PyObject* clock = nullptr;
+  if (self->clock_source != nullptr && last != 0 && gap >= st->idle_ns) {
+    clock = PyObject_CallNoArgs(self->clock_source);
+    if (clock == nullptr) {  // a clock that cannot be read is not the model's error
+      PyErr_WriteUnraisable(self->clock_source);
+    }
+  }
+  const uint64_t compiles0 = g_compiles.load(std::memory_order_relaxed);
+  const uint64_t compile_ns0 = g_compile_ns.load(std::memory_order_relaxed);
+  const Usage u0 = usage();
+  const uint64_t t0 = warmprof::clock::ticks();
+  PyObject* result = PyObject_Call(self->fn, args, kwargs);
+  const uint64_t t1 = warmprof::clock::ticks();
+  const Usage u1 = usage();
+  const uint64_t compiles = g_compiles.load(std::memory_order_relaxed) - compiles0;
+  const uint64_t compile_ns = g_compile_ns.load(std::memory_order_relaxed) - compile_ns0;
+  const uint64_t end = uint64_t(warmprof::clock::to_ns(t1));
+  const uint64_t dur = uint64_t(warmprof::clock::to_ns(t1) - warmprof::clock::to_ns(t0));
+  st->last_end.store(end, std::memory_order_relaxed);
+  st->calls.fetch_add(1, std::memory_order_relaxed);
+  if (result == nullptr) {
+    st->errors.fetch_add(1, std::memory_order_relaxed);
+    Py_XDECREF(key_obj);
+    Py_XDECREF(clock);
+    return nullptr;
+  }
+  Verdict v;
+  const bool after_idle = last != 0 && gap >= st->idle_ns;
+  bool keep = false;
+  {
+    std::lock_guard<std::mutex> lock(st->mu);
+    v = st->table.add(key, dur, st->rule);
+    keep = v.admitted && (v.first || v.outlier || compiles > 0 || after_idle);
+    if (keep) st->table.mark_event(key);
+  }
+  if (keep && self->on_event != nullptr) {
+    // (key, key_obj, args, kwargs, first, outlier, start_ns, dur_ns, gap_ns, clock, cpu_ns, minflt,
+    //  majflt, nivcsw, compiles, compile_ns, calls_before, median_ns)
+    PyObject* info = Py_BuildValue(
+        "(KOOOOOKKKOLLLLKKKd)", (unsigned long long)key, key_obj ? key_obj : Py_None, args,
+        kwargs ? kwargs : Py_None, v.first ? Py_True : Py_False, v.outlier ? Py_True : Py_False,
+        (unsigned long long)start, (unsigned long long)dur, (unsigned long long)gap, clock ? clock : Py_None,
+        (long long)(u1.cpu_ns - u0.cpu_ns), (long long)(u1.minflt - u0.minflt), (long long)(u1.majflt - u0.majflt),
+        (long long)(u1.nivcsw - u0.nivcsw), (unsigned long long)compiles, (unsigned long long)compile_ns,
+        (unsigned long long)v.calls, v.median_ns);
+    if (info != nullptr) {
+      PyObject* r = PyObject_CallOneArg(self->on_event, info);
+      Py_DECREF(info);
+      if (r == nullptr) PyErr_WriteUnraisable(self->on_event);  // never the model's call's error
+      Py_XDECREF(r);
+    } else {
+      PyErr_WriteUnraisable(self_obj);
+    }
+  }
+  Py_XDECREF(key_obj);
+  Py_XDECREF(clock);
+  return result;
+}
+
+int init(PyObject* self_obj, PyObject* args, PyObject* kwargs) {
+  WatchCore* self = reinterpret_cast<WatchCore*>(self_obj);
+  static const char* names[] = {"fn", "key_fn", "clock_source", "max_keys", "min_calls", "factor", "floor_ns",
+                                "idle_ns", nullptr};
+  PyObject *fn, *key_fn = Py_None, *clock_source = Py_None;
+  unsigned long long max_keys = 10000, min_calls = 8, floor_ns = 50000, idle_ns = 1000000000ull;
+  double factor = 3.0;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|OOKKdKK", const_cast<char**>(names), &fn, &key_fn,
+                                   &clock_source, &max_keys, &min_calls, &factor, &floor_ns, &idle_ns))
+    return -1;
+  if (!PyCallable_Check(fn)) {
+    PyErr_SetString(PyExc_TypeError, "fn must be callable");
+    return -1;
+  }
+  if (max_keys == 0 || !(factor > 1.0)) {
+    PyErr_SetString(PyExc_ValueError, "max_keys must be at least 1 and factor above 1");
+    return -1;
+  }
+  Py_INCREF(fn);
+  Py_XSETREF(self->fn, fn);
+  Py_XSETREF(self->key_fn, key_fn == Py_None ? nullptr : (Py_INCREF(key_fn), key_fn));
+  Py_XSETREF(self->clock_source, clock_source == Py_None ? nullptr : (Py_INCREF(clock_source), clock_source));
+  delete self->st;
+  self->st = new State(size_t(max_keys));
+  self->st->rule.min_calls = min_calls;
+  self->st->rule.factor = factor;
+  self->st->rule.floor_ns = floor_ns;
+  self->st->idle_ns = idle_ns;
+  return 0;
+}
+
+PyObject* new_(PyTypeObject* type, PyObject*, PyObject*) {
+  WatchCore* self = reinterpret_cast<WatchCore*>(type->tp_alloc(type, 0));
+  return reinterpret_cast<PyObject*>(self);
+}
+
+int traverse(PyObject* self_obj, visitproc visit, void* arg) {
+  WatchCore* self = reinterpret_cast<WatchCore*>(self_obj);
+  Py_VISIT(self->fn);
+  Py_VISIT(self->key_fn);
+  Py_VISIT(self->clock_source);
+  Py_VISIT(self->on_event);
+  Py_VISIT(self->dict);
+  return 0;  // the type itself: a static type, or a Python subclass whose own traverse visits it
+}
+
+int clear(PyObject* self_obj) {
+  WatchCore* self = reinterpret_cast<WatchCore*>(self_obj);
+  Py_CLEAR(self->fn);
+  Py_CLEAR(self->key_fn);
+  Py_CLEAR(self->clock_source);
+  Py_CLEAR(self->on_event);
+  Py_CLEAR(self->dict);
+  return 0;
+}
+
+// Reached directly for a WatchCore, or from a Python subclass's dealloc, which releases its type
+// reference itself afterwards: the static base never touches the type's count.
+void dealloc(PyObject* self_obj) {
+  WatchCore* self = reinterpret_cast<WatchCore*>(self_obj);
+  PyObject_GC_UnTrack(self_obj);
+  clear(self_obj);
+  delete self->st;
+  self->st = nullptr;
+  Py_TYPE(self_obj)->tp_free(self_obj);
+}
+
+PyObject* set_on_event(PyObject* self_obj, PyObject* cb) {
+  WatchCore* self = reinterpret_cast<WatchCore*>(self_obj);
+  if (cb != Py_None && !PyCallable_Check(cb)) {
+    PyErr_SetString(PyExc_TypeError, "on_event must be callable or None");
+    return nullptr;
+  }
+  Py_XINCREF(cb);
+  Py_XSETREF(self->on_event, cb == Py_None ? (Py_DECREF(cb), nullptr) : cb);
+  Py_RETURN_NONE;
+}
+
+PyObject* set_closed(PyObject* self_obj, PyObject* flag) {
+  WatchCore* self = reinterpret_cast<WatchCore*>(self_obj);
+  if (self->st != nullptr) self->st->closed.store(PyObject_IsTrue(flag) == 1);
+  Py_RETURN_NONE;
+}
+
+// {"calls", "errors", "overflow_calls", "overflow_keys", "keys": [(key, order, calls, first_ns, max_ns,
+// total_ns, events, [bucket counts])]}: a copy taken under the mutex.
+PyObject* core_stats(PyObject* self_obj, PyObject*) {
+  WatchCore* self = reinterpret_cast<WatchCore*>(self_obj);
+  State* st = self->st;
+  if (st == nullptr) Py_RETURN_NONE;
+  PyObject* keys = PyList_New(0);
+  if (keys == nullptr) return nullptr;
+  uint64_t overflow_calls, overflow_keys;
+  {
+    std::lock_guard<std::mutex> lock(st->mu);
+    overflow_calls = st->table.overflow_calls();
+    overflow_keys = st->table.overflow_keys();
+    for (const auto& [key, k] : st->table.keys()) {
+      PyObject* buckets = PyList_New(warmprof::watch::Sketch::kBuckets);
+      if (buckets == nullptr) {
+        Py_DECREF(keys);
+        return nullptr;
+      }
+      for (int b = 0; b < warmprof::watch::Sketch::kBuckets; ++b)
+        PyList_SET_ITEM(buckets, b, PyLong_FromUnsignedLong(k.sketch.counts()[b]));
+      PyObject* row = Py_BuildValue("(KKKKKKKN)", (unsigned long long)key, (unsigned long long)k.order,
+                                    (unsigned long long)k.sketch.count(), (unsigned long long)k.first_ns,
+                                    (unsigned long long)k.max_ns, (unsigned long long)k.total_ns,
+                                    (unsigned long long)k.events, buckets);
+      if (row == nullptr || PyList_Append(keys, row) != 0) {
+        Py_XDECREF(row);
+        Py_DECREF(keys);
+        return nullptr;
+      }
+      Py_DECREF(row);
+    }
+  }
+  return Py_BuildValue("{sKsKsKsKsN}", "calls", (unsigned long long)st->calls.load(), "errors",
+                       (unsigned long long)st->errors.load(), "overflow_calls", (unsigned long long)overflow_calls,
+                       "overflow_keys", (unsigned long long)overflow_keys, "keys", keys);
+}
+
+PyMethodDef methods[] = {
+    {"_set_on_event", set_on_event, METH_O, "Set the callable called with each event's tuple (None: none)."},
+    {"_set_closed", set_closed, METH_O, "Closed: calls go straight to the watched callable, unrecorded."},
+    {"_core_stats", core_stats, METH_NOARGS, "A copy of every key's figures and sketch."},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+PyTypeObject WatchCoreType = {PyVarObject_HEAD_INIT(nullptr, 0)};
+
+PyObject* note_compile(PyObject*, PyObject* arg) {
+  const unsigned long long ns = PyLong_AsUnsignedLongLong(arg);
+  if (ns == (unsigned long long)-1 && PyErr_Occurred()) return nullptr;
+  g_compile_ns.fetch_add(ns, std::memory_order_relaxed);
+  g_compiles.fetch_add(1, std::memory_order_relaxed);
+  Py_RETURN_NONE;
+}
+
+PyObject* sketch_edges(PyObject*, PyObject*) {
+  PyObject* out = PyList_New(warmprof::watch::Sketch::kBuckets);
+  if (out == nullptr) return nullptr;
+  for (int b = 0; b < warmprof::watch::Sketch::kBuckets; ++b)
+    PyList_SET_ITEM(out, b, PyFloat_FromDouble(warmprof::watch::Sketch::mid_ns(b)));
+  return out;
+}
+
+PyMethodDef module_methods[] = {
+    {"watch_note_compile", note_compile, METH_O,
+     "watch_note_compile(ns) -> None\nCount one finished compile of `ns` (warmprof.watch's dynamo callback)."},
+    {"watch_sketch_midpoints", sketch_edges, METH_NOARGS,
+     "watch_sketch_midpoints() -> list[float]\nEach sketch bucket's geometric midpoint, in ns."},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+}  // namespace
+
+// Called from the module's init (bindings.cpp).
+int warmprof_add_watch(PyObject* module) {
+  s_shape = PyUnicode_InternFromString("shape");
+  s_dtype = PyUnicode_InternFromString("dtype");
+  if (s_shape == nullptr || s_dtype == nullptr) return -1;
+  WatchCoreType.tp_name = "warmprof._native.WatchCore";
+  WatchCoreType.tp_basicsize = sizeof(WatchCore);
+  WatchCoreType.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC;
+  WatchCoreType.tp_doc = "The hot path of warmprof.watch: call it as the watched callable.";
+  WatchCoreType.tp_new = new_;
+  WatchCoreType.tp_init = init;
+  WatchCoreType.tp_call = call;
+  WatchCoreType.tp_dealloc = dealloc;
+  WatchCoreType.tp_traverse = traverse;
+  WatchCoreType.tp_clear = clear;
+  WatchCoreType.tp_methods = methods;
+  WatchCoreType.tp_dictoffset = offsetof(WatchCore, dict);
+  if (PyType_Ready(&WatchCoreType) < 0) return -1;
+  Py_INCREF(&WatchCoreType);
+  if (PyModule_AddObject(module, "WatchCore", reinterpret_cast<PyObject*>(&WatchCoreType)) < 0) {
+    Py_DECREF(&WatchCoreType);
+    return -1;
+  }
+  return PyModule_AddFunctions(module, module_methods);
+}

@@ -1,0 +1,176 @@
+"""warmprof.watch: which cause made a call slow, while serving.
+
+`watch(model)` returns a Watcher, called in the model's place. Its call is native
+(csrc/watch_type.cpp): a key (each argument's shape and dtype, or `key(*args, **kwargs)`), two clock
+reads, getrusage of the calling thread before and after, and the key's latency sketch under a mutex:
+about 0.8 us a call here (bench/watch_overhead.py). A call comes back to Python only when it is kept
+as an event: the first at its key, an outlier against its key's median (`factor` x and at least
+`floor_ms` over, once the key has `min_calls` calls), the first after an idle gap (`idle_s`), or one
+during which dynamo compiled. events.py gives each event its causes, with evidence.
+
+Memory is bounded: at most `max_keys` keys (each a 512-byte sketch; calls at further keys are
+counted, not kept) and the last `max_events` events (older ones counted). Several threads may call
+one Watcher: the key table is locked, the counters are per thread.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import threading
+import time
+from typing import Any, Callable
+
+from .. import _native
+from ..errors import InputError
+from . import events as _events
+from . import sources
+
+MAX_KEYS = 10000
+MAX_EVENTS = 2000
+
+
+class Watcher(_native.WatchCore):
+    """A watched callable: call it as the model. summary(), events(), report(), close()."""
+
+    def __init__(self, fn: Callable, *, key: Callable | None = None, clock_source: Callable | None = None,
+                 max_keys: int = MAX_KEYS, max_events: int = MAX_EVENTS, min_calls: int = 8, factor: float = 3.0,
+                 floor_ms: float = 0.05, idle_s: float = 1.0, label: str | None = None,
+                 on_event: Callable[[dict], Any] | None = None) -> None:
+        _check(fn, key, clock_source, max_keys, max_events, min_calls, factor, floor_ms, idle_s, on_event)
+        super().__init__(fn, key, clock_source, int(max_keys), int(min_calls), float(factor), int(floor_ms * 1e6),
+                         int(idle_s * 1e9))
+        self.fn = fn
+        self.label = label or getattr(fn, "__qualname__", None) or type(fn).__name__
+        self.idle_s = float(idle_s)
+        self.rule = {"min_calls": int(min_calls), "factor": float(factor), "floor_ms": float(floor_ms),
+                     "idle_s": float(idle_s), "max_keys": int(max_keys), "max_events": int(max_events)}
+        self._lock = threading.Lock()
+        self._events: collections.deque[dict] = collections.deque(maxlen=int(max_events))
+        self._kept = 0
+        self._names: dict[int, str] = {}
+        self._user_on_event = on_event
+        self._started_ns = _native.now_ns()
+        self._started_wall = time.time()
+        self._prices = _events.FaultPrice()
+        self._reserved = sources.cuda_reserved()
+        self._tapped = sources.acquire_compile_tap()
+        self._dynamo = sources.DynamoState() if self._tapped else None
+        self.closed = False
+        self._set_on_event(self._on_event)
+        functools.update_wrapper(self, fn, updated=())
+
+    # -- the slow path: one kept call -----------------------------------------------------------
+    def _on_event(self, info: tuple) -> None:
+        key_hash, key_obj, args, kwargs = info[0], info[1], info[2], info[3]
+        with self._lock:
+            name = self._names.get(key_hash)
+            if name is None:
+                name = repr(key_obj)[:200] if key_obj is not None else _events.describe(args, kwargs)
+                self._names[key_hash] = name
+            reserved = (self._reserved, sources.cuda_reserved())
+            self._reserved = reserved[1] if reserved[1] is not None else self._reserved
+            self._kept += 1
+            event = _events.build(info, index=self._kept - 1, key=name, start_ns=self._started_ns,
+                                  idle_ns=int(self.idle_s * 1e9), dynamo=self._dynamo, prices=self._prices,
+                                  reserved=reserved)
+            self._events.append(event)
+        if self._user_on_event is not None:
+            self._user_on_event(event)
+
+    # -- what it saw ------------------------------------------------------------------------------
+    def events(self) -> list[dict[str, Any]]:
+        """The kept events, oldest first (the last max_events of them)."""
+        with self._lock:
+            return [dict(e) for e in self._events]
+
+    def stats(self) -> dict[str, Any]:
+        """Calls, errors, and per key: calls, first call, median / p90 / p99 (from the sketch), max."""
+        raw = self._core_stats() or {"keys": [], "calls": 0, "errors": 0, "overflow_calls": 0, "overflow_keys": 0}
+        mids = _native.watch_sketch_midpoints()
+        keys = []
+        for key, order, calls, first_ns, max_ns, total_ns, kept, buckets in sorted(raw["keys"], key=lambda r: r[1]):
+            keys.append({"key": self._names.get(key, f"#{key & 0xffffffff:08x}"), "calls": calls,
+                         "first_ms": first_ns / 1e6, "p50_ms": _quantile(buckets, mids, 0.5) / 1e6,
+                         "p90_ms": _quantile(buckets, mids, 0.9) / 1e6, "p99_ms": _quantile(buckets, mids, 0.99) / 1e6,
+                         "max_ms": max_ns / 1e6, "mean_ms": total_ns / calls / 1e6 if calls else 0.0, "events": kept})
+        with self._lock:
+            dropped = self._kept - len(self._events)
+        return {"calls": raw["calls"], "errors": raw["errors"], "overflow_calls": raw["overflow_calls"],
+                "overflow_keys": raw["overflow_keys"], "events": self._kept, "events_dropped": dropped, "keys": keys}
+
+    def report(self) -> Any:
+        from .report_build import build_report
+
+        return build_report(self)
+
+    def summary(self) -> str:
+        return str(self.report())
+
+    # -- life -------------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Calls go straight to the model from now on, unrecorded; dynamo's callbacks are released
+        once no Watcher needs them. What was recorded stays readable."""
+        if self.closed:
+            return
+        self._set_closed(True)
+        self.closed = True
+        if self._tapped:
+            sources.release_compile_tap()
+            self._tapped = False
+
+    def __enter__(self) -> "Watcher":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else "open"
+        return f"<warmprof.Watcher of {self.label} ({state})>"
+
+
+def _quantile(buckets: list[int], mids: list[float], q: float) -> float:
+    total = sum(buckets)
+    if not total:
+        return 0.0
+    want, seen = max(1.0, q * total), 0
+    for count, mid in zip(buckets, mids):
+        seen += count
+        if seen >= want:
+            return mid
+    return mids[-1]
+
+
+def _check(fn: Any, key: Any, clock_source: Any, max_keys: Any, max_events: Any, min_calls: Any, factor: Any,
+           floor_ms: Any, idle_s: Any, on_event: Any) -> None:
+    if not callable(fn):
+        raise InputError(f"watch() takes a model or function to call, not {type(fn).__name__}")
+    for name, v in (("key", key), ("clock_source", clock_source), ("on_event", on_event)):
+        if v is not None and not callable(v):
+            raise InputError(f"{name} must be callable (or None), not {type(v).__name__}")
+    for name, v, low in (("max_keys", max_keys, 1), ("max_events", max_events, 1), ("min_calls", min_calls, 1)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < low:
+            raise InputError(f"{name} must be a whole number >= {low}, got {v!r}")
+    for name, v, low in (("factor", factor, 1.0), ("floor_ms", floor_ms, 0.0), ("idle_s", idle_s, 0.0)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= low or v != v or v == float("inf"):
+            raise InputError(f"{name} must be a number >= {low}, got {v!r}")
+    if factor <= 1.0:
+        raise InputError(f"factor must be above 1 (an outlier is factor x the key's median), got {factor!r}")
+
+
+def watch(model: Callable | None = None, **options: Any) -> Any:
+    """Watch a model or function while it serves: `w = watch(model)`, then call `w(x)` in its place.
+    With no model, a decorator: `@watch(key=...)`. Options: see Watcher."""
+    if model is None:
+        return lambda fn: Watcher(fn, **options)
+    return Watcher(model, **options)
+
+
+__all__ = ["MAX_EVENTS", "MAX_KEYS", "Watcher", "watch"]

@@ -1,0 +1,144 @@
+"""One kept call -> one event: what the call took, against what, and its causes with evidence.
+
+The native hot path hands over, for a kept call only: the key, whether it was the key's first call
+or an outlier against the key's median, its duration, the idle gap before it, the device clock at
+its start (after an idle gap, when a clock source is given), the thread's CPU time, page faults and
+involuntary context switches over the call (getrusage RUSAGE_THREAD), and the compiles dynamo
+finished during it with their summed time. The rules, each figure labelled as it is known:
+
+- jit_compile (measured): the compiles' own time (dynamo's compile callbacks), with dynamo's
+  recompile reasons (the guards that failed) and how many graphs came from the compile caches
+  (hits) or were compiled (misses).
+- allocator_growth (estimated): the thread's page faults over the call x the first-touch cost of a
+  small page measured on this machine (once, when first needed), when there are more than a few.
+- cpu_contention (estimated): the call's wall time less its thread's CPU time, when the thread was
+  preempted (involuntary switches): it was ready and had no CPU. A thread blocked on a worker or on
+  the device is off its CPU too, so without a preemption nothing is booked.
+- The estimates fit in the call's time outside its measured compiles (a compile waits on its worker
+  processes and takes page faults: that is compile time), allocator growth first.
+- clock_ramp (inferred): an outlier after an idle gap (idle_s, 1 s by default) with the device clock
+  below 90% of its maximum at the call's start, or, with no clock source, the gap alone: what is left
+  of the excess after the causes above.
+- unattributed: an outlier's excess over its key's median less its causes.
+
+A first call at a key has no median to be measured against: its causes are listed as they are,
+with no excess and no residual.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import _native
+
+FAULTS_FLOOR = 16  # fewer page faults than this over a call are noise, not allocator growth
+CLOCK_LOW = 0.9  # a device clock below this share of its maximum has not ramped up
+
+
+def describe(args: tuple, kwargs: dict | None) -> str:
+    """A call's arguments as its default key reads them: each tensor's shape and dtype, each other
+    argument's type."""
+    def one(v: Any, depth: int = 0) -> str:
+        shape = getattr(v, "shape", None)
+        if shape is not None and not isinstance(v, (int, float, str, bytes)):
+            try:
+                dims = "x".join(str(int(d)) for d in shape)
+            except Exception:
+                dims = str(shape)
+            dtype = str(getattr(v, "dtype", "")).removeprefix("torch.")
+            return f"{dims or 'scalar'} {dtype}".strip()
+        if isinstance(v, (list, tuple)) and depth < 2:
+            return "(" + ", ".join(one(x, depth + 1) for x in list(v)[:16]) + ")"
+        return type(v).__name__
+    parts = [one(a) for a in args] + [f"{k}={one(v)}" for k, v in (kwargs or {}).items()]
+    return ", ".join(parts) or "no arguments"
+
+
+class FaultPrice:
+    """ns per page fault, measured once on first use (a few fresh 4 MiB mappings touched)."""
+
+    def __init__(self) -> None:
+        self._ns: float | None = None
+
+    def ns(self) -> float:
+        if self._ns is None:
+            try:
+                self._ns = float(_native.calibrate_fault_cost(4 << 20, 3)["ns_per_fault"])
+            except Exception:
+                self._ns = 0.0
+        return self._ns
+
+
+def build(info: tuple, *, index: int, key: str, start_ns: int, idle_ns: int, dynamo: Any, prices: FaultPrice,
+          reserved: tuple[int | None, int | None]) -> dict[str, Any]:
+    """The event for one kept call (info: the native hot path's tuple, see csrc/watch_type.cpp)."""
+    (_key, _key_obj, _args, _kwargs, first, outlier, start, dur, gap, clock, cpu_ns, minflt, majflt, nivcsw,
+     compiles, compile_ns, calls_before, median_ns) = info
+    ms = dur / 1e6
+    excess = (dur - median_ns) / 1e6 if outlier and median_ns > 0 else None
+    causes: list[dict[str, Any]] = []
+    reasons: list[str] = []
+    if compiles:
+        reasons = dynamo.recompile_reasons() if dynamo is not None else []
+        cache = dynamo.cache() if dynamo is not None else {}
+        hits = sum(v for k, v in cache.items() if k.endswith("_hit"))
+        misses = sum(v for k, v in cache.items() if k.endswith("_miss"))
+        detail = f"{compiles} compile(s) dynamo ran during the call"
+        if hits or misses:
+            detail += f"; {misses} graph(s) compiled from scratch, {hits} loaded from the compile caches"
+        if reasons:
+            detail += "; recompiled because " + "; ".join(reasons[:3])
+        causes.append({"cause": "jit_compile", "ms": compile_ns / 1e6, "evidence": "measured", "source": "dynamo",
+                       "count": int(compiles), "detail": detail})
+    # The compiles' time is measured; what the estimates below book must fit in the rest of the call
+    # (a compile waits on its worker processes and takes faults: that is compile time, not more).
+    room = max(0.0, (dur - compile_ns) / 1e6)
+    faults = int(minflt) + int(majflt)
+    if faults >= FAULTS_FLOOR:
+        per = prices.ns()
+        grown = ""
+        before, after = reserved
+        if before is not None and after is not None and after > before:
+            grown = f"; the CUDA caching allocator grew {(after - before) / 2**20:.1f} MiB since the previous event"
+        booked = min(faults * per / 1e6, room)
+        room -= booked
+        causes.append({"cause": "allocator_growth", "ms": booked, "evidence": "estimated",
+                       "source": "page_faults", "count": faults,
+                       "detail": f"{faults} page faults on the calling thread x {per:.0f} ns, the first-touch cost of "
+                                 f"a page measured here{grown}"})
+    off_cpu = max(0, dur - int(cpu_ns))
+    if nivcsw > 0 and off_cpu > 0 and room > 0:
+        causes.append({"cause": "cpu_contention", "ms": min(off_cpu / 1e6, room), "evidence": "estimated",
+                       "source": "off_cpu",
+                       "count": int(nivcsw),
+                       "detail": f"the call's wall time less its thread's CPU time, with {nivcsw} involuntary context "
+                                 "switches: ready to run, no CPU (the machine's load; no warm-up removes it)"})
+    after_idle = gap >= idle_ns and gap > 0
+    if after_idle and outlier:
+        left = (excess or 0.0) - sum(c["ms"] for c in causes)
+        if clock is not None:
+            try:
+                mhz, top = float(clock[0]), float(clock[1])
+            except Exception:
+                mhz, top = 0.0, 0.0
+            if top > 0 and mhz < CLOCK_LOW * top and left > 0:
+                causes.append({"cause": "clock_ramp", "ms": left, "evidence": "inferred", "source": "idle_clock",
+                               "count": 1, "detail": f"the device clock was {mhz:.0f} of {top:.0f} MHz at the call's "
+                                                     f"start, after {gap / 1e9:.1f} s idle"})
+        elif left > 0:
+            causes.append({"cause": "clock_ramp", "ms": left, "evidence": "inferred", "source": "idle_gap", "count": 1,
+                           "detail": f"after {gap / 1e9:.1f} s idle, with no clock reading (no clock source): clocks "
+                                     "and power states drop while idle, and caches go cold"})
+    attributed = sum(c["ms"] for c in causes)
+    return {
+        "index": index, "key": key, "t_s": (start - start_ns) / 1e9, "ms": ms, "gap_s": gap / 1e9,
+        "first": bool(first), "outlier": bool(outlier), "after_idle": bool(after_idle),
+        "median_ms": median_ns / 1e6 if median_ns else None, "calls_before": int(calls_before),
+        "excess_ms": excess, "causes": causes,
+        "unattributed_ms": (excess - attributed) if excess is not None else None,
+        "recompile_reasons": reasons,
+        "clock_mhz": list(clock) if clock is not None and isinstance(clock, (tuple, list)) else None,
+    }
+
+
+__all__ = ["FaultPrice", "build", "describe"]

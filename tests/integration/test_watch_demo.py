@@ -1,0 +1,78 @@
+"""The acceptance stream: 200 requests over 12 prompt lengths through the compiled demo LM (static
+shapes). Every first call at a new length is an event with jit_compile (measured), and from the
+second length on, dynamo's recompile reason. One stall planted inside one call at a seen length is
+flagged as an outlier; every other call flagged at a seen length really was slow, by the test's own
+clock around each call (not watch's), and no call that really was slow at a key with a median went
+unflagged. On a quiet machine the stall is the only such event; on a busy one, a call that waited
+(inductor's compile workers, other work) is slow too, and the test's own clock says so."""
+
+import gc
+import statistics
+import time
+
+import torch
+
+from warmprof.live import watch
+from warmprof.live.demo import compiled_demo, replay, stream
+
+
+def test_a_replayed_stream_flags_each_new_length_with_its_compile_and_the_planted_stall():
+    torch._dynamo.reset()
+    lengths = stream(200, seed=0)
+    assert len(lengths) == 200 and len(set(lengths)) == 12
+    # the stall lands on a length seen at least min_calls (8) times before: one with a median to beat
+    stall_at = next(i for i in range(100, 200) if lengths[:i].count(lengths[i]) >= 8)
+    model = compiled_demo()
+    state = {"i": -1}
+    wall: list[float] = []  # the test's own clock around each call, in ms
+
+    def serve(ids):
+        if state["i"] == stall_at:
+            time.sleep(0.05)  # the planted stall, inside the call
+        return model(ids)
+
+    def count(i):
+        state["i"] = i
+
+    gc.collect()
+    gc.disable()  # a collection inside a 1 ms call is a real outlier, but not one this test plants
+    try:
+        with watch(serve, idle_s=30.0) as w:
+            def timed(ids):
+                t0 = time.perf_counter()
+                w(ids)
+                wall.append((time.perf_counter() - t0) * 1e3)
+
+            replay(timed, lengths, before_call=count)
+    finally:
+        gc.enable()
+        torch._dynamo.reset()
+    events = w.events()
+    firsts = [e for e in events if e["first"]]
+    assert len(firsts) == 12 and [e["key"] for e in firsts] == [f"1x{n} int64" for n in dict.fromkeys(lengths)]
+    for k, e in enumerate(firsts):
+        (jit,) = [c for c in e["causes"] if c["cause"] == "jit_compile"]
+        assert jit["evidence"] == "measured" and jit["ms"] > 0 and jit["ms"] <= e["ms"]
+        if k:  # the first length compiles; each later one is a recompile with its guard's reason
+            assert e["recompile_reasons"] and "size mismatch" in e["recompile_reasons"][0]
+    assert w.stats()["calls"] == 200 and len(wall) == 200
+
+    # each event's call, by its key and how many calls that key had before it
+    def index_of(e):
+        n = int(e["key"].split("x")[1].split()[0])
+        return [i for i, m in enumerate(lengths) if m == n][e["calls_before"]]
+
+    def median_before(i):  # this length's calls before i by the test's clock, its compile left out
+        before = [wall[j] for j in range(i) if lengths[j] == lengths[i]][1:]
+        return statistics.median(before) if len(before) >= 8 else None
+
+    flagged = {index_of(e): e for e in events if e["outlier"]}
+    assert stall_at in flagged and flagged[stall_at]["ms"] >= 50
+    for i, e in flagged.items():  # each took as long by the test's clock, and really was slow there
+        assert abs(wall[i] - e["ms"]) <= 0.1 * e["ms"] + 0.5, (i, wall[i], e["ms"])
+        med = median_before(i)
+        assert med is None or wall[i] > 2 * med, (i, wall[i], med)
+    for i in range(200):  # and no call that clearly was slow went unflagged
+        med = median_before(i)
+        if med is not None and wall[i] > 4 * med and wall[i] - med > 1.0:
+            assert i in flagged, (i, wall[i], med)

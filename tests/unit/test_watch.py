@@ -1,0 +1,289 @@
+"""warmprof.watch: the native hot path's keys, sketch and outlier rule; events and their causes;
+idle gaps with a fake clock; bounded memory; threads; closing; the report."""
+
+import gc
+import json
+import threading
+import time
+
+import pytest
+import torch
+
+import warmprof
+from warmprof import _native
+from warmprof.errors import InputError, ReportError
+from warmprof.instruments.torch_compile import registered_callbacks
+from warmprof.live import Watcher, watch
+from warmprof.report import WatchReport, load
+
+
+def _mids():
+    return _native.watch_sketch_midpoints()
+
+
+def test_sketch_quantiles_are_within_ten_percent():
+    import random
+
+    from warmprof.live.core import _quantile
+
+    rng = random.Random(1)
+    w = Watcher(lambda d: None, key=lambda d: 0, min_calls=10**9)  # never an outlier: only the sketch
+    values = []
+    for _ in range(3000):
+        ns = int(rng.lognormvariate(11, 1.0))  # ~60 us, wide
+        values.append(ns)
+    # feed the sketch through its own bucket rule (no real durations): check the quantile walk
+    buckets = [0] * len(_mids())
+    import bisect
+    edges = _mids()
+    for v in values:
+        buckets[max(0, min(len(edges) - 1, bisect.bisect_left(edges, v) - 1))] += 1
+    values.sort()
+    for q in (0.5, 0.9, 0.99):
+        exact = values[int(q * len(values)) - 1]
+        assert abs(_quantile(buckets, edges, q) / exact - 1) < 0.25
+    w.close()
+    # midpoints rise, about 19% apart (4 a octave)
+    assert all(b > a for a, b in zip(edges, edges[1:]))
+    assert 1.15 < edges[41] / edges[40] < 1.25
+
+
+def test_the_first_call_at_each_key_is_an_event_and_keys_are_shapes_and_dtypes():
+    seen = []
+    w = watch(lambda x, scale=1: x, on_event=seen.append)
+    for shape in ((1, 8), (1, 8), (2, 8), (1, 8)):
+        w(torch.zeros(shape))
+    w(torch.zeros((1, 8), dtype=torch.float16))
+    w(torch.zeros((1, 8)), scale=3)  # a keyword changes the key; its value (an int) does not
+    w(torch.zeros((1, 8)), scale=4)
+    w.close()
+    assert [e["key"] for e in seen] == ["1x8 float32", "2x8 float32", "1x8 float16", "1x8 float32, scale=int"]
+    assert all(e["first"] and not e["outlier"] for e in seen)
+    stats = w.stats()
+    assert stats["calls"] == 7 and sorted(k["calls"] for k in stats["keys"]) == [1, 1, 2, 3]
+
+
+def test_a_slow_call_at_a_seen_key_is_an_outlier_with_its_excess_over_the_median():
+    plant = {"at": 12}
+    calls = {"n": 0}
+
+    def serve(x):
+        calls["n"] += 1
+        if calls["n"] == plant["at"]:
+            time.sleep(0.03)  # 30 ms: far over 3x a microsecond median whatever the machine's load
+        return x
+
+    w = watch(serve, floor_ms=1.0)
+    for _ in range(20):
+        w(torch.zeros(4))
+    w.close()
+    outliers = [e for e in w.events() if e["outlier"]]
+    assert len(outliers) == 1 and outliers[0]["calls_before"] == plant["at"] - 1
+    e = outliers[0]
+    assert e["ms"] >= 30 and e["excess_ms"] == pytest.approx(e["ms"] - e["median_ms"])
+    # a sleep is not a cause any source sees: it is left unattributed, never invented
+    assert e["unattributed_ms"] == pytest.approx(e["excess_ms"] - sum(c["ms"] for c in e["causes"]))
+    assert not any(c["cause"] == "jit_compile" for c in e["causes"])
+
+
+def test_a_call_after_an_idle_gap_reads_the_clock_first_and_a_low_clock_is_clock_ramp():
+    readings = []
+
+    def clock():  # a fake device clock: 500 of 1500 MHz
+        readings.append(time.monotonic())
+        return (500.0, 1500.0)
+
+    slow = {"on": False}  # the same key when slow: a closure, not an argument
+
+    def serve(x):
+        if slow["on"]:
+            time.sleep(0.02)
+        return x
+
+    w = watch(serve, clock_source=clock, idle_s=0.2, floor_ms=1.0)
+    for _ in range(10):
+        w(1)
+    assert readings == []  # no idle gap yet: the clock is never read on the hot path
+    time.sleep(0.3)
+    slow["on"] = True
+    w(1)
+    w.close()
+    assert len(readings) == 1
+    (e,) = [e for e in w.events() if e["after_idle"]]
+    assert e["gap_s"] >= 0.3 and e["outlier"] and e["clock_mhz"] == [500.0, 1500.0]
+    (ramp,) = [c for c in e["causes"] if c["cause"] == "clock_ramp"]
+    assert ramp["evidence"] == "inferred" and "500 of 1500 MHz" in ramp["detail"] and ramp["ms"] > 0
+
+
+def test_after_idle_with_the_clock_at_its_maximum_is_not_clock_ramp():
+    slow = {"on": False}  # the same key when slow: a closure, not an argument
+
+    def serve(x):
+        if slow["on"]:
+            time.sleep(0.02)
+        return x
+
+    w = watch(serve, clock_source=lambda: (1500.0, 1500.0), idle_s=0.2, floor_ms=1.0)
+    for _ in range(10):
+        w(1)
+    time.sleep(0.3)
+    slow["on"] = True
+    w(1)
+    w.close()
+    (e,) = [e for e in w.events() if e["after_idle"]]
+    assert not any(c["cause"] == "clock_ramp" for c in e["causes"]) and e["unattributed_ms"] > 15
+
+
+def test_without_a_clock_source_an_after_idle_outlier_is_clock_ramp_from_the_gap_alone():
+    slow = {"on": False}  # the same key when slow: a closure, not an argument
+
+    def serve(x):
+        if slow["on"]:
+            time.sleep(0.02)
+        return x
+
+    w = watch(serve, idle_s=0.2, floor_ms=1.0)
+    for _ in range(10):
+        w(1)
+    time.sleep(0.3)
+    slow["on"] = True
+    w(1)
+    w.close()
+    (e,) = [e for e in w.events() if e["after_idle"]]
+    (ramp,) = [c for c in e["causes"] if c["cause"] == "clock_ramp"]
+    assert ramp["source"] == "idle_gap" and "no clock reading" in ramp["detail"]
+
+
+def test_memory_stays_bounded_with_100000_distinct_keys():
+    gc.collect()
+    rss0 = _native.rss_bytes()
+    w = watch(lambda i: i, key=lambda i: i, max_keys=10000, max_events=1000)
+    for i in range(100000):
+        w(i)
+    stats = w.stats()
+    w.close()
+    assert stats["calls"] == 100000 and len(stats["keys"]) == 10000
+    assert stats["overflow_calls"] == 90000 and stats["overflow_keys"] == 90000
+    assert len(w.events()) == 1000 and stats["events"] == 10000 and stats["events_dropped"] == 9000
+    # 10,000 keys x a 512-byte sketch, their names and 1,000 events: a few MB, not 100,000 of anything
+    assert _native.rss_bytes() - rss0 < 64 << 20
+    assert any("past the first 10000" in n for n in w.report().notes)
+
+
+def test_one_watcher_called_from_several_threads_counts_every_call():
+    w = watch(lambda x: x)
+
+    def work(n):
+        for _ in range(2000):
+            w(torch.zeros(n))
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in (1, 2, 3, 4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    w.close()
+    stats = w.stats()
+    assert stats["calls"] == 8000 and sorted(k["calls"] for k in stats["keys"]) == [2000] * 4
+
+
+def test_errors_propagate_and_are_counted_not_kept():
+    def boom(x):
+        raise ValueError("the model's own error")
+
+    w = watch(boom)
+    with pytest.raises(ValueError, match="the model's own error"):
+        w(1)
+    w.close()
+    assert w.stats()["errors"] == 1 and w.events() == []
+    w2 = watch(lambda x: x, key=lambda x: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        w2(1)
+    w2.close()
+
+
+def test_close_unwraps_and_releases_dynamos_callbacks():
+    before = registered_callbacks()
+    w = watch(lambda x: x)
+    assert registered_callbacks() == before + 2
+    w2 = watch(lambda x: x)  # one pair for the process, however many watchers
+    assert registered_callbacks() == before + 2
+    w(1)
+    w.close()
+    w(2)  # closed: straight through, unrecorded
+    assert w.stats()["calls"] == 1 and registered_callbacks() == before + 2
+    w2.close()
+    assert registered_callbacks() == before
+    with watch(lambda x: x) as w3:
+        assert w3(5) == 5
+    assert w3.closed and registered_callbacks() == before
+
+
+def test_decorator_forms_keep_the_function():
+    @warmprof.watch
+    def f(x):
+        """doc"""
+        return x + 1
+
+    @warmprof.watch(key=lambda x: "all")
+    def g(x):
+        return x * 2
+
+    assert f(1) == 2 and g(3) == 6 and f.__name__ == "f" and f.__doc__ == "doc" and f.__wrapped__(1) == 2
+    assert [k["key"] for k in g.stats()["keys"]] == ["'all'"]
+    f.close()
+    g.close()
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"model": 3}, "takes a model or function"),
+    ({"model": len, "key": 5}, "key must be callable"),
+    ({"model": len, "max_keys": 0}, "max_keys must be a whole number"),
+    ({"model": len, "factor": 1.0}, "factor must be above 1"),
+    ({"model": len, "idle_s": -1}, "idle_s must be a number"),
+])
+def test_bad_options_are_clear_errors(kwargs, message):
+    before = registered_callbacks()
+    with pytest.raises(InputError, match=message):
+        watch(**kwargs)
+    assert registered_callbacks() == before  # nothing left registered
+
+
+def test_the_report_round_trips_and_renders(tmp_path):
+    slow = {"on": False}  # the same key when slow: a closure, not an argument
+
+    def serve(x):
+        if slow["on"]:
+            time.sleep(0.02)
+        return x
+
+    w = watch(serve, floor_ms=1.0, label="svc")
+    for _ in range(10):
+        w(torch.zeros(2))
+    slow["on"] = True
+    w(torch.zeros(2))
+    w.close()
+    r = w.report()
+    path = r.save(tmp_path / "w.json")
+    back = load(path)
+    assert isinstance(back, WatchReport) and back.to_dict() == r.to_dict()
+    text = str(back)
+    assert "warmprof watch: svc: 11 calls at 1 keys" in text and "[outlier]" in text
+    d = json.loads(path.read_text())
+    d["events"][0]["causes"] = [{"cause": "gremlins", "ms": 1.0, "evidence": "measured", "source": "x"}]
+    (tmp_path / "bad.json").write_text(json.dumps(d))
+    with pytest.raises(ReportError, match="unknown cause 'gremlins'"):
+        load(tmp_path / "bad.json")
+    d = json.loads(path.read_text())
+    d["keys"][0]["p50_ms"] = 99.0
+    (tmp_path / "bad2.json").write_text(json.dumps(d))
+    with pytest.raises(ReportError, match="quantiles out of order"):
+        load(tmp_path / "bad2.json")
+
+
+def test_the_watch_command_needs_the_demo(capsys):
+    from warmprof.cli import main
+
+    assert main(["watch"]) == 2
+    assert "replays the demo stream (--demo)" in capsys.readouterr().err
+    assert main(["watch", "--demo", "--requests", "5"]) == 2
