@@ -108,11 +108,14 @@ def compare(*reports: ReportBase | str | os.PathLike, labels: list[str] | None =
         named = ", ".join(f"{lab}: {k}" for lab, k in zip(labels, kinds))
         raise ReportError(f"cannot compare reports of different kinds ({named}); compare trace with trace, probe with probe")
     kind = kinds[0]
-    if kind not in ("trace", "probe"):
-        raise ReportError(f"cannot compare {kind!r} reports (only trace and probe reports)")
+    if kind not in ("trace", "probe", "watch"):
+        raise ReportError(f"cannot compare {kind!r} reports (only trace, probe and watch reports)")
     if kind == "trace":
         summary = [_row(name, [Cell(float(getattr(r, key))) for r in loaded]) for name, key in _SUMMARY]
         rows, predictions = _cause_rows(loaded), []
+    elif kind == "watch":
+        summary = [_row(name, [Cell(fn(r)) for r in loaded]) for name, fn in _WATCH_SUMMARY]
+        rows, predictions = _watch_cause_rows(loaded), []
     else:
         dicts = [r.to_dict() for r in loaded]  # read through the probe report's JSON contract
         summary, rows, predictions = [], _op_rows(dicts), _prediction_rows(dicts)
@@ -120,7 +123,7 @@ def compare(*reports: ReportBase | str | os.PathLike, labels: list[str] | None =
                "`warmprof show` of that report" for lab, n in repeated]
     return Comparison(
         kind=kind, labels=list(labels), sources=sources,
-        devices=[describe_device(r.platform or {}, r.device) for r in loaded],
+        devices=[describe_device(r.platform or {}, r.device or "cpu") for r in loaded],
         differs=_differs(loaded, kind), warnings=medians + _warnings(loaded, labels, kind),
         summary=summary, rows=rows, predictions=predictions, reports=loaded,
     )
@@ -180,6 +183,34 @@ def _cause_rows(reports: list[Any]) -> list[Row]:
     return _by_largest_change(rows, last=("unattributed",))
 
 
+# -- watch reports -----------------------------------------------------------------------------
+def _median(values: list[float]) -> float | None:
+    import statistics
+
+    return statistics.median(values) if values else None
+
+
+# Each report's figures in ms: its keys' median p50 and largest p99, and what its events' causes took.
+_WATCH_SUMMARY = (
+    ("p50 (median over keys)", lambda r: _median([k["p50_ms"] for k in r.keys])),
+    ("p99 (largest key)", lambda r: max((k["p99_ms"] for k in r.keys), default=None)),
+    ("events' causes (sum)", lambda r: sum(v["ms"] for v in r.by_cause.values())),
+)
+
+
+def _watch_cause_rows(reports: list[Any]) -> list[Row]:
+    """Per cause and report: the ms its events' causes took (over the events kept), and that cause's
+    share of the report's total."""
+    per_report = []
+    for r in reports:
+        total = sum(v["ms"] for v in r.by_cause.values())
+        per_report.append({cause: Cell(float(v["ms"]), v["ms"] / total if total > 0 else None)
+                           for cause, v in r.by_cause.items()})
+    order = list(dict.fromkeys(k for cells in per_report for k in cells))
+    rows = [_row(cause, [cells.get(cause, Cell(0.0, 0.0)) for cells in per_report]) for cause in order]
+    return _by_largest_change(rows, last=("unattributed",))
+
+
 # -- probe reports (read through to_dict, the probe report's JSON contract) ---------------------
 def op_key(row: dict[str, Any]) -> str:
     """'matmul 64x64x64' for a probe report's op row: the key that lines rows up across reports."""
@@ -230,7 +261,7 @@ def _number(v: Any) -> float | None:
 # -- what differs ----------------------------------------------------------------------------
 def _differs(reports: list[Any], kind: str) -> list[tuple[str, list[str]]]:
     """Settings, then how the trace ran, then platform keys: each whose values are not all equal."""
-    settings = _TRACE_SETTINGS if kind == "trace" else _PROBE_SETTINGS
+    settings = _TRACE_SETTINGS if kind == "trace" else _PROBE_SETTINGS if kind == "probe" else ("model",)
     fields = [{k: getattr(r, k, None) for k in settings} for r in reports]
     protocols = [r.protocol.to_dict() if kind == "trace" and r.protocol else {} for r in reports]
     platforms = [r.platform or {} for r in reports]

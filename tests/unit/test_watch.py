@@ -287,3 +287,92 @@ def test_the_watch_command_needs_the_demo(capsys):
     assert main(["watch"]) == 2
     assert "replays the demo stream (--demo)" in capsys.readouterr().err
     assert main(["watch", "--demo", "--requests", "5"]) == 2
+
+
+def test_prometheus_text_parses_with_prometheus_clients_own_parser():
+    prometheus_client = pytest.importorskip("prometheus_client", reason="prometheus_client is not installed")
+    from prometheus_client.parser import text_string_to_metric_families
+
+    slow = {"on": False}
+
+    def serve(x):
+        if slow["on"]:
+            time.sleep(0.02)
+        return x
+
+    registry = prometheus_client.CollectorRegistry()
+    w = watch(serve, floor_ms=1.0, label="svc")
+    w.prometheus(registry)
+    for _ in range(10):
+        w(torch.zeros(3))
+    slow["on"] = True
+    w(torch.zeros(3))
+    w.close()
+    text = prometheus_client.generate_latest(registry).decode()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    calls = {s.labels["key"]: s.value for s in families["warmprof_watch_calls"].samples if s.name.endswith("_total")}
+    assert calls == {"3 float32": 11.0}
+    outliers = [s.value for s in families["warmprof_watch_outliers"].samples if s.name.endswith("_total")]
+    assert outliers == [1.0]
+    hist = families["warmprof_watch_latency_seconds"].samples
+    count = [s.value for s in hist if s.name.endswith("_count")]
+    assert count == [11.0]
+    buckets = [s for s in hist if s.name.endswith("_bucket")]
+    assert buckets[-1].labels["le"] == "+Inf" and buckets[-1].value == 11.0
+    assert all(a.value <= b.value for a, b in zip(buckets, buckets[1:]))  # cumulative
+
+
+def test_an_event_is_added_to_the_requests_open_telemetry_span():
+    pytest.importorskip("opentelemetry.sdk", reason="opentelemetry-sdk is not installed")
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("test")
+    w = watch(lambda x: x)
+    from opentelemetry import context, trace
+
+    with tracer.start_as_current_span("request 1"):
+        w(torch.zeros(2, 5))  # the first call at its key: an event
+    with tracer.start_as_current_span("request 2"):
+        w(torch.zeros(2, 5))  # nothing fires: no span event
+    w.close()
+    first, second = exporter.get_finished_spans()
+    (ev,) = first.events
+    assert ev.name == "warmprof.event" and ev.attributes["warmprof.key"] == "2x5 float32"
+    assert ev.attributes["warmprof.why"] == "first" and second.events == ()
+    assert trace.get_current_span(context.get_current()) is not None
+
+
+def test_show_png_and_compare_read_watch_reports(tmp_path):
+    slow = {"on": False}
+
+    def serve(x):
+        if slow["on"]:
+            time.sleep(0.02)
+        return x
+
+    paths = []
+    for name in ("a", "b"):
+        slow["on"] = False
+        w = watch(serve, floor_ms=1.0, label="svc")
+        for _ in range(10):
+            w(torch.zeros(2))
+        slow["on"] = True
+        w(torch.zeros(2))
+        w.close()
+        paths.append(w.report().save(tmp_path / f"{name}.json"))
+    c = warmprof.compare(*paths)
+    assert c.kind == "watch" and [r.key for r in c.summary][0] == "p50 (median over keys)"
+    assert "unattributed" in [r.key for r in c.rows]
+    text = str(c)
+    assert "warmprof compare: 2 watch reports" in text and "p99 (largest key)" in text
+    pytest.importorskip("matplotlib")
+    from warmprof.render import png
+
+    fig = png.figure(load(paths[0]), draw=True)
+    labels = [t.get_text() for ax in fig.axes for t in ax.get_yticklabels()]
+    assert "2 float32" in labels and "unattributed" in labels

@@ -24,7 +24,7 @@ from typing import Any, Callable
 from .. import _native
 from ..errors import InputError
 from . import events as _events
-from . import sources
+from . import export, sources
 
 MAX_KEYS = 10000
 MAX_EVENTS = 2000
@@ -36,7 +36,7 @@ class Watcher(_native.WatchCore):
     def __init__(self, fn: Callable, *, key: Callable | None = None, clock_source: Callable | None = None,
                  max_keys: int = MAX_KEYS, max_events: int = MAX_EVENTS, min_calls: int = 8, factor: float = 3.0,
                  floor_ms: float = 0.05, idle_s: float = 1.0, label: str | None = None,
-                 on_event: Callable[[dict], Any] | None = None) -> None:
+                 on_event: Callable[[dict], Any] | None = None, otel: bool | None = None) -> None:
         _check(fn, key, clock_source, max_keys, max_events, min_calls, factor, floor_ms, idle_s, on_event)
         super().__init__(fn, key, clock_source, int(max_keys), int(min_calls), float(factor), int(floor_ms * 1e6),
                          int(idle_s * 1e9))
@@ -50,6 +50,10 @@ class Watcher(_native.WatchCore):
         self._kept = 0
         self._names: dict[int, str] = {}
         self._user_on_event = on_event
+        # OpenTelemetry span events: on when the package is there, unless otel=False
+        self._otel = export.otel_available() if otel is None else bool(otel) and export.otel_available()
+        self._cause_counts: dict[tuple[str, str], tuple[int, float]] = {}  # (key, cause) -> (events, ms), all events
+        self._outlier_counts: dict[str, int] = {}
         self._started_ns = _native.now_ns()
         self._started_wall = time.time()
         self._prices = _events.FaultPrice()
@@ -75,8 +79,20 @@ class Watcher(_native.WatchCore):
                                   idle_ns=int(self.idle_s * 1e9), dynamo=self._dynamo, prices=self._prices,
                                   reserved=reserved)
             self._events.append(event)
+            for c in event["causes"]:
+                n, ms = self._cause_counts.get((name, c["cause"]), (0, 0.0))
+                self._cause_counts[(name, c["cause"])] = (n + 1, ms + c["ms"])
+            if event["outlier"]:
+                self._outlier_counts[name] = self._outlier_counts.get(name, 0) + 1
+        if self._otel:
+            export.otel_event(event)
         if self._user_on_event is not None:
             self._user_on_event(event)
+
+    def prometheus(self, registry: Any = None) -> Any:
+        """Register this watcher's metrics with a prometheus_client registry (the default one when
+        None): calls, events, outliers and causes by key, and a latency histogram (export.py)."""
+        return export.prometheus_metrics(self, registry)
 
     # -- what it saw ------------------------------------------------------------------------------
     def events(self) -> list[dict[str, Any]]:

@@ -30,7 +30,7 @@ class CompareTextRenderer(Renderer):
             lines += ["", "platform and settings: identical"]
         if c.warnings:
             lines += [""] + [f"warning: {w}" for w in c.warnings]
-        if c.kind == "trace":
+        if c.kind in ("trace", "watch"):
             lines += [""] + _summary_table(c.summary, letters)
             lines += [""] + _cause_table(c.rows, letters)
         else:

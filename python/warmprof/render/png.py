@@ -233,8 +233,40 @@ def _repeat_figure(Figure: Any, r: Any) -> Any:
     return fig
 
 
+# -- a watch report: each key's p50 and p99, and what the events' causes took ---------------------
+def _watch_figure(Figure: Any, r: Any) -> Any:
+    keys = sorted(r.keys, key=lambda k: -k["calls"])[:16]
+    causes_ = sorted(r.by_cause.items(), key=lambda kv: -kv[1]["ms"])
+    fig = Figure(figsize=(12, 2.2 + 0.3 * max(len(keys), len(causes_), 1)), layout="constrained")
+    left, right = fig.subplots(1, 2)
+    ys = range(len(keys))
+    left.barh([y - 0.2 for y in ys], [k["p50_ms"] for k in keys], height=0.4, color=REPORT_COLORS[0], label="p50")
+    left.barh([y + 0.2 for y in ys], [k["p99_ms"] for k in keys], height=0.4, color=REPORT_COLORS[1], label="p99")
+    left.set_yticks(list(ys), [_fit(k["key"], 40) for k in keys])
+    left.invert_yaxis()
+    positive = [v for k in keys for v in (k["p50_ms"], k["p99_ms"]) if v > 0]
+    if positive and max(positive) / min(positive) > 50:
+        left.set_xscale("log")
+        _plain_log_axis(left.xaxis)
+        left.set_xlabel("ms per call (log scale; quantiles from a sketch, within 10%)")
+    else:
+        left.set_xlabel("ms per call (quantiles from a sketch, within 10%)")
+    left.legend(fontsize=8.5, frameon=False)
+    left.set_title(f"calls by key ({len(keys)} of {len(r.keys)} keys, most called first)", fontsize=10)
+    cy = range(len(causes_))
+    bars = right.barh(list(cy), [v["ms"] for _, v in causes_], color=[_colour(c) for c, _ in causes_], height=0.6)
+    right.bar_label(bars, labels=[f" {_ms(v['ms'])} in {int(v['events'])} events" for _, v in causes_], fontsize=8)
+    right.set_yticks(list(cy), [_label(c) for c, _ in causes_])
+    right.invert_yaxis()
+    right.set_xlim(0, max([v["ms"] for _, v in causes_] + [1e-3]) * 1.5)
+    right.set_xlabel("ms over the events kept")
+    right.set_title("what the events' causes took", fontsize=10)
+    fig.suptitle(f"warmprof watch: {_fit(r.model)}: {r.calls} calls, {r.events_kept} events", fontsize=11)
+    return fig
+
+
 # -- the renderer: one figure per kind, chosen by the kind the registry names --------------------
-_FIGURES = {"trace": _trace_figure, "probe": _probe_figure, "trace_repeat": _repeat_figure,
+_FIGURES = {"trace": _trace_figure, "probe": _probe_figure, "trace_repeat": _repeat_figure, "watch": _watch_figure,
             "comparison": _comparison_figure}
 
 

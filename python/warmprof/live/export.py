@@ -1,0 +1,128 @@
+"""watch's figures where services already look: Prometheus metrics and OpenTelemetry span events.
+Neither package is a dependency: each path is taken only when its package is installed.
+
+Prometheus: a collector read at scrape time (no cost per call), registered with
+`prometheus_metrics(watcher)`: calls, events and outliers by key, events by cause, and a latency
+histogram per key built from the watcher's sketch (boundaries one per octave, 64 ns to 275 s).
+
+OpenTelemetry: while a span is recording on the calling thread (the request's own), each event is
+added to it as a span event `warmprof.event`, with its key, duration, why it was kept and its causes,
+so an outlier shows its cause on the request's trace in the tracing backend. On by default when
+opentelemetry is installed (watch(..., otel=False) turns it off).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import InputError
+
+OCTAVE_BUCKETS = 4  # the sketch's buckets per octave (csrc/core/watch.h)
+
+
+def _require_prometheus() -> Any:
+    try:
+        import prometheus_client
+    except ImportError:
+        raise InputError("Prometheus export needs prometheus_client: pip install prometheus_client") from None
+    return prometheus_client
+
+
+class WatchCollector:
+    """A prometheus_client collector over one Watcher, read at each scrape."""
+
+    def __init__(self, watcher: Any, prefix: str = "warmprof_watch") -> None:
+        self.watcher, self.prefix = watcher, prefix
+
+    def describe(self) -> list:
+        return []  # unchecked collector: the families are built at collect time
+
+    def collect(self) -> Any:
+        from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
+
+        from .. import _native
+
+        w, p = self.watcher, self.prefix
+        stats = w.stats()
+        model = str(w.label)
+        calls = CounterMetricFamily(f"{p}_calls", "Calls through the watched model, by key", labels=["model", "key"])
+        kept = CounterMetricFamily(f"{p}_events", "Calls kept as events (first at a key, outliers, after idle, "
+                                                  "compiles), by key", labels=["model", "key"])
+        outliers = CounterMetricFamily(f"{p}_outliers", "Outliers against their key's median, by key",
+                                       labels=["model", "key"])
+        by_cause = CounterMetricFamily(f"{p}_cause_events", "Events naming each cause, by key",
+                                       labels=["model", "key", "cause"])
+        cause_s = CounterMetricFamily(f"{p}_cause_seconds", "Time the events' causes took, by key",
+                                      labels=["model", "key", "cause"])
+        hist = HistogramMetricFamily(f"{p}_latency_seconds", "Call latency by key (from a sketch: within 10%)",
+                                     labels=["model", "key"])
+        edges = _native.watch_sketch_midpoints()
+        raw = {row[0]: row for row in (w._core_stats() or {"keys": []})["keys"]}
+        names = dict(w._names)
+        for key, row in raw.items():
+            name = names.get(key, f"#{key & 0xffffffff:08x}")
+            _, _, n, _, _, total_ns, events, buckets = row
+            calls.add_metric([model, name], n)
+            kept.add_metric([model, name], events)
+            # cumulative counts at each octave's upper edge (every OCTAVE_BUCKETS buckets)
+            cum, out = 0, []
+            for b, count in enumerate(buckets):
+                cum += count
+                if (b + 1) % OCTAVE_BUCKETS == 0 and b + 1 < len(buckets):
+                    out.append((f"{edges[b + 1] / 1e9:.3g}", cum))
+            out.append(("+Inf", cum))
+            hist.add_metric([model, name], out, total_ns / 1e9)
+        with w._lock:
+            counts = dict(w._cause_counts)
+            out_counts = dict(w._outlier_counts)
+        for (name, cause), (n, ms) in counts.items():
+            by_cause.add_metric([model, name, cause], n)
+            cause_s.add_metric([model, name, cause], ms / 1e3)
+        for name, n in out_counts.items():
+            outliers.add_metric([model, name], n)
+        if stats["overflow_calls"]:
+            calls.add_metric([model, "(other keys)"], stats["overflow_calls"])
+        yield from (calls, kept, outliers, by_cause, cause_s, hist)
+
+
+def prometheus_metrics(watcher: Any, registry: Any = None) -> WatchCollector:
+    """Register the watcher's metrics with `registry` (prometheus_client's default registry when
+    None); the collector is returned (registry.unregister(it) takes it off)."""
+    pc = _require_prometheus()
+    collector = WatchCollector(watcher)
+    (registry if registry is not None else pc.REGISTRY).register(collector)
+    return collector
+
+
+def otel_available() -> bool:
+    try:
+        import opentelemetry.trace  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def otel_event(event: dict[str, Any]) -> bool:
+    """Add `event` to the span recording on this thread, if any; whether it was added."""
+    try:
+        from opentelemetry import trace
+    except ImportError:
+        return False
+    span = trace.get_current_span()
+    if span is None or not span.is_recording():
+        return False
+    why = "first" if event["first"] else "outlier" if event["outlier"] else "after_idle" if event.get("after_idle") \
+        else "compiled"
+    attrs: dict[str, Any] = {"warmprof.key": event["key"], "warmprof.ms": float(event["ms"]), "warmprof.why": why,
+                             "warmprof.causes": [c["cause"] for c in event["causes"]],
+                             "warmprof.cause_ms": [float(c["ms"]) for c in event["causes"]],
+                             "warmprof.evidence": [c["evidence"] for c in event["causes"]]}
+    if event.get("excess_ms") is not None:
+        attrs["warmprof.excess_ms"] = float(event["excess_ms"])
+    if event.get("recompile_reasons"):
+        attrs["warmprof.recompile_reason"] = str(event["recompile_reasons"][0])
+    span.add_event("warmprof.event", attributes=attrs)
+    return True
+
+
+__all__ = ["WatchCollector", "otel_available", "otel_event", "prometheus_metrics"]
