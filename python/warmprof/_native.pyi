@@ -4,7 +4,7 @@ Typed stub of the extension built from csrc/bindings.cpp. tests/native/test_stub
 its names and parameters equal to the module's; classes here are type-only and start with "_".
 """
 
-from typing import TypedDict
+from typing import Any, TypedDict
 
 from typing_extensions import NotRequired
 
@@ -251,3 +251,15 @@ class _TestingModule:
         """The reader's splitter over chunks (b'' = the pipe is empty here): (passthrough, lines, segments)."""
 
 _testing: _TestingModule
+
+# warmprof.watch's hot path (csrc/watch_type.cpp); python/warmprof/live/core.py subclasses it.
+class WatchCore:
+    def __init__(self, fn: Any, key_fn: Any = None, clock_source: Any = None, max_keys: int = 10000,
+                 min_calls: int = 8, factor: float = 3.0, floor_ns: int = 50000, idle_ns: int = 1000000000) -> None: ...
+    def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
+    def _set_on_event(self, cb: Any) -> None: ...
+    def _set_closed(self, flag: bool) -> None: ...
+    def _core_stats(self) -> dict[str, Any] | None: ...
+
+def watch_note_compile(ns: int) -> None: ...
+def watch_sketch_midpoints() -> list[float]: ...

@@ -171,12 +171,15 @@ def test_compiled_model_jit_is_top_and_matches_torch_own_figure():
         waits[msg.split(" (")[0]] = _runqueue_wait_ms()
 
     r = warmprof.trace(model, (4, 32), compile=True, steady=10, progress=progress)
-    # Time the pass's thread spent ready but without a core (a busy machine) is not a cost any
-    # instrument names yet (cpu_contention, issue 14): outside the compile spans it is unattributed.
+    # Time the pass's thread spent ready but without a core (a busy machine) is cpu_contention now; the
+    # allowance below stays for what the steady passes' own waits leave of it.
     waited_ms = waits["seen-shape re-run"] - waits["first pass"]
     top = r.top_cause()
     assert top.cause == "jit_compile" and top.evidence == "measured"
-    jit_ms = sum(c.ms for c in r.causes if c.cause == "jit_compile")
+    # torch's timers count wall time: a wait for a CPU inside the compile spans is in them, and
+    # warmprof books it as cpu_contention (source run_queue_in:<the span's source>)
+    jit_sources = {f"run_queue_in:{c.source}" for c in r.causes if c.cause == "jit_compile"}
+    jit_ms = sum(c.ms for c in r.causes if c.cause == "jit_compile" or c.source in jit_sources)
     torch_ms = r.instruments["torch_compile"]["torch_reported_compile_ms"]
     assert torch_ms > 0 and abs(jit_ms - torch_ms) <= 0.10 * torch_ms, (jit_ms, torch_ms)
     assert not [c for c in r.seen_rerun_causes if c.cause == "jit_compile"]
