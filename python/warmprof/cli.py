@@ -9,7 +9,7 @@ import traceback
 
 from .errors import WarmprofError
 
-COMMANDS = ("trace", "probe", "compare", "show")
+COMMANDS = ("trace", "probe", "compare", "show", "buckets")
 TRACEBACK_HELP = ("on an error, also print its traceback, with the exception it came from (the model's own, "
                   "when the model raised) on stderr")
 
