@@ -39,6 +39,8 @@ _LAZY = {
     "compare": ("comparison", "compare"),
     "load": ("report", "load"),
     "watch": ("live.core", "watch"),
+    "plan_buckets": ("buckets", "plan_buckets"),
+    "costs_from_probe": ("buckets", "costs_from_probe"),
     "Watcher": ("live.core", "Watcher"),
 }
 
@@ -65,7 +67,9 @@ __all__ = [
     "Watcher",
     "calibrate",
     "compare",
+    "costs_from_probe",
     "load",
+    "plan_buckets",
     "probe",
     "probe_from",
     "probe_ops",

@@ -9,7 +9,7 @@ import traceback
 
 from .errors import WarmprofError
 
-COMMANDS = ("trace", "probe", "compare", "show", "watch")
+COMMANDS = ("trace", "probe", "compare", "show", "watch", "buckets")
 TRACEBACK_HELP = ("on an error, also print its traceback, with the exception it came from (the model's own, "
                   "when the model raised) on stderr")
 

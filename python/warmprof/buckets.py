@@ -1,0 +1,536 @@
+"""Bucket plans: which padded lengths to compile for, so that compiles plus padding cost the least.
+
+A service that pads each request up to a bucket pays two costs: a compile (a graph, a capture, an
+algorithm choice: whatever a new shape costs the first time) once per bucket it uses, and padding on
+every request, (bucket - length) wasted tokens each. Few buckets waste tokens; many buckets pay
+compiles. plan_buckets() finds the boundaries that minimise
+
+    cost = compile_ms x buckets used + per_token_ms x sum over the requests of (boundary - length)
+
+where a request of length L goes to the smallest boundary >= L and the last boundary is the longest
+length seen. It is exact: an optimal boundary always sits on an observed length (lowering a boundary
+to the longest length in its bucket only removes padding), so a dynamic programme over the n distinct
+lengths finds the optimum: O(n^2) at most without a cap on the number of buckets (the scan for a
+bucket's lower end stops once that bucket alone costs more than the best plan found, which keeps
+large inputs fast without changing the answer), plus O(max_buckets x n log n) with a cap that the
+uncapped optimum exceeds (see _layers).
+
+The lengths are the traffic the compiles are paid over (a process's life, say): padding grows with
+the number of requests, compiles do not, so a count scaled up favours more buckets.
+
+costs_from_probe() reads compile_ms and per_token_ms off a `warmprof probe` report; how, and from
+which fields, is in its docstring. Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import operator
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import InputError
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """One bucket of a plan: the requests whose length is in lower..upper, padded to upper."""
+
+    upper: int  # the boundary: every request in the bucket is padded to it
+    lower: int  # the shortest length in the bucket
+    lengths: int  # distinct lengths in the bucket
+    requests: int
+    padded_tokens: int  # sum of (upper - length) over the bucket's requests
+
+
+@dataclass(frozen=True)
+class PlanCost:
+    """What a set of boundaries costs over the observed requests."""
+
+    buckets: int
+    padded_tokens: int
+    compile_ms: float  # compile_ms per bucket x buckets
+    padding_ms: float  # per_token_ms x padded tokens
+    cost_ms: float  # the two together
+
+
+@dataclass(frozen=True)
+class BucketPlan:
+    """The cheapest boundaries for the observed lengths, with two baselines to weigh them against:
+    one bucket per distinct length (no padding, a compile each) and one bucket at the longest
+    length (one compile, the most padding). All ms are totals over the observed requests."""
+
+    boundaries: tuple[int, ...]
+    buckets: tuple[Bucket, ...]
+    cost_ms: float
+    compile_ms: float
+    padding_ms: float
+    padded_tokens: int
+    requests: int
+    distinct_lengths: int
+    compile_ms_per_bucket: float  # the inputs the plan was made with
+    per_token_ms: float
+    max_buckets: int | None
+    per_length: PlanCost  # baseline: one bucket per distinct length
+    one_bucket: PlanCost  # baseline: one bucket, the longest length
+
+    @property
+    def vs_per_length(self) -> float | None:
+        """One bucket per length's cost over the plan's (>= 1); None when the plan costs nothing."""
+        return _ratio(self.per_length.cost_ms, self.cost_ms)
+
+    @property
+    def vs_one_bucket(self) -> float | None:
+        """One bucket's cost over the plan's (>= 1); None when the plan costs nothing."""
+        return _ratio(self.one_bucket.cost_ms, self.cost_ms)
+
+    def bucket_for(self, length: int) -> int:
+        """The boundary a request of `length` is padded to; a length above the longest is refused."""
+        n = _length(length, "length")
+        for b in self.boundaries:
+            if b >= n:
+                return b
+        raise InputError(f"length {n} is longer than the plan's longest bucket ({self.boundaries[-1]})")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "boundaries": list(self.boundaries),
+            "cost_ms": self.cost_ms, "compile_ms": self.compile_ms, "padding_ms": self.padding_ms,
+            "padded_tokens": self.padded_tokens, "requests": self.requests, "distinct_lengths": self.distinct_lengths,
+            "inputs": {"compile_ms_per_bucket": self.compile_ms_per_bucket, "per_token_ms": self.per_token_ms,
+                       "max_buckets": self.max_buckets},
+            "buckets": [vars(b).copy() for b in self.buckets],
+            "baselines": {"per_length": vars(self.per_length).copy(), "one_bucket": vars(self.one_bucket).copy()},
+            "ratios": {"per_length_over_plan": self.vs_per_length, "one_bucket_over_plan": self.vs_one_bucket},
+        }
+
+    def __str__(self) -> str:
+        from .render.format import ms, table
+
+        lo, hi = self.buckets[0].lower, self.boundaries[-1]
+        cap = f", at most {self.max_buckets} buckets" if self.max_buckets is not None else ""
+        out = [f"warmprof buckets: {_n(self.requests, 'request')} at {_n(self.distinct_lengths, 'distinct length')} "
+               f"({lo}-{hi})",
+               f"  costs: {ms(self.compile_ms_per_bucket)} per bucket compiled, {_per_token(self.per_token_ms)} per "
+               f"padded token{cap}", "",
+               f"Plan: {_n(len(self.boundaries), 'bucket')}"]
+        rows = [[f"{b.upper}", f"{b.lower}-{b.upper}" if b.lower != b.upper else f"{b.upper}", f"{b.lengths}",
+                 f"{b.requests}", f"{b.padded_tokens}"] for b in self.buckets]
+        out += table(["bucket <=", "lengths", "distinct", "requests", "padded tokens"], rows, right={0, 2, 3, 4}, rule=True)
+        out += ["", "Cost over the observed requests (ms)"]
+        this = PlanCost(len(self.boundaries), self.padded_tokens, self.compile_ms, self.padding_ms, self.cost_ms)
+        rows = [_cost_row("plan", this, None)]
+        rows.append(_cost_row("one per length", self.per_length, self.vs_per_length))
+        rows.append(_cost_row("one bucket", self.one_bucket, self.vs_one_bucket))
+        out += table(["", "buckets", "compile", "padding", "total", "vs plan"], rows, right={1, 2, 3, 4, 5}, rule=True)
+        return "\n".join(out) + "\n"
+
+
+@dataclass(frozen=True)
+class ProbeCosts:
+    """compile_ms and per_token_ms for plan_buckets(), and how each was found."""
+
+    compile_ms: float
+    per_token_ms: float
+    compile_how: str
+    per_token_how: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return vars(self).copy()
+
+
+def plan_buckets(lengths: Any, *, compile_ms: float, per_token_ms: float, max_buckets: int | None = None) -> BucketPlan:
+    """The bucket boundaries that cost the least in compiles plus padding, found exactly.
+
+    lengths: the observed request lengths, a list with repeats (the distribution) or a {length:
+    count} mapping; positive integers. compile_ms: what a bucket costs once, the first time its shape
+    runs. per_token_ms: what one padded token costs (a request of length L in bucket B pays
+    (B - L) x per_token_ms). max_buckets: at most this many buckets (None: no cap).
+
+    Returns a BucketPlan: .boundaries (ascending, the last the longest length), .cost_ms =
+    .compile_ms + .padding_ms, and the same figures for one bucket per length (.per_length) and
+    one bucket (.one_bucket). Among plans of equal cost, the one with fewest buckets is returned.
+    """
+    hist = _histogram(lengths)
+    compile_ms = _cost(compile_ms, "compile_ms")
+    per_token_ms = _cost(per_token_ms, "per_token_ms")
+    if max_buckets is not None:
+        max_buckets = _positive_int(max_buckets, "max_buckets")
+    values = [v for v, _ in hist]
+    P, Q = [0], [0]  # prefix sums: requests, and tokens
+    for v, c in hist:
+        P.append(P[-1] + c)
+        Q.append(Q[-1] + c * v)
+
+    ends = _optimal_ends(values, P, Q, compile_ms, per_token_ms, max_buckets)
+    buckets, start = [], 0
+    for end in ends:  # each bucket: distinct lengths start..end-1, padded to values[end - 1]
+        top = values[end - 1]
+        buckets.append(Bucket(upper=top, lower=values[start], lengths=end - start, requests=P[end] - P[start],
+                              padded_tokens=top * (P[end] - P[start]) - (Q[end] - Q[start])))
+        start = end
+    plan = _plan_cost(len(buckets), sum(b.padded_tokens for b in buckets), compile_ms, per_token_ms)
+    n = len(values)
+    return BucketPlan(
+        boundaries=tuple(b.upper for b in buckets), buckets=tuple(buckets), cost_ms=plan.cost_ms,
+        compile_ms=plan.compile_ms, padding_ms=plan.padding_ms, padded_tokens=plan.padded_tokens,
+        requests=P[n], distinct_lengths=n, compile_ms_per_bucket=compile_ms, per_token_ms=per_token_ms,
+        max_buckets=max_buckets,
+        per_length=_plan_cost(n, 0, compile_ms, per_token_ms),
+        one_bucket=_plan_cost(1, values[-1] * P[n] - Q[n], compile_ms, per_token_ms),
+    )
+
+
+def costs_from_probe(report: Any, *, compile_ms: float | None = None, per_token_ms: float | None = None) -> ProbeCosts:
+    """compile_ms and per_token_ms for plan_buckets(), estimated from a `warmprof probe` report (a
+    ProbeReport, or the path of one saved with `warmprof probe --json`). A figure given here is
+    used as it is; the other is estimated. Both are estimates from the probe's own ops on its own
+    device, not from your model: measure your model's where you can. ProbeCosts.compile_how and
+    .per_token_how say which of the sources below each came from, with the figures used.
+
+    per_token_ms, the steady time per row (token) at the largest length, from the first of:
+      1. the bucketing sweep's steady reference ([seq, d] @ [d, d] run steady at the sweep's largest
+         length; written where the backend has no compile counter): bucketing.bucketed.steady_ref_ms
+         / max(bucketing.buckets), or bucketing.distinct.steady_ref_ms / max(bucketing.lengths);
+      2. the op rows: of the matmul rows (the sweep's op; every op's when no matmul was probed) the
+         one with the most rows (shape[0]): steady_ms / shape[0].
+    compile_ms, the first-call excess per new shape, from the first of:
+      1. the bucketing sweep, where its compiles were counted (bucketing.counted: dynamo's graph
+         counter, not inferred from times): the distinct run compiled once per length and the
+         bucketed run once per bucket on the same requests, so (distinct.wall_ms - bucketed.wall_ms
+         + per_token_ms x the bucketed run's padded tokens) / (distinct.compiles - bucketed.compiles);
+         the padded tokens are each of bucketing.lengths padded to the smallest of .buckets >= it
+         (0 where the report lists none);
+      2. the distinct run's own calls (bucketing.distinct.first_calls_ms, one per length): every call
+         after the first (the first also pays the function's first-ever call) is the first at a new
+         length; the median of call - per_token_ms x length;
+      3. the op rows at a new shape of an already-warm op (role new_shape): median first_ms - steady_ms.
+    A source that is present but shows no excess (a median of 0 or less) passes to the next; when
+    none shows one, compile_ms is 0 (new shapes cost nothing measurable: bucketing gains nothing)
+    and compile_how says so. A report with none of these figures is refused with an InputError.
+    """
+    from .report.probe import ProbeReport
+
+    if isinstance(report, (str, os.PathLike)):
+        report = ProbeReport.load(report)  # a corrupt file or another kind: ReportError, naming the file
+    if not isinstance(report, ProbeReport):
+        kind = getattr(report, "KIND", None) or type(report).__name__
+        raise InputError(f"costs come from a probe report (warmprof probe --json P.json), not a {kind!r}")
+    if per_token_ms is not None:
+        per_token_ms, per_token_how = _cost(per_token_ms, "per_token_ms"), "given"
+    else:
+        per_token_ms, per_token_how = _probe_per_token(report)
+    if compile_ms is not None:
+        compile_ms, compile_how = _cost(compile_ms, "compile_ms"), "given"
+    else:
+        compile_ms, compile_how = _probe_compile(report, per_token_ms)
+    return ProbeCosts(compile_ms=compile_ms, per_token_ms=per_token_ms, compile_how=compile_how,
+                      per_token_how=per_token_how)
+
+
+def _number(x: Any) -> float | None:
+    """A finite number from a report field, else None (fields outside the schema are unchecked)."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
+        return None
+    return float(x)
+
+
+def _int_list(x: Any) -> list[int]:
+    if not isinstance(x, list) or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in x):
+        return []
+    return list(x)
+
+
+def _median(values: list[float]) -> float:
+    v = sorted(values)
+    mid = len(v) // 2
+    return v[mid] if len(v) % 2 else (v[mid - 1] + v[mid]) / 2
+
+
+def _probe_per_token(report: Any) -> tuple[float, str]:
+    b = report.bucketing
+    for run, key in (("bucketed", "buckets"), ("distinct", "lengths")):
+        entry, top = b.get(run), max(_int_list(b.get(key)) or [0])
+        ref = _number(entry.get("steady_ref_ms")) if isinstance(entry, dict) else None
+        if ref is not None and ref > 0 and top > 0:
+            return ref / top, (f"bucketing.{run}.steady_ref_ms {ref:.4g} ms (a steady call at the sweep's largest "
+                               f"length) / {top} rows")
+    ops = {"matmul": report.ops["matmul"]} if report.ops.get("matmul") else report.ops
+    rows = [(op, r) for op, rs in ops.items() for r in rs if r.shape and r.steady_ms > 0]
+    if not rows:
+        raise InputError("the probe report has no steady time to estimate a per-token cost from (no steady "
+                         "reference in its bucketing sweep, no op row with a steady time above 0): give per_token_ms "
+                         "(--per-token-ms)")
+    op, r = max(rows, key=lambda o_r: (o_r[1].shape[0], o_r[1].steady_ms))
+    return r.steady_ms / r.shape[0], (f"ops.{op} {r.label}: steady_ms {r.steady_ms:.4g} ms / {r.shape[0]} rows "
+                                      "(the probed row with the most rows)")
+
+
+def _probe_compile(report: Any, per_token_ms: float) -> tuple[float, str]:
+    tried: list[str] = []  # what each source showed, for the text when none gives a figure
+    for source in (_from_counted_sweep, _from_distinct_calls, _from_new_shape_rows):
+        found = source(report, per_token_ms)
+        if found is None:
+            continue
+        value, how = found
+        if value > 0:
+            return value, how
+        tried.append(how)
+    if not tried:
+        raise InputError("the probe report has no first-call figures to estimate a compile cost per new shape from "
+                         "(no counted compiles in its bucketing sweep, no per-call times, no op rows at a new shape): "
+                         "give compile_ms (--compile-ms)")
+    return 0.0, "no first-call excess per new shape measured: " + "; ".join(tried)
+
+
+def _from_counted_sweep(report: Any, per_token_ms: float) -> tuple[float, str] | None:
+    b = report.bucketing
+    distinct, bucketed = b.get("distinct") or {}, b.get("bucketed") or {}
+    cd, cb = distinct.get("compiles"), bucketed.get("compiles")
+    wd, wb = _number(distinct.get("wall_ms")), _number(bucketed.get("wall_ms"))
+    if b.get("counted") is not True or cd is None or cb is None or wd is None or wb is None or cd <= cb:
+        return None
+    lens, tops = _int_list(b.get("lengths")), sorted(_int_list(b.get("buckets")))
+    if lens and tops and max(lens) <= tops[-1]:
+        padded = sum(next(t for t in tops if t >= n) - n for n in lens)
+        pad_how = f"{per_token_ms * padded:.3g} ms for its {padded} padded tokens"
+    else:
+        padded, pad_how = 0, "no padding correction: the report lists no lengths and buckets"
+    excess = wd - wb + per_token_ms * padded
+    return excess / (cd - cb), (f"bucketing sweep, compiles counted: (distinct {wd:.4g} ms - bucketed {wb:.4g} ms "
+                                f"wall + {pad_how}) / ({cd} - {cb}) compiles")
+
+
+def _from_distinct_calls(report: Any, per_token_ms: float) -> tuple[float, str] | None:
+    b = report.bucketing
+    lens, calls = _int_list(b.get("lengths")), (b.get("distinct") or {}).get("first_calls_ms")
+    if not isinstance(calls, list) or len(calls) != len(lens) or len(lens) < 2:
+        return None
+    times = [_number(c) for c in calls]
+    if any(t is None for t in times):
+        return None
+    excess = _median([t - per_token_ms * n for t, n in zip(times[1:], lens[1:])])
+    return excess, (f"bucketing.distinct.first_calls_ms: median of call - per_token_ms x length over the "
+                    f"{len(lens) - 1} calls at a new length after the first: {excess:.4g} ms")
+
+
+def _from_new_shape_rows(report: Any, per_token_ms: float) -> tuple[float, str] | None:
+    rows = report.rows("new_shape")
+    if not rows:
+        return None
+    excess = _median([r.first_ms - r.steady_ms for _, r in rows])
+    return excess, (f"median first_ms - steady_ms of {len(rows)} op rows at a new shape of a warm op: "
+                    f"{excess:.4g} ms")
+
+
+# -- the dynamic programme -------------------------------------------------------------------------
+def _optimal_ends(values: list[int], P: list[int], Q: list[int], compile_ms: float, per_token_ms: float,
+                  max_buckets: int | None) -> list[int]:
+    """The optimal buckets as the exclusive end index of each (ascending; the last is n).
+
+    Without a cap: best[k] = the cheapest plan for the k shortest distinct lengths, over the start
+    i of its last bucket (_chain). A prefix's plan is kept as (buckets, padded tokens) and its cost
+    computed from those two integers, so two plans with the same figures cost exactly the same and
+    the fewer buckets win a tie. With a cap the uncapped optimum exceeds: for each b up to the cap,
+    the fewest padded tokens with exactly b buckets (_layers), then the b whose total costs least."""
+    n = len(values)
+    nb, parent = _chain(values, P, Q, compile_ms, per_token_ms)
+    if max_buckets is None or nb <= max_buckets:
+        return _walk(n, [parent], layered=False)
+    pads, parents = _layers(values, P, Q, min(max_buckets, n))
+    b = min(range(1, len(pads) + 1), key=lambda b: (compile_ms * b + per_token_ms * pads[b - 1], b))
+    return _walk(n, parents[:b], layered=True)
+
+
+def _padding(values: list[int], P: list[int], Q: list[int], i: int, k: int) -> int:
+    """Padded tokens of one bucket holding distinct lengths i..k-1, padded to values[k - 1]."""
+    return values[k - 1] * (P[k] - P[i]) - (Q[k] - Q[i])
+
+
+def _chain(values: list[int], P: list[int], Q: list[int], compile_ms: float,
+           per_token_ms: float) -> tuple[int, list[int]]:
+    """The uncapped programme, O(n^2) at most: (the optimum's bucket count, parent pointers).
+    The scan down for the last bucket's start stops once that bucket alone (its compile and its
+    padding, which only grows as it reaches further down) costs more than the best plan found."""
+    n = len(values)
+    nb, pad, parent = [0] * (n + 1), [0] * (n + 1), [0] * (n + 1)
+    for k in range(1, n + 1):
+        top, pk, qk = values[k - 1], P[k], Q[k]
+        best_cost = best_nb = best_pad = best_i = None
+        for i in range(k - 1, -1, -1):
+            own = top * (pk - P[i]) - (qk - Q[i])
+            if best_cost is not None and compile_ms + per_token_ms * own > best_cost:
+                break
+            cand_nb, cand_pad = nb[i] + 1, pad[i] + own
+            cost = compile_ms * cand_nb + per_token_ms * cand_pad
+            if best_cost is None or cost < best_cost or (cost == best_cost and cand_nb < best_nb):
+                best_cost, best_nb, best_pad, best_i = cost, cand_nb, cand_pad, i
+        nb[k], pad[k], parent[k] = best_nb, best_pad, best_i
+    return nb[n], parent
+
+
+def _layers(values: list[int], P: list[int], Q: list[int], max_b: int) -> tuple[list[int], list[list[int]]]:
+    """For b = 1..max_b: the fewest padded tokens covering all n lengths with exactly b buckets
+    (pads[b - 1]), and each layer's parent pointers. With b fixed, the cost is compile x b plus
+    per_token x padding, so each layer minimises the integer padding: exact, no float ties. A
+    bucket's padding satisfies the quadrangle inequality (extending the buckets i..k and i'..k'
+    (i <= i' <= k <= k') to i..k' adds (v[k'-1] - v[k-1]) x requests(i..i'-1) >= 0 beyond what
+    swapping their ends saves), so the best start of the last bucket never falls as k grows, and
+    each layer is filled by divide and conquer in O(n log n)."""
+    n = len(values)
+    prev: list[int | None] = [0] + [None] * n  # layer 0: only the empty prefix, with no buckets
+    pads, parents = [], []
+    for b in range(1, max_b + 1):
+        cur: list[int | None] = [None] * (n + 1)
+        par = [0] * (n + 1)
+        todo = [(b, n, b - 1, n - 1)]  # fill k in lo..hi, the last bucket starting in olo..ohi
+        while todo:
+            lo, hi, olo, ohi = todo.pop()
+            if lo > hi:
+                continue
+            mid = (lo + hi) // 2
+            best = best_i = None
+            for i in range(olo, min(mid - 1, ohi) + 1):
+                before = prev[i]
+                if before is None:
+                    continue
+                v = before + _padding(values, P, Q, i, mid)
+                if best is None or v < best:
+                    best, best_i = v, i
+            cur[mid], par[mid] = best, best_i
+            todo.append((lo, mid - 1, olo, best_i))
+            todo.append((mid + 1, hi, best_i, ohi))
+        pads.append(cur[n])
+        parents.append(par)
+        prev = cur
+    return pads, parents
+
+
+def _walk(n: int, parents: list[list[int]], layered: bool) -> list[int]:
+    """The bucket ends, from the parent pointers: one table (uncapped), or one per layer, the last
+    layer's holding the last bucket."""
+    ends, k, layer = [], n, len(parents) - 1
+    while k > 0:
+        ends.append(k)
+        k = parents[layer][k]
+        if layered:
+            layer -= 1
+    return ends[::-1]
+
+
+def _plan_cost(buckets: int, padded: int, compile_ms: float, per_token_ms: float) -> PlanCost:
+    # cost_ms computed as the programme computes it, so the plan's figure is the one it minimised
+    return PlanCost(buckets=buckets, padded_tokens=padded, compile_ms=compile_ms * buckets,
+                    padding_ms=per_token_ms * padded, cost_ms=compile_ms * buckets + per_token_ms * padded)
+
+
+# -- input checks ------------------------------------------------------------------------------------
+def _histogram(lengths: Any) -> list[tuple[int, int]]:
+    """(length, count) pairs, ascending, counts above 0; every bad input refused with one line."""
+    if isinstance(lengths, (str, bytes, bytearray)):
+        raise InputError(f"lengths must be a list of integers or a {{length: count}} mapping, got a string {lengths[:40]!r}")
+    counts: dict[int, int] = {}
+    if isinstance(lengths, Mapping):
+        for key, count in lengths.items():
+            n = _length(key, "length")
+            c = _count(count, n)
+            counts[n] = counts.get(n, 0) + c
+    else:
+        try:
+            items = iter(lengths)
+        except TypeError:
+            raise InputError(f"lengths must be a list of integers or a {{length: count}} mapping, got "
+                             f"{type(lengths).__name__}") from None
+        for i, x in enumerate(items):
+            n = _length(x, f"lengths[{i}]")
+            counts[n] = counts.get(n, 0) + 1
+    hist = sorted((n, c) for n, c in counts.items() if c > 0)
+    if not hist:
+        raise InputError("no lengths to plan for: give the observed request lengths (a list, or {length: count} "
+                         "with a count above 0)")
+    return hist
+
+
+def _length(x: Any, what: str) -> int:
+    if isinstance(x, bool):
+        raise InputError(f"{what} is {x!r}, not a length: lengths are positive integers")
+    try:
+        n = operator.index(x)
+    except TypeError:
+        if isinstance(x, numbers.Real) and math.isnan(x):
+            raise InputError(f"{what} is NaN: lengths are positive integers") from None
+        raise InputError(f"{what} = {x!r} is not an integer: lengths are positive integers (token counts)") from None
+    if n <= 0:
+        raise InputError(f"{what} = {n}: lengths are positive integers")
+    return n
+
+
+def _count(x: Any, length: int) -> int:
+    if isinstance(x, bool):
+        raise InputError(f"the count for length {length} is {x!r}, not a count")
+    try:
+        c = operator.index(x)
+    except TypeError:
+        raise InputError(f"the count for length {length} is {x!r}: counts are whole numbers of requests") from None
+    if c < 0:
+        raise InputError(f"the count for length {length} is {c}: counts cannot be negative")
+    return c
+
+
+def _cost(x: Any, name: str) -> float:
+    if isinstance(x, bool) or not isinstance(x, numbers.Real):
+        raise InputError(f"{name} must be a number of milliseconds, got {x!r}")
+    v = float(x)
+    if math.isnan(v):
+        raise InputError(f"{name} is NaN: give a number of milliseconds, 0 or more")
+    if math.isinf(v):
+        raise InputError(f"{name} is infinite: give a finite number of milliseconds")
+    if v < 0:
+        raise InputError(f"{name} = {v:g} is negative: a cost is 0 ms or more")
+    return v
+
+
+def _positive_int(x: Any, name: str) -> int:
+    if isinstance(x, bool):
+        raise InputError(f"{name} must be an integer of 1 or more, got {x!r}")
+    try:
+        n = operator.index(x)
+    except TypeError:
+        raise InputError(f"{name} must be an integer of 1 or more, got {x!r}") from None
+    if n < 1:
+        raise InputError(f"{name} = {n}: a plan needs at least 1 bucket")
+    return n
+
+
+# -- text ------------------------------------------------------------------------------------------
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}" + ("" if count == 1 else "s")
+
+
+def _ratio(baseline: float, plan: float) -> float | None:
+    if plan > 0:
+        return baseline / plan
+    return 1.0 if baseline == 0 else None
+
+
+def _per_token(v: float) -> str:
+    return f"{v:.3g} ms"
+
+
+def _ms_cell(v: float) -> str:
+    from .render.format import cause_ms
+
+    return cause_ms(v)
+
+
+def _cost_row(name: str, c: PlanCost, ratio: float | None) -> list[str]:
+    if name == "plan":
+        vs = ""
+    elif ratio is None:
+        vs = "plan costs 0"
+    else:
+        vs = f"{ratio:.2f}x"
+    return [name, f"{c.buckets}", _ms_cell(c.compile_ms), _ms_cell(c.padding_ms), _ms_cell(c.cost_ms), vs]
