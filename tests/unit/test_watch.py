@@ -376,3 +376,16 @@ def test_show_png_and_compare_read_watch_reports(tmp_path):
     fig = png.figure(load(paths[0]), draw=True)
     labels = [t.get_text() for ax in fig.axes for t in ax.get_yticklabels()]
     assert "2 float32" in labels and "unattributed" in labels
+
+
+def test_the_cuda_allocators_growth_is_said_in_the_allocator_cause():
+    from warmprof.live.events import FaultPrice, build
+
+    info = (1, None, (), None, False, True, 10**9, 5 * 10**6, 0, None, 5 * 10**6, 500, 0, 0, 0, 0, 9, 10**6)
+    price = FaultPrice()
+    price._ns = 1000.0
+    e = build(info, index=0, key="k", start_ns=0, idle_ns=10**9, dynamo=None, prices=price,
+              reserved=((2 << 20, 1), (66 << 20, 3)))
+    (alloc,) = [c for c in e["causes"] if c["cause"] == "allocator_growth"]
+    assert alloc["ms"] == pytest.approx(0.5) and "grew 64.0 MiB in 2 new segments" in alloc["detail"]
+    assert e["excess_ms"] == pytest.approx(4.0) and e["unattributed_ms"] == pytest.approx(3.5)

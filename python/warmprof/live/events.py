@@ -10,7 +10,8 @@ finished during it with their summed time. The rules, each figure labelled as it
   recompile reasons (the guards that failed) and how many graphs came from the compile caches
   (hits) or were compiled (misses).
 - allocator_growth (estimated): the thread's page faults over the call x the first-touch cost of a
-  small page measured on this machine (once, when first needed), when there are more than a few.
+  small page measured on this machine (once, when first needed), when there are more than a few; on
+  CUDA, the caching allocator's bytes and segments (cudaMalloc calls) grown since the previous event.
 - cpu_contention (estimated): the call's wall time less its thread's CPU time, when the thread was
   preempted (involuntary switches): it was ready and had no CPU. A thread blocked on a worker or on
   the device is off its CPU too, so without a preemption nothing is booked.
@@ -70,7 +71,7 @@ class FaultPrice:
 
 
 def build(info: tuple, *, index: int, key: str, start_ns: int, idle_ns: int, dynamo: Any, prices: FaultPrice,
-          reserved: tuple[int | None, int | None]) -> dict[str, Any]:
+          reserved: tuple[Any, Any]) -> dict[str, Any]:
     """The event for one kept call (info: the native hot path's tuple, see csrc/watch_type.cpp)."""
     (_key, _key_obj, _args, _kwargs, first, outlier, start, dur, gap, clock, cpu_ns, minflt, majflt, nivcsw,
      compiles, compile_ns, calls_before, median_ns) = info
@@ -98,8 +99,9 @@ def build(info: tuple, *, index: int, key: str, start_ns: int, idle_ns: int, dyn
         per = prices.ns()
         grown = ""
         before, after = reserved
-        if before is not None and after is not None and after > before:
-            grown = f"; the CUDA caching allocator grew {(after - before) / 2**20:.1f} MiB since the previous event"
+        if before is not None and after is not None and (after[0] > before[0] or after[1] > before[1]):
+            grown = (f"; the CUDA caching allocator grew {(after[0] - before[0]) / 2**20:.1f} MiB in "
+                     f"{after[1] - before[1]} new segments (cudaMalloc calls) since the previous event")
         booked = min(faults * per / 1e6, room)
         room -= booked
         causes.append({"cause": "allocator_growth", "ms": booked, "evidence": "estimated",

@@ -108,14 +108,16 @@ class DynamoState:
         return delta
 
 
-def cuda_reserved() -> int | None:
-    """Bytes the CUDA caching allocator holds now (None without CUDA in use)."""
+def cuda_reserved() -> tuple[int, int] | None:
+    """(bytes, segments) the CUDA caching allocator holds now: each segment is one cudaMalloc (None
+    without CUDA in use). Read when an event is built, never per call (memory_stats takes tens of us)."""
     try:
         import torch
 
         if not torch.cuda.is_available() or not torch.cuda.is_initialized():
             return None
-        return int(torch.cuda.memory_reserved())
+        stats = torch.cuda.memory_stats()
+        return int(stats.get("reserved_bytes.all.current", 0)), int(stats.get("segment.all.current", 0))
     except Exception:
         return None
 
