@@ -90,17 +90,68 @@ def test_cuda_reserved_growth_and_graph_recording():
 
 
 def test_calls_add_up_in_one_row():
-    row = warm.WarmRow(shape=(1, 8), ms=0.0, calls=2)
-    warm._book(row, 1_000_000_000, [compile_entry(ms=900.0)], COLD, 0, 0, 0, None)
-    warm._book(row, 1_000_000, [], CacheOutcome(), 0, 0, 0, None)
-    assert row.ms == pytest.approx(1001.0) and row.causes == {"jit_compile": 900.0} and row.compiles == 1
+    row = warm.WarmRow(shape=(1, 8), ms=0.0)
+    warm._merge(row, book([compile_entry(ms=900.0)], COLD, faults=35000, anon=40 * MiB, ns=1_000_000_000))
+    warm._merge(row, book(faults=600, anon=3 * MiB, ns=1_000_000))
+    assert row.calls == 2 and row.ms == pytest.approx(1001.0) and row.compiles == 1
+    assert row.causes["jit_compile"] == 900.0 and row.causes["allocator_growth"] == pytest.approx(5.6)
+    assert row.evidence["allocator_growth"].startswith("+2.0 MiB") and "; call 2: +3.0 MiB" in row.evidence["allocator_growth"]
+    assert row.per_call == [{"ms": pytest.approx(1000.0), "fired": ["jit_compile", "allocator_growth"]},
+                            {"ms": pytest.approx(1.0), "fired": ["allocator_growth"]}]
+    assert row.cache["compiled"] == 1
+
+
+QUIET = {}
+COMPILE = {"compiles": [compile_entry()], "outcome": COLD}
+GROWS = {"faults": 600, "anon": 3 * MiB}
+
+
+def checked(kind, script, passes=None, ignored=()):
+    """_Checker over made-up calls: `script` is each call's book() arguments, in order."""
+    calls = iter(script)
+    made = []
+
+    def call():
+        made.append(1)
+        return book(**next(calls))
+
+    checker = warm._Checker(kind, passes, set(ignored))
+    row = warm.WarmRow(shape=(1, 8), ms=0.0)
+    checker.run(call, row)
+    return row, len(made), checker.notes
+
+
+@pytest.mark.parametrize("script, passes, calls", [
+    ([COMPILE, QUIET, QUIET], None, 2),  # until a call pays nothing
+    ([QUIET], None, 1),
+    ([COMPILE, GROWS, GROWS, QUIET], None, 3),  # at most WARMUP_MAX_CALLS
+    ([COMPILE, QUIET, QUIET], 3, 3),  # passes= fixes the count
+    ([COMPILE, QUIET], 1, 1),
+])
+def test_warmup_calls_until_a_call_pays_nothing(script, passes, calls):
+    row, made, _ = checked("warmup", script, passes)
+    assert made == row.calls == calls and row.not_warm == []
+
+
+def test_a_compile_fails_the_check_at_once():
+    row, made, notes = checked("assert_warm", [COMPILE])
+    assert made == 1 and row.not_warm == ["jit_compile"] and notes == []
+
+
+def test_memory_fails_the_check_only_when_the_next_call_pays_it_too():
+    row, made, notes = checked("assert_warm", [GROWS, GROWS])
+    assert made == 2 and row.not_warm == ["allocator_growth"]
+    row, made, notes = checked("assert_warm", [GROWS, QUIET])  # one call's churn, or a last growth
+    assert made == 2 and row.not_warm == [] and "allocator_growth on the check call" in notes[0]
+    row, made, notes = checked("assert_warm", [GROWS], ignored=("allocator_growth",))
+    assert made == 1 and row.not_warm == [] and row.fired == ["allocator_growth"]
 
 
 def test_result_table_and_lookup():
     r = warm.WarmupResult("warmup", "DemoLM", "cpu", [book([compile_entry()], COLD, ns=2_050_000_000), book()])
     r.rows[1].shape = (1, 16)
     text = str(r)
-    assert text.splitlines()[0] == "warmup of DemoLM on cpu: 2 shapes, 2.06 s in all"
+    assert text.splitlines()[0].startswith("warmup of DemoLM on cpu: 2 shapes, 2.06 s in all")
     assert "(1, 8)" in text and "jit_compile 2000.0 ms" in text and "nothing one-time" in text
     assert r.row((1, 16)) is r.rows[1] and r.row("1,8") is r.rows[0]
     assert r.paid() == {"jit_compile": 2000.0} and not r.warm
