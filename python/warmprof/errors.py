@@ -35,3 +35,15 @@ class BackendError(WarmprofError):
     """A native backend (CUPTI, CUDA events) that cannot be used here."""
 
     exit_code = 6
+
+
+class NotWarmError(WarmprofError):
+    """assert_warm: a call at a warmed shape still paid a one-time cost (a compile, allocator growth...).
+
+    `result` holds the check's rows (warm.WarmupResult); the message names each shape and cause."""
+
+    exit_code = 7
+
+    def __init__(self, message: str, result: object = None) -> None:
+        super().__init__(message)
+        self.result = result

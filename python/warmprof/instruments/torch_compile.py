@@ -6,14 +6,22 @@ The phase durations come from torch's timers (`compilation_time_metrics`); their
 compile span is torch's pipeline order, laid end to end from the compile's start (the durations
 are measured, the placement is not observed). Runtime triggers are mapped by kind: CUDA-graph
 recording -> graph_capture, Triton autotuning -> algorithm_selection.
+
+Per compile it also keeps what was compiled from scratch and what was loaded from inductor's / AOT
+autograd's cache (dynamo's counters, cache_outcome) and dynamo's recompile reason (its compilation
+metrics, recompile_reasons). CompileEvents is the callback bookkeeping without the recorder, shared
+with warmup/assert_warm (warm.py); compile_counters/counters_since/cache_outcome are what a caller
+reads around any stretch of work (watch).
 """
 
 from __future__ import annotations
 
+import sys
 import threading
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Mapping
 
-
+from .. import _native
 from ..timeline import (
     ALGORITHM_SELECTION,
     GRAPH_CAPTURE,
@@ -82,16 +90,153 @@ def phases(totals: dict[str, float], span_s: float) -> list[tuple[int, str, floa
     return [p for p in out if p[2] > 0]
 
 
-class TorchCompile(Instrument):
-    name = "torch_compile"
+# -- What compiled from scratch and what came from a cache: dynamo's own counters ---------------
+
+# Counter groups of torch._dynamo.utils.counters that say what a compile reused (torch 2.9-2.13):
+# inductor's FX graph cache (fxgraph_cache_hit/_miss/_bypass), AOT autograd's cache
+# (autograd_cache_hit/_miss/_bypass/_guard_miss/_saved) and dynamo's precompile cache
+# (dynamo_cache_hit/_miss/_error). Every key with "cache" in it is read, so a renamed or new one still
+# shows in the raw delta; cache_outcome() counts only the names it knows.
+STATS_GRAPHS = "stats.unique_graphs"
+
+
+def compile_counters() -> dict[str, int]:
+    """dynamo's counters that say what compiled and what was loaded from a cache, now, as
+    {"group.key": value} (every key with "cache" in it, and stats.unique_graphs). {} without dynamo.
+
+    Cheap (a few dict reads): watch and warmup read it before and after a call; counters_since()
+    gives the delta and cache_outcome() what it means. Before torch._dynamo is imported: {} (its
+    counters start at zero when it is, so a delta from {} is still right), and dynamo is not imported."""
+    if "torch._dynamo" not in sys.modules:  # nothing compiled yet, and importing dynamo costs most of a second
+        return {}
+    try:
+        from torch._dynamo.utils import counters
+    except Exception:
+        return {}
+    out = {f"{group}.{k}": int(v) for group, c in list(counters.items()) for k, v in list(c.items()) if "cache" in k}
+    out[STATS_GRAPHS] = int(counters.get("stats", {}).get("unique_graphs", 0))
+    return out
+
+
+def counters_since(before: Mapping[str, int], after: Mapping[str, int] | None = None) -> dict[str, int]:
+    """The counters that moved between `before` and `after` (now when None), as deltas."""
+    after = compile_counters() if after is None else after
+    return {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
+
+
+@dataclass(frozen=True)
+class CacheOutcome:
+    """What a stretch of compiling reused, from a delta of compile_counters().
+
+    `compiled` and `loaded` count graphs handed to inductor: compiled from scratch (an FX graph cache
+    miss or bypass) or loaded from the cache (a hit, whether inductor's FX graph cache or AOT
+    autograd's cache found it). Inductor's counters are read when any moved; else AOT autograd's.
+    `graphs` is dynamo's count of graphs it produced (stats.unique_graphs); `frames_loaded` the
+    frames dynamo loaded whole from its precompile cache. `counter` names the counters read ("" when
+    none moved: a backend without these caches, or nothing compiled)."""
+
+    graphs: int = 0
+    compiled: int = 0
+    loaded: int = 0
+    frames_loaded: int = 0
+    counter: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"graphs": self.graphs, "compiled": self.compiled, "loaded": self.loaded,
+                "frames_loaded": self.frames_loaded, "counter": self.counter}
+
+    def text(self) -> str:
+        """One phrase: "1 graph compiled from scratch, 2 loaded from cache (inductor FX graph cache)"."""
+        if not self.counter:
+            if not self.graphs:
+                return ""
+            return f"{_n(self.graphs, 'graph')} compiled (no compile-cache counter moved: a backend without inductor's caches)"
+        parts = [f"{_n(self.compiled, 'graph')} compiled from scratch", f"{self.loaded} loaded from cache"]
+        if self.frames_loaded:
+            parts.append(f"{_n(self.frames_loaded, 'frame')} loaded whole from dynamo's cache")
+        return f"{', '.join(parts)} ({self.counter})"
+
+    def __add__(self, other: "CacheOutcome") -> "CacheOutcome":
+        counter = " + ".join(dict.fromkeys(c for c in (self.counter, other.counter) if c))
+        return CacheOutcome(self.graphs + other.graphs, self.compiled + other.compiled, self.loaded + other.loaded,
+                            self.frames_loaded + other.frames_loaded, counter)
+
+
+def _n(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def _count(delta: Mapping[str, int], group: str, ends: tuple[str, ...], contains: str) -> int:
+    return sum(v for k, v in delta.items()
+               if k.startswith(group + ".") and contains in k and k.endswith(ends) and not k.endswith("guard_miss"))
+
+
+def cache_outcome(delta: Mapping[str, int]) -> CacheOutcome:
+    """What the counter delta says was compiled from scratch and what was loaded (pure: testable with
+    made-up dicts). A guard miss of AOT autograd's cache is followed by its plain miss: not counted twice."""
+    graphs = max(0, int(delta.get(STATS_GRAPHS, 0)))
+    frames = max(0, _count(delta, "dynamo_cache", ("_hit",), "dynamo_cache"))
+    for group, contains, name in (("inductor", "fxgraph_cache", "inductor FX graph cache"),
+                                  ("aot_autograd", "autograd_cache", "AOT autograd cache")):
+        hit = _count(delta, group, ("_hit",), contains)
+        compiled = _count(delta, group, ("_miss", "_bypass"), contains)
+        if hit or compiled:
+            return CacheOutcome(graphs, max(0, compiled), max(0, hit), frames, name)
+    return CacheOutcome(graphs, 0, 0, frames, "dynamo cache" if frames else "")
+
+
+def compilation_metrics_mark() -> list[Any]:
+    """dynamo's compilation metrics records so far (held, so recompile_reasons() can tell the new ones)."""
+    if "torch._dynamo" not in sys.modules:
+        return []
+    try:
+        from torch._dynamo.utils import get_compilation_metrics
+    except Exception:
+        return []
+    try:
+        return list(get_compilation_metrics())
+    except Exception:
+        return []
+
+
+def recompile_reasons(mark: list[Any]) -> dict[str, str]:
+    """compile id -> dynamo's recompile reason (the guard that failed, e.g. "0/0: tensor 'ids' size
+    mismatch at index 1. expected 8, actual 16") for the compiles dynamo recorded since `mark`
+    (compilation_metrics_mark()). A first compile of a frame has no reason and is left out.
+
+    Read from torch._dynamo.utils.get_compilation_metrics() (dynamo's CompilationMetrics records,
+    kept for the last 64 compiles), which dynamo fills whatever its logging settings: no
+    TORCH_LOGS="recompiles" needed. {} where torch has no such records."""
+    seen = {id(m) for m in mark}
+    out: dict[str, str] = {}
+    for m in compilation_metrics_mark():
+        if id(m) in seen:
+            continue
+        reason = getattr(m, "recompile_reason", None)
+        if reason:
+            out[str(getattr(m, "compile_id", ""))] = str(reason)
+    return out
+
+
+class CompileEvents:
+    """dynamo's compile start/end callbacks, registered between open() and close() (both may be
+    called in a `with`): one entry per compile in `compiles`, with its trigger, compile id, span
+    (now_ns at start and end), the page faults and resident bytes it took, and what it compiled from
+    scratch or loaded from cache (cache_outcome of the counters across it). close() removes the
+    callbacks (always, even after an error) and adds dynamo's recompile reason to each compile that
+    has one; collect_reasons() does that earlier. Thread-safe: compiles on other threads are kept too.
+
+    Shared by the trace's TorchCompile instrument (which records spans from the hooks), warmup and
+    assert_warm. `reason` is set (and nothing is registered) when torch._dynamo is not available."""
 
     def __init__(self) -> None:
-        super().__init__()
+        self.reason = ""
         self.compiles: list[dict[str, Any]] = []
-        self._open: dict[int, tuple[int, str, int, dict[str, int]]] = {}
+        self._open: dict[int, tuple[int, str, int, Any, dict[str, int], tuple[int, int, int]]] = {}
         self._lock = threading.Lock()
-        self._counters_before: dict[str, int] = {}
-        self.cache: dict[str, int] = {}
+        self._registered = False
+        self._mark: list[Any] = []
+        self.counters_at_open: dict[str, int] = {}
         try:
             import torch._dynamo  # noqa: F401
             from torch._dynamo import callback_handler, utils  # noqa: F401
@@ -101,38 +246,125 @@ class TorchCompile(Instrument):
         self._handler = callback_handler
         self._utils = utils
 
-    def _snapshot(self) -> dict[str, int]:
-        return {k: len(v) for k, v in self._utils.compilation_time_metrics.items()}
+    # Hooks for subclasses: called on the compiling thread, around the base's own reads.
+    def _compile_starting(self, cause: int, name: str) -> Any:
+        """At a compile's start, before its start time is read; what it returns comes back to _compile_ended."""
+        return None
 
-    def _inductor_counters(self) -> dict[str, int]:
-        c = self._utils.counters
-        out = {f"inductor.{k}": int(v) for k, v in c.get("inductor", {}).items() if "cache" in k}
-        out["stats.unique_graphs"] = int(c.get("stats", {}).get("unique_graphs", 0))
-        return out
+    def _compile_ending(self, cause: int, name: str) -> None:
+        """At a compile's end, before its end time is read."""
+
+    def _compile_ended(self, entry: dict[str, Any], cause: int, t0: int, t1: int, state: Any) -> None:
+        """After the end time is read, before `entry` is kept."""
 
     # Callbacks take a CallbackArgs in recent torch and nothing in older releases: accept both.
     def _on_start(self, *args: Any) -> None:
         cause, name = _trigger_cause(args)
-        sample_host()
-        nid = name_id(name)
-        snap = self._snapshot()
-        begin(cause, nid)
-        # Phases are laid from here: at or after the parent's begin, so they nest inside it.
+        state = self._compile_starting(cause, name)
+        counters = compile_counters()
+        host = _host()
         with self._lock:
-            self._open[threading.get_ident()] = (cause, name, now_ns(), snap)
+            self._open[threading.get_ident()] = (cause, name, now_ns(), state, counters, host)
 
     def _on_end(self, *args: Any) -> None:
         with self._lock:
             opened = self._open.pop(threading.get_ident(), None)
         if opened is None:
             return
-        cause, name, t0, snap = opened
-        end(cause, name_id(name))
+        cause, name, t0, state, counters, host = opened
+        self._compile_ending(cause, name)
         t1 = now_ns()
+        faults, rss, files = _host()
+        entry: dict[str, Any] = {"compile_id": str(getattr(args[0], "compile_id", "")) if args else "",
+                                 "trigger": name, "span_ms": (t1 - t0) / 1e6,
+                                 "faults": faults - host[0], "rss_bytes": rss - host[1], "file_bytes": files - host[2]}
+        if cause == JIT_COMPILE:
+            entry["cache"] = cache_outcome(counters_since(counters)).to_dict()
+        self._compile_ended(entry, cause, t0, t1, state)
+        with self._lock:
+            self.compiles.append(entry)
+
+    def open(self) -> "CompileEvents":
+        if self.reason or self._registered:
+            return self
+        self.counters_at_open = compile_counters()
+        self._mark = compilation_metrics_mark()
+        self._handler.register_start_callback(self._on_start)
+        self._registered = True
+        try:
+            self._handler.register_end_callback(self._on_end)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def close(self) -> None:
+        if not self._registered:
+            return
+        self._registered = False
+        for remove, cb in ((self._handler.remove_start_callback, self._on_start),
+                           (self._handler.remove_end_callback, self._on_end)):
+            try:
+                remove(cb)
+            except ValueError:
+                pass
+        self.collect_reasons()
+
+    def __enter__(self) -> "CompileEvents":
+        return self.open()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def collect_reasons(self) -> None:
+        """Add dynamo's recompile reason to the compiles that have one (recorded when dynamo
+        finishes a compile's bookkeeping, after its end callback: read it once the call returned)."""
+        if self.reason:
+            return
+        reasons = recompile_reasons(self._mark)
+        if not reasons:
+            return
+        with self._lock:
+            for entry in self.compiles:
+                if "recompile_reason" not in entry and entry["compile_id"] in reasons:
+                    entry["recompile_reason"] = reasons[entry["compile_id"]]
+
+    def outcome(self) -> CacheOutcome:
+        """What the compiles since open() compiled from scratch and loaded from cache."""
+        return cache_outcome(counters_since(self.counters_at_open))
+
+
+def _host() -> tuple[int, int, int]:
+    """(minor faults, resident bytes, file-backed resident bytes) of the process now."""
+    return _native.faults()[0], _native.rss_bytes(), _native.file_bytes()
+
+
+class TorchCompile(CompileEvents, Instrument):
+    name = "torch_compile"
+
+    def __init__(self) -> None:
+        Instrument.__init__(self)
+        CompileEvents.__init__(self)
+        self.cache: dict[str, int] = {}
+        self.cache_outcome = CacheOutcome()
+
+    def _snapshot(self) -> dict[str, int]:
+        return {k: len(v) for k, v in self._utils.compilation_time_metrics.items()}
+
+    def _compile_starting(self, cause: int, name: str) -> Any:
         sample_host()
-        compile_id = str(getattr(args[0], "compile_id", "")) if args else ""
-        entry: dict[str, Any] = {"pass": self.current_pass, "compile_id": compile_id, "trigger": name,
-                                 "span_ms": (t1 - t0) / 1e6}
+        nid = name_id(name)
+        snap = self._snapshot()
+        begin(cause, nid)
+        # Phases are laid from the start time read after this: at or after the parent's begin, so they nest inside it.
+        return snap
+
+    def _compile_ending(self, cause: int, name: str) -> None:
+        end(cause, name_id(name))
+
+    def _compile_ended(self, entry: dict[str, Any], cause: int, t0: int, t1: int, snap: Any) -> None:
+        sample_host()
+        entry["pass"] = self.current_pass
         if cause == JIT_COMPILE:
             totals = _metric_totals(self._utils.compilation_time_metrics, snap)
             cursor = t0
@@ -142,32 +374,31 @@ class TorchCompile(Instrument):
                 record_span_ns(pcause, pname, cursor, min(cursor + dur, t1))
                 cursor = min(cursor + dur, t1)
                 entry["phases_ms"][pname] = secs * 1e3
-        self.compiles.append(entry)
 
     def __enter__(self) -> "TorchCompile":
         if self.reason:
             return self
-        self._counters_before = self._inductor_counters()
         self._whole_before = {k: len(self._utils.compilation_time_metrics.get(k, [])) for k in WHOLE}
-        self._handler.register_start_callback(self._on_start)
-        self._handler.register_end_callback(self._on_end)
+        self.open()
         return self
 
     def __exit__(self, *exc: Any) -> None:
         if self.reason:
             return
-        for remove, cb in ((self._handler.remove_start_callback, self._on_start),
-                           (self._handler.remove_end_callback, self._on_end)):
-            try:
-                remove(cb)
-            except ValueError:
-                pass
-        after = self._inductor_counters()
-        self.cache = {k: v - self._counters_before.get(k, 0) for k, v in after.items()
-                      if v - self._counters_before.get(k, 0)}
+        self.close()
+        self.cache = counters_since(self.counters_at_open)
+        self.cache_outcome = cache_outcome(self.cache)
         metrics = self._utils.compilation_time_metrics
         self.torch_reported_ms = 1e3 * sum(
             sum(metrics.get(k, [])[self._whole_before.get(k, 0):]) for k in WHOLE)
+
+    def outcome_of_pass(self, pass_name: str) -> CacheOutcome:
+        """What the compiles of one pass compiled from scratch and loaded from cache."""
+        total = CacheOutcome()
+        for c in self.compiles:
+            if c.get("pass") == pass_name and "cache" in c:
+                total = total + CacheOutcome(**c["cache"])
+        return total
 
     def summary(self) -> dict[str, Any]:
         out = super().summary()
@@ -176,9 +407,17 @@ class TorchCompile(Instrument):
         out["compiles"] = self.compiles
         out["cache"] = self.cache
         out["torch_reported_compile_ms"] = getattr(self, "torch_reported_ms", 0.0)
-        hits = sum(v for k, v in self.cache.items() if k.endswith("_hit"))
-        misses = sum(v for k, v in self.cache.items() if k.endswith("_miss"))
+        inductor = {k: v for k, v in self.cache.items() if k.startswith("inductor.")}
+        hits = sum(v for k, v in inductor.items() if k.endswith("_hit"))
+        misses = sum(v for k, v in inductor.items() if k.endswith("_miss"))
         out["inductor_cache"] = "hit" if hits and not misses else "miss" if misses else "n/a"
+        # graphs compiled from scratch and loaded from cache, over the whole trace (per compile: compiles[i]["cache"])
+        out["graphs_compiled"] = self.cache_outcome.compiled
+        out["graphs_from_cache"] = self.cache_outcome.loaded
+        out["cache_outcome"] = self.cache_outcome.text()
+        # per pass, as the trace's jit_compile entry says it (traces/build.py)
+        by_pass = {c.get("pass", "") for c in self.compiles if "cache" in c}
+        out["cache_by_pass"] = {name: text for name in sorted(by_pass) if (text := self.outcome_of_pass(name).text())}
         return out
 
 
@@ -191,4 +430,5 @@ def registered_callbacks() -> int:
     return len(callback_handler.start_callbacks) + len(callback_handler.end_callbacks)
 
 
-__all__ = ["TorchCompile", "phases", "registered_callbacks"]
+__all__ = ["CacheOutcome", "CompileEvents", "TorchCompile", "cache_outcome", "compilation_metrics_mark",
+           "compile_counters", "counters_since", "phases", "recompile_reasons", "registered_callbacks"]

@@ -93,6 +93,17 @@ def _entries(att: PassAttribution, excess_ms: float) -> list[CauseEntry]:
     ]
 
 
+def with_compile_cache(entries: list[CauseEntry], text: str) -> list[CauseEntry]:
+    """The pass's entries with `text` (what its compiles built from scratch and loaded from cache, the
+    torch_compile instrument's cache_by_pass) added to the detail of its largest torch.compile
+    jit_compile entry: said once, where a reader of the compile looks."""
+    jit = [e for e in entries if e.cause == "jit_compile" and e.source.startswith("torch.compile")]
+    if text and jit:
+        top = max(jit, key=lambda e: e.ms)
+        top.detail = f"{top.detail}; {text}" if top.detail else text
+    return entries
+
+
 def overshoot_note(attributed_ms: float, excess_ms: float, noise_band_ms: float) -> str:
     """When the causes add up to more than the excess, say so, and what the shares are then of."""
     over = attributed_ms - excess_ms
@@ -272,9 +283,10 @@ def build_report(facts: TraceFacts) -> Report:
     first, rerun = f.first, f.rerun
     stats = steady_stats(f.steady_ms)
     summary = summarize(first.pass_ms, stats.median, stats.noise_band, first.attributed_ms)
-    causes = _entries(first, summary.excess_ms)
-    rerun_excess = rerun.pass_ms - stats.median
     inst: dict[str, Any] = {i.name: i.summary for i in f.instruments}
+    cache_by_pass = inst.get("torch_compile", {}).get("cache_by_pass", {})
+    causes = with_compile_cache(_entries(first, summary.excess_ms), cache_by_pass.get("first", ""))
+    rerun_excess = rerun.pass_ms - stats.median
     notes: list[str] = []
     for i in f.instruments:
         notes.extend(f"{i.name}: {n}" for n in i.notes)
@@ -322,7 +334,8 @@ def build_report(facts: TraceFacts) -> Report:
         steady_median_ms=stats.median, steady_p10_ms=stats.p10, steady_p90_ms=stats.p90,
         steady_passes=stats.n, noise_band_ms=stats.noise_band,
         excess_ms=summary.excess_ms, attributed_ms=summary.attributed_ms, unattributed_ms=summary.unattributed_ms,
-        causes=causes, seen_rerun_causes=_entries(rerun, rerun_excess),
+        causes=causes,
+        seen_rerun_causes=with_compile_cache(_entries(rerun, rerun_excess), cache_by_pass.get("seen_rerun", "")),
         modules=modules,
         unattributed_where=_where(f),
         counters={
@@ -356,4 +369,4 @@ def build_report(facts: TraceFacts) -> Report:
 
 
 __all__ = ["IN_PROCESS_NOTE", "InstrumentSummary", "TraceFacts", "build_report", "calibration_notes",
-           "first_call_residual_note", "overshoot_note", "recorder_notes"]
+           "first_call_residual_note", "overshoot_note", "recorder_notes", "with_compile_cache"]

@@ -1,0 +1,546 @@
+"""warmprof.warmup and warmprof.assert_warm: pay a model's one-time costs at each served shape before
+traffic, say what each shape paid and why, and prove (in CI) that a further call pays none.
+
+Both call the model at each shape (no_grad), with only cheap, always-available sources on, read as
+deltas around each call (no recorder, no module hooks, no CUPTI):
+
+- dynamo's compile start/end callbacks (instruments/torch_compile.CompileEvents): each compile's
+  time (measured), dynamo's recompile reason (the guard that failed, from dynamo's own compilation
+  metrics), and what was compiled from scratch or loaded from inductor's / AOT autograd's cache
+  (dynamo's counters). CUDA-graph recording (cudagraph trees) comes through the same callbacks.
+- page faults, anonymous and file-backed resident memory of the process, outside the compiles.
+- on CUDA, the caching allocator's reserved bytes (torch.cuda.memory_reserved).
+
+A cause fires on a call when (the same rule for warmup's rows and assert_warm's check):
+- jit_compile: dynamo compiled (a compile callback, or dynamo's unique_graphs counter moved);
+- graph_capture / algorithm_selection: a CUDA-graph recording / Triton autotuning callback ran;
+- allocator_growth: the process's anonymous resident memory grew by ALLOC_MIN_BYTES or more outside
+  the compiles, with at least ALLOC_MIN_FAULTS page faults (a new anonymous page is resident only
+  once faulted in; memory that appears without faults, as when khugepaged collapses pages, is not
+  the call's), or, on CUDA, the caching allocator reserved more (a cudaMalloc of a new segment);
+- runtime_init: file-backed resident memory (library code and data paged in) grew by
+  FILE_MIN_BYTES or more outside the compiles, with at least ALLOC_MIN_FAULTS faults.
+Below those floors a warm call's own churn (Python's small-object arenas, a freed tensor's pages
+handed back and faulted in again) is noise, not a one-time cost.
+
+How many calls. Some one-time costs take two calls at a new shape: glibc serves a large block with
+mmap the first time, raises its mmap threshold when it is freed, and serves the same size from its
+heap on the second call, which then grows (the full-size compiled demo's second call at length 256:
++4 MiB, 1,031 faults, quiet from the third); cudagraph trees record a shape's CUDA graph on its
+second call. So warmup by default calls each shape until a call pays nothing, at most
+WARMUP_MAX_CALLS times (passes= fixes the count). assert_warm makes one call per shape. A compile,
+a recording or autotuning fails it at once (they are events, not measurements). A memory cause
+(allocator_growth, runtime_init) is checked with one more call at that shape, and fails only
+when that call fires it too. A warm process's heap sometimes shrinks and regrows by about one large
+block (the demo: +1-2 MiB, ~500 faults, on one call in a few), and a single call cannot tell that
+from a last one-time growth. A memory cause seen on the check call alone is a note in the result.
+
+Figures: a compile's ms is measured (its callbacks' span); allocator_growth's ms is estimated (the
+faults outside the compiles, less the file-backed ones at one fault per FAULT_AROUND_PAGES pages, at
+the calibrated cost of one first-touch fault); the others have evidence but no ms.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Iterator
+
+from . import _native, causes as causes_table
+from .errors import InputError, ModelError, NotWarmError, WarmprofError
+from .inputs import check_model, dtype_mismatch_hint, make_inputs, parse_device, parse_dtype, parse_shape
+from .instruments.torch_compile import CacheOutcome, CompileEvents, cache_outcome, compile_counters, counters_since
+
+ALLOC_MIN_BYTES = 1 << 20  # anonymous growth below 1 MiB in a call is noise (Python arenas, churn)
+ALLOC_MIN_FAULTS = 8  # ...and growth with fewer faults is not the call's own (khugepaged collapses)
+FILE_MIN_BYTES = 1 << 20  # file-backed pages paged in: a library's code and data first used
+FAULT_AROUND_PAGES = 16  # file faults map this many pages each (the kernel's default fault_around_bytes, 64 KiB)
+CALIBRATION_BYTES = 8 << 20  # the first-touch fault cost, measured once per process when first needed
+WARMUP_MAX_CALLS = 3  # warmup's default: calls per shape until one pays nothing, at most this many
+MEMORY_CAUSES = ("allocator_growth", "runtime_init")  # fail it when a confirming call fires them too
+
+_COMPILE_TRIGGERS = {"torch.compile:compile": "jit_compile", "torch.compile:lazy_backward": "jit_compile",
+                     "cudagraphs:record": "graph_capture", "triton:autotune": "algorithm_selection"}
+_fault_ns: float | None = None
+
+
+@dataclass
+class WarmRow:
+    """What the call(s) at one shape paid."""
+
+    shape: tuple[int, ...] | str  # the shape given, or (inputs=) the call's argument shapes as a label
+    ms: float  # wall time of the call(s), the device synchronised
+    calls: int = 0  # calls made at this shape
+    causes: dict[str, float] = field(default_factory=dict)  # cause -> ms paid (see `evidence` for how known)
+    evidence: dict[str, str] = field(default_factory=dict)  # every cause that fired -> its figures
+    compiles: int = 0  # dynamo compiles (callbacks)
+    recompile_reasons: list[str] = field(default_factory=list)  # dynamo's, one per recompile
+    cache: dict[str, Any] = field(default_factory=dict)  # CacheOutcome.to_dict(): compiled vs loaded from cache
+    faults: int = 0  # minor page faults of the call(s), compiles included
+    anon_bytes: int = 0  # anonymous resident growth outside the compiles
+    file_bytes: int = 0  # file-backed resident growth outside the compiles
+    cuda_reserved_bytes: int | None = None  # growth of torch.cuda.memory_reserved (CUDA only)
+    per_call: list[dict[str, Any]] = field(default_factory=list)  # {"ms", "fired"} for each call, in order
+    not_warm: list[str] = field(default_factory=list)  # assert_warm: the causes that fail the check here
+
+    @property
+    def fired(self) -> list[str]:
+        """The causes that fired, in the order found."""
+        return list(self.evidence)
+
+    @property
+    def label(self) -> str:
+        return _label(self.shape)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dict(self.__dict__)
+        d["shape"] = list(self.shape) if isinstance(self.shape, tuple) else self.shape
+        return d
+
+
+@dataclass
+class WarmupResult:
+    """warmup's (or assert_warm's) rows, one per shape, in the order given. str() is a table."""
+
+    kind: str  # "warmup" or "assert_warm"
+    model: str
+    device: str
+    rows: list[WarmRow]
+    notes: list[str] = field(default_factory=list)
+
+    def __iter__(self) -> Iterator[WarmRow]:
+        return iter(self.rows)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def row(self, shape: Any) -> WarmRow:
+        """The row of `shape` ((1, 128), "1,128" or an inputs= label)."""
+        want = shape if isinstance(shape, str) and not shape.replace(",", "").replace(" ", "").isdigit() else None
+        if want is None:
+            want = parse_shape(shape)
+        for r in self.rows:
+            if r.shape == want:
+                return r
+        raise KeyError(shape)
+
+    @property
+    def total_ms(self) -> float:
+        return sum(r.ms for r in self.rows)
+
+    def paid(self) -> dict[str, float]:
+        """cause -> ms over every shape."""
+        out: dict[str, float] = {}
+        for r in self.rows:
+            for c, ms in r.causes.items():
+                out[c] = out.get(c, 0.0) + ms
+        return out
+
+    @property
+    def warm(self) -> bool:
+        """assert_warm: no shape failed the check. warmup: every shape's last call paid nothing."""
+        if self.kind == "assert_warm":
+            return not any(r.not_warm for r in self.rows)
+        return all(r.per_call and not r.per_call[-1]["fired"] for r in self.rows)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "model": self.model, "device": self.device,
+                "rows": [r.to_dict() for r in self.rows], "notes": list(self.notes)}
+
+    def __str__(self) -> str:
+        n = len(self.rows)
+        head = (f"{self.kind} of {self.model} on {self.device}: {n} shape{'s' if n != 1 else ''}, "
+                f"{_ms(self.total_ms)} in all")
+        if self.kind == "assert_warm":
+            head += "; warm (no one-time cost fired)" if self.warm else "; NOT warm"
+        elif not self.warm:
+            head += f"; a shape's last call still paid something (at most {WARMUP_MAX_CALLS} calls by default)"
+        width = max([len(r.label) for r in self.rows] + [5])
+        lines = [head, f"  {'shape':<{width}}  {'calls':>5}  {'ms':>10}  paid"]
+        for r in self.rows:
+            lines.append(f"  {r.label:<{width}}  {r.calls:>5}  {r.ms:>10.1f}  {_paid(r)}")
+        lines.extend(f"  note: {x}" for x in self.notes)
+        return "\n".join(lines)
+
+
+def _ms(ms: float) -> str:
+    return f"{ms / 1e3:.2f} s" if ms >= 1000 else f"{ms:.1f} ms"
+
+
+def _paid(r: WarmRow) -> str:
+    if not r.evidence:
+        return "nothing one-time"
+    parts = []
+    for c in r.evidence:
+        ms = r.causes.get(c)
+        figure = "" if ms is None else f" {'~' if c == 'allocator_growth' else ''}{ms:.1f} ms"
+        parts.append(f"{c}{figure} ({r.evidence[c]})")
+    rest = r.ms - sum(r.causes.values())
+    return "; ".join(parts) + f"; rest {rest:.1f} ms"
+
+
+def _label(shape: Any) -> str:
+    return str(tuple(shape)) if isinstance(shape, tuple) else str(shape)
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:+.1f} MiB"
+
+
+# -- The calls: what to run at each shape ---------------------------------------------------------
+
+def _calls(shapes: Any, inputs: Any, dtype: Any) -> list[tuple[tuple[int, ...] | None, Any]]:
+    """[(shape, inputs item)], every shape parsed first: a bad one is refused before anything runs."""
+    if inputs is not None:
+        if shapes is not None:
+            raise InputError("give either shapes or inputs=, not both")
+        if dtype is not None:
+            raise InputError("dtype= sets the dtype of the random inputs made from shapes; inputs= are used as they "
+                             "are: cast them yourself")
+        if not isinstance(inputs, list) or not inputs:
+            raise InputError(f"inputs= takes a non-empty list, one entry per call (a tensor, a tuple of arguments, a "
+                             f"dict of keyword arguments, or a callable returning one), got {type(inputs).__name__}")
+        return [(None, item) for item in inputs]
+    if shapes is None:
+        raise InputError("give the shapes to warm, e.g. warmup(model, [(1, 128), (1, 256)]), or inputs=[...]")
+    if isinstance(shapes, (str, bytes)) or not isinstance(shapes, (list, tuple)):
+        raise InputError(f"shapes is a list of shapes, e.g. [(1, 128), (1, 256)], got {shapes!r}")
+    if not shapes:
+        raise InputError("shapes is empty: give at least one shape, e.g. [(1, 128)]")
+    if all(isinstance(s, int) and not isinstance(s, bool) for s in shapes):
+        raise InputError(f"shapes is a list of shapes; {tuple(shapes)!r} reads as one shape: write [{tuple(shapes)!r}] "
+                         "(a list of lengths needs the full shapes, e.g. [(1, 128), (1, 256)])")
+    parsed = [parse_shape(s) for s in shapes]
+    parse_dtype(dtype)
+    return [(s, None) for s in parsed]
+
+
+def _arg_label(args: tuple, kwargs: dict) -> str:
+    import torch
+
+    def one(x: Any) -> str:
+        return str(list(x.shape)) if isinstance(x, torch.Tensor) else "-"
+
+    return ", ".join([one(a) for a in args] + [f"{k}={one(v)}" for k, v in kwargs.items()])
+
+
+def _sync(dev):
+    import torch
+
+    if dev.type == "cuda":
+        return lambda: torch.cuda.synchronize(dev)
+    if dev.type == "mps":
+        return torch.mps.synchronize
+    return lambda: None
+
+
+def _host() -> tuple[int, int, int]:
+    return _native.faults()[0], _native.rss_bytes(), _native.file_bytes()
+
+
+def fault_ns() -> float:
+    """ns of one first-touch page fault here: a trace's calibration when one ran in this process,
+    else measured once (CALIBRATION_BYTES of fresh memory, about 10 ms) and kept."""
+    global _fault_ns
+    if _fault_ns is None:
+        from .traces import calibrate
+
+        cached = calibrate.cached()
+        cost = getattr(cached, "fault_cost_ns", 0.0) if cached is not None else 0.0
+        _fault_ns = cost if cost > 0 else float(_native.calibrate_fault_cost(CALIBRATION_BYTES, 3)["ns_per_fault"])
+    return _fault_ns
+
+
+class _Sources:
+    """The cheap sources, open for the whole run (dynamo's callbacks registered once, always removed)."""
+
+    def __init__(self, dev) -> None:
+        self.dev = dev
+        self.events: CompileEvents | None = None
+        self.stack = contextlib.ExitStack()
+        self.notes: list[str] = []
+
+    def __enter__(self) -> "_Sources":
+        self._open_events()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stack.close()
+
+    def _open_events(self) -> None:
+        # Only once dynamo is imported (importing it costs most of a second, and an eager model
+        # compiles nothing); a model that imports it on its first call is seen by its counters.
+        if self.events is None and "torch._dynamo" in sys.modules:
+            events = CompileEvents()
+            if not events.reason:
+                self.stack.enter_context(events)
+                self.events = events
+
+    def _reserved(self) -> int | None:
+        if self.dev.type != "cuda":
+            return None
+        import torch
+
+        return int(torch.cuda.memory_reserved(self.dev))
+
+    def call(self, model: Any, args: tuple, kwargs: dict, sync, shape: tuple[int, ...] | str) -> WarmRow:
+        """One call, and what it paid."""
+        import torch
+
+        self._open_events()
+        events = self.events
+        dynamo_before = "torch._dynamo" in sys.modules
+        i0 = len(events.compiles) if events is not None else 0
+        counters0 = compile_counters()
+        reserved0 = self._reserved()
+        f0, rss0, file0 = _host()
+        t0 = _native.now_ns()
+        with torch.no_grad():
+            model(*args, **kwargs)
+            sync()
+        t1 = _native.now_ns()
+        f1, rss1, file1 = _host()
+        reserved1 = self._reserved()
+        compiles: list[dict[str, Any]] = []
+        if events is not None:
+            events.collect_reasons()
+            compiles = events.compiles[i0:]
+        outcome = cache_outcome(counters_since(counters0))
+        if not dynamo_before and "torch._dynamo" in sys.modules:
+            self.notes.append(f"torch._dynamo was first imported during the call at {_label(shape)}: that call's compiles "
+                              "were seen by dynamo's counters only, so their time and memory are not told apart")
+        row = WarmRow(shape=shape, ms=0.0)
+        _book(row, t1 - t0, compiles, outcome, f1 - f0, (rss1 - file1) - (rss0 - file0), file1 - file0,
+              None if reserved0 is None or reserved1 is None else reserved1 - reserved0)
+        return row
+
+
+def _book(row: WarmRow, ns: int, compiles: list[dict[str, Any]], outcome: CacheOutcome, faults: int,
+          anon: int, files: int, reserved: int | None) -> None:
+    """One call's deltas, judged by the rules in the module docstring, booked in `row` (a fresh row
+    per call, added to the shape's by _merge; pure but for the one-time fault calibration)."""
+    row.calls += 1
+    row.ms += ns / 1e6
+    in_faults = sum(int(c.get("faults", 0)) for c in compiles)
+    in_files = sum(int(c.get("file_bytes", 0)) for c in compiles)
+    in_anon = sum(int(c.get("rss_bytes", 0)) - int(c.get("file_bytes", 0)) for c in compiles)
+    out_faults, out_anon, out_files = max(0, faults - in_faults), anon - in_anon, files - in_files
+    row.faults += faults
+    row.anon_bytes += out_anon
+    row.file_bytes += out_files
+    if reserved is not None:
+        row.cuda_reserved_bytes = (row.cuda_reserved_bytes or 0) + reserved
+
+    by_cause: dict[str, list[dict[str, Any]]] = {}
+    for c in compiles:
+        by_cause.setdefault(_COMPILE_TRIGGERS.get(c.get("trigger", ""), "jit_compile"), []).append(c)
+    jit = by_cause.pop("jit_compile", [])
+    if jit or outcome.graphs:
+        row.compiles += len(jit)
+        reasons = [c["recompile_reason"] for c in jit if c.get("recompile_reason")]
+        row.recompile_reasons.extend(reasons)
+        ms = sum(float(c.get("span_ms", 0.0)) for c in jit)
+        if jit:
+            ids = ", ".join(str(c.get("compile_id", "")) for c in jit)
+            text = f"{len(jit)} dynamo compile{'s' if len(jit) != 1 else ''} ({ids})"
+        else:
+            text = f"dynamo's unique_graphs counter moved by {outcome.graphs} (no compile callback seen)"
+        if reasons:
+            text += "; recompile reason: " + " | ".join(reasons)
+        if outcome.text():
+            text += "; " + outcome.text()
+        _add(row, "jit_compile", ms if jit else None, text)
+    for cause, found in by_cause.items():
+        ms = sum(float(c.get("span_ms", 0.0)) for c in found)
+        what = "CUDA graph recording" if cause == "graph_capture" else "Triton autotuning"
+        _add(row, cause, ms, f"{len(found)} {what} callback{'s' if len(found) != 1 else ''} of dynamo, {ms:.1f} ms")
+    if row.cache or outcome.counter or outcome.graphs:
+        merged = (CacheOutcome(**row.cache) if row.cache else CacheOutcome()) + outcome
+        row.cache = merged.to_dict()
+
+    host_growth = out_anon >= ALLOC_MIN_BYTES and out_faults >= ALLOC_MIN_FAULTS
+    if host_growth:
+        page = _native.page_size()
+        file_faults = min(out_faults, max(0, out_files) // (page * FAULT_AROUND_PAGES)) if out_files > 0 else 0
+        anon_faults = out_faults - file_faults
+        cost = fault_ns()
+        _add(row, "allocator_growth", anon_faults * cost / 1e6,
+             f"{_mib(out_anon)} anonymous resident memory outside compiles, {out_faults} page faults "
+             f"(estimated: {anon_faults} anonymous faults x {cost:.0f} ns)")
+    if reserved:
+        _add(row, "allocator_growth", None, f"CUDA caching allocator reserved {_mib(reserved)} (new segments)")
+    if out_files >= FILE_MIN_BYTES and out_faults >= ALLOC_MIN_FAULTS:
+        _add(row, "runtime_init", None, f"{_mib(out_files)} of file-backed pages (library code and data) paged in "
+                                        "outside compiles")
+
+
+def _merge(total: WarmRow, one: WarmRow) -> None:
+    """Add one call's row to the shape's; a later call's evidence is prefixed with its number."""
+    n = total.calls + 1
+    total.calls = n
+    total.ms += one.ms
+    for cause, text in one.evidence.items():
+        _add(total, cause, one.causes.get(cause), text if n == 1 else f"call {n}: {text}")
+    total.compiles += one.compiles
+    total.recompile_reasons.extend(one.recompile_reasons)
+    if one.cache:
+        total.cache = ((CacheOutcome(**total.cache) if total.cache else CacheOutcome()) + CacheOutcome(**one.cache)).to_dict()
+    total.faults += one.faults
+    total.anon_bytes += one.anon_bytes
+    total.file_bytes += one.file_bytes
+    if one.cuda_reserved_bytes is not None:
+        total.cuda_reserved_bytes = (total.cuda_reserved_bytes or 0) + one.cuda_reserved_bytes
+    total.per_call.append({"ms": one.ms, "fired": one.fired})
+
+
+def _add(row: WarmRow, cause: str, ms: float | None, text: str) -> None:
+    if ms is not None:
+        row.causes[cause] = row.causes.get(cause, 0.0) + ms
+    row.evidence[cause] = f"{row.evidence[cause]}; {text}" if cause in row.evidence else text
+
+
+def _model_name(model: Any) -> str:
+    target = getattr(model, "_orig_mod", model)
+    return getattr(target, "__name__", None) or type(target).__name__
+
+
+class _Checker:
+    """Runs the calls at one shape: how many, and, for assert_warm, which causes fail the check."""
+
+    def __init__(self, kind: str, passes: int | None, ignored: set[str]) -> None:
+        self.kind, self.passes, self.ignored = kind, passes, ignored
+        self.notes: list[str] = []
+
+    def run(self, call, row: WarmRow) -> None:
+        """`call()` makes one call and returns its row."""
+        if self.kind == "warmup":
+            for _ in range(self.passes or WARMUP_MAX_CALLS):
+                one = call()
+                _merge(row, one)
+                if self.passes is None and not one.fired:
+                    break  # a call that paid nothing: this shape is warm
+            return
+        check = call()
+        _merge(row, check)
+        fired = [c for c in check.fired if c not in self.ignored]
+        row.not_warm = [c for c in fired if c not in MEMORY_CAUSES]
+        memory = [c for c in fired if c in MEMORY_CAUSES]
+        if not memory:
+            return
+        confirm = call()  # memory figures are noisy on one call: does the next call pay it too?
+        _merge(row, confirm)
+        again = [c for c in memory if c in confirm.fired]
+        row.not_warm += again
+        once = [c for c in memory if c not in again]
+        if once:
+            self.notes.append(f"{row.label}: {', '.join(once)} on the check call ({'; '.join(check.evidence[c] for c in once)}) "
+                              "but not on the call after it: a last one-time growth or the allocator's own churn; not "
+                              "failed")
+
+
+def _run(kind: str, model: Any, shapes: Any, *, dtype: Any, device: Any, inputs: Any, passes: int | None,
+         ignored: set[str] = frozenset()) -> WarmupResult:
+    check_model(model)
+    if passes is not None and (isinstance(passes, bool) or not isinstance(passes, int) or passes < 1):
+        raise InputError(f"passes must be a positive int (or None: until a call pays nothing, at most "
+                         f"{WARMUP_MAX_CALLS}), got {passes!r}")
+    dev = parse_device(device)
+    calls = _calls(shapes, inputs, dtype)
+    sync = _sync(dev)
+    checker = _Checker(kind, passes, set(ignored))
+    rows: list[WarmRow] = []
+    with _Sources(dev) as sources:
+        for shape, item in calls:
+            args, kwargs, _ = make_inputs(model, shape, dtype, item, dev)
+            row = WarmRow(shape=shape if shape is not None else _arg_label(args, kwargs), ms=0.0)
+
+            def call() -> WarmRow:
+                try:
+                    return sources.call(model, args, kwargs, sync, row.shape)
+                except WarmprofError:
+                    raise
+                except Exception as e:
+                    hint = dtype_mismatch_hint(model, args, kwargs, dtype, None, e, own_inputs=item is not None)
+                    said = str(e).strip().splitlines()[0] if str(e).strip() else "(no message)"
+                    raise ModelError(f"the model raised at {_label(row.shape)} during {kind}: {type(e).__name__}: "
+                                     f"{said}" + (f" ({hint})" if hint else "")) from e
+
+            checker.run(call, row)
+            rows.append(row)
+    notes = list(sources.notes) + checker.notes
+    if "torch._dynamo" not in sys.modules:
+        notes.append("torch._dynamo was never imported: nothing compiled, and compiles were not watched")
+    return WarmupResult(kind, _model_name(model), str(dev), rows, notes)
+
+
+def warmup(model: Any, shapes: Any = None, *, dtype: Any = None, device: Any = "cpu", inputs: Any = None,
+           passes: int | None = None) -> WarmupResult:
+    """Call `model` at each shape (no_grad) so its one-time costs are paid before traffic, and say
+    what each shape paid, by cause.
+
+    shapes: a list of shapes (or buckets) such as [(1, 128), (1, 256)]; a random input of each is
+    made on `device` (token ids when the model starts with an nn.Embedding, else randn; `dtype` sets
+    its dtype). inputs=: instead, a list of calls, each a tensor, a tuple of positional arguments, a
+    dict of keyword arguments, or a callable returning one. passes: calls per shape; None (the
+    default) calls until a call pays nothing, at most WARMUP_MAX_CALLS (3). A shape's second call
+    can still pay: glibc's heap takes over a large block from mmap, and cudagraph trees record then.
+
+    Returns a WarmupResult: one row per shape with its ms, the causes paid (cause -> ms), their
+    evidence (compiles with dynamo's recompile reason and what came from inductor's cache, memory
+    growth), each call's ms and causes (per_call), and str() as a table. A bad argument raises
+    InputError/DeviceError before the model runs; the model raising raises ModelError (its
+    exception chained); dynamo's callbacks are removed whatever happens.
+    """
+    return _run("warmup", model, shapes, dtype=dtype, device=device, inputs=inputs, passes=passes)
+
+
+def assert_warm(model: Any, shapes: Any = None, *, dtype: Any = None, device: Any = "cpu", inputs: Any = None,
+                ignore: Iterable[str] = ()) -> WarmupResult:
+    """One more call per shape with the same cheap sources on; raises NotWarmError naming each shape
+    and the cause that still fired, or returns the check's WarmupResult when none did.
+
+    Fails on a compile (jit_compile, with dynamo's recompile reason), a CUDA graph recording
+    (graph_capture) or autotuning (algorithm_selection) on the call. Fails on anonymous growth of
+    >= 1 MiB with >= 8 faults (or more CUDA memory reserved; allocator_growth), or on >= 1 MiB of
+    file-backed pages (runtime_init), only when one more call at that shape fires it again. A
+    memory cause on the check call alone is a note (see the module docstring). ignore: causes not to
+    fail on (e.g. ("allocator_growth",)); they still show in the result.
+    """
+    if isinstance(ignore, str):
+        ignore = (ignore,)
+    ignored = set(ignore)
+    unknown = sorted(ignored - set(causes_table.names()))
+    if unknown:
+        raise InputError(f"ignore names unknown cause(s) {', '.join(map(repr, unknown))}: causes are "
+                         f"{', '.join(causes_table.names())}")
+    result = _run("assert_warm", model, shapes, dtype=dtype, device=device, inputs=inputs, passes=1, ignored=ignored)
+    failing = [(r, r.not_warm) for r in result.rows if r.not_warm]
+    if failing:
+        raise NotWarmError(not_warm_message(result, failing), result)
+    return result
+
+
+def not_warm_message(result: WarmupResult, failing: list[tuple[WarmRow, list[str]]]) -> str:
+    n = len(result.rows)
+    lines = [f"{result.model} is not warm on {result.device} at {len(failing)} of {n} shape{'s' if n != 1 else ''}: "
+             "a call there still paid a one-time cost"]
+    for r, fired in failing:
+        paid = "; ".join(f"{c}" + (f" {r.causes[c]:.1f} ms" if c in r.causes else "") + f" ({r.evidence[c]})"
+                         + (" (on the check call and the one after it)" if c in MEMORY_CAUSES else "")
+                         for c in fired)
+        lines.append(f"  {r.label}: {paid}")
+    hints = {c for _, fired in failing for c in fired}
+    if "jit_compile" in hints:
+        lines.append("  warm these shapes at start-up (warmprof.warmup(model, shapes)), or pad them to warmed buckets")
+    if "graph_capture" in hints:
+        lines.append("  cudagraph trees record a shape's CUDA graph on its 2nd call: warm with passes=3")
+    if "allocator_growth" in hints:
+        lines.append("  memory grew on two calls in a row: a leak, or an allocator still growing (glibc's heap can keep "
+                     "growing for a few calls at a new large shape: warm with more passes=); "
+                     "ignore=('allocator_growth',) to accept it")
+    return "\n".join(lines)
+
+
+__all__ = ["ALLOC_MIN_BYTES", "ALLOC_MIN_FAULTS", "FILE_MIN_BYTES", "WARMUP_MAX_CALLS", "WarmRow", "WarmupResult",
+           "assert_warm", "fault_ns", "not_warm_message", "warmup"]
