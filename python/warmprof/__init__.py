@@ -8,6 +8,7 @@ from .errors import (
     DeviceError,
     InputError,
     ModelError,
+    NotWarmError,
     ReportError,
     WarmprofError,
 )
@@ -40,6 +41,8 @@ _LAZY = {
     "load": ("report", "load"),
     "watch": ("live.core", "watch"),
     "plan_buckets": ("buckets", "plan_buckets"),
+    "warmup": ("warm", "warmup"),
+    "assert_warm": ("warm", "assert_warm"),
     "costs_from_probe": ("buckets", "costs_from_probe"),
     "Watcher": ("live.core", "Watcher"),
 }
@@ -65,6 +68,9 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "Watcher",
+    "assert_warm",
+    "warmup",
+    "NotWarmError",
     "calibrate",
     "compare",
     "costs_from_probe",
