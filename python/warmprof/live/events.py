@@ -81,12 +81,10 @@ def build(info: tuple, *, index: int, key: str, start_ns: int, idle_ns: int, dyn
     reasons: list[str] = []
     if compiles:
         reasons = dynamo.recompile_reasons() if dynamo is not None else []
-        cache = dynamo.cache() if dynamo is not None else {}
-        hits = sum(v for k, v in cache.items() if k.endswith("_hit"))
-        misses = sum(v for k, v in cache.items() if k.endswith("_miss"))
+        cache = dynamo.cache().text() if dynamo is not None else ""
         detail = f"{compiles} compile(s) dynamo ran during the call"
-        if hits or misses:
-            detail += f"; {misses} graph(s) compiled from scratch, {hits} loaded from the compile caches"
+        if cache:
+            detail += f"; {cache}"
         if reasons:
             detail += "; recompiled because " + "; ".join(reasons[:3])
         causes.append({"cause": "jit_compile", "ms": compile_ns / 1e6, "evidence": "measured", "source": "dynamo",

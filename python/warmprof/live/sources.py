@@ -12,6 +12,9 @@ import time
 from typing import Any, Callable
 
 from .. import _native
+from ..instruments.torch_compile import (
+    CacheOutcome, cache_outcome, compilation_metrics_mark, compile_counters, counters_since, recompile_reasons,
+)
 
 _lock = threading.Lock()
 _users = 0
@@ -65,47 +68,25 @@ def release_compile_tap() -> None:
 
 
 class DynamoState:
-    """Dynamo's recompile reasons (guard failures) and compile cache counters, read as what changed
-    since the last read."""
-
-    CACHE = (("inductor", "fxgraph_cache_hit"), ("inductor", "fxgraph_cache_miss"),
-             ("aot_autograd", "autograd_cache_hit"), ("aot_autograd", "autograd_cache_miss"))
+    """Dynamo's recompile reasons and compile-cache counters, read as what changed since the last
+    read (the rules instruments/torch_compile.py holds for trace and warmup too)."""
 
     def __init__(self) -> None:
-        self._seen: dict[int, int] = {}
-        self._cache = self._counters()
-        self._seen = {id(code): len(v) for code, v in self._failures().items()}
-
-    @staticmethod
-    def _failures() -> dict[Any, list]:
-        try:
-            from torch._dynamo.utils import guard_failures
-        except Exception:
-            return {}
-        return dict(guard_failures)
-
-    def _counters(self) -> dict[str, int]:
-        try:
-            from torch._dynamo.utils import counters
-        except Exception:
-            return {}
-        return {f"{group}.{name}": int(counters.get(group, {}).get(name, 0)) for group, name in self.CACHE}
+        self._mark = compilation_metrics_mark()
+        self._counters = compile_counters()
 
     def recompile_reasons(self) -> list[str]:
-        """Guard failures dynamo recorded since the last call: why each recompile happened."""
-        out = []
-        for code, reasons in self._failures().items():
-            seen = self._seen.get(id(code), 0)
-            out.extend(str(r) for r in reasons[seen:])
-            self._seen[id(code)] = len(reasons)
-        return out
+        """dynamo's recompile reason (the guard that failed) of each compile since the last call."""
+        reasons = list(recompile_reasons(self._mark).values())
+        self._mark = compilation_metrics_mark()
+        return reasons
 
-    def cache(self) -> dict[str, int]:
-        """Cache hits and misses since the last call: graphs loaded from the compile caches, and compiled."""
-        now = self._counters()
-        delta = {k: v - self._cache.get(k, 0) for k, v in now.items() if v != self._cache.get(k, 0)}
-        self._cache = now
-        return delta
+    def cache(self) -> CacheOutcome:
+        """Graphs compiled from scratch and loaded from the compile caches since the last call."""
+        now = compile_counters()
+        out = cache_outcome(counters_since(self._counters, now))
+        self._counters = now
+        return out
 
 
 def cuda_reserved() -> tuple[int, int] | None:
