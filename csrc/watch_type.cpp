@@ -1,12 +1,13 @@
 // _native.WatchCore: the per-call hot path of warmprof.watch as a CPython type whose instances are
-// called in place of the watched callable (python/warmprof/watch/ subclasses it).
+// called in place of the watched callable (python/warmprof/live/core.py subclasses it).
 //
 // One call: the key (a key function's result, or each argument's shape and dtype), the idle gap
 // since the last call ended, getrusage(RUSAGE_THREAD) before and after (the thread's CPU time, page
 // faults and involuntary switches: about 0.2 us each), the compiles counted so far (an atomic the
 // dynamo callbacks bump), two clock reads around the call, and the key's sketch under a mutex. Only
-// a call kept as an event (the first at its key, an outlier, the first after an idle gap, or one
-// during which dynamo compiled) goes back to Python, through `on_event`. A clock source (a callable returning the device clock) is
+// a call kept as an event (the first at its key, an outlier, the first after an idle gap with no
+// other call running, or one during which dynamo compiled on its thread) goes back to Python,
+// through `on_event`. A clock source (a callable returning the device clock) is
 // called before a call only after an idle gap.
 #include <Python.h>
 #include <structmember.h>
@@ -14,7 +15,10 @@
 
 #include <atomic>
 #include <cstdint>
+#include <algorithm>
 #include <mutex>
+#include <utility>
+#include <vector>
 
 #include "core/clock.h"
 #include "core/watch.h"
@@ -25,8 +29,11 @@ using warmprof::watch::Rule;
 using warmprof::watch::Table;
 using warmprof::watch::Verdict;
 
-std::atomic<uint64_t> g_compiles{0};     // compiles dynamo finished, process-wide
-std::atomic<uint64_t> g_compile_ns{0};   // their summed duration
+// Compiles dynamo finished on this thread, and their summed time: dynamo compiles on the thread that
+// called the model, so a call counts only its own thread's (another thread's compile, or another
+// model's, is never booked to it).
+thread_local uint64_t t_compiles = 0;
+thread_local uint64_t t_compile_ns = 0;
 
 struct State {
   std::mutex mu;
@@ -34,6 +41,7 @@ struct State {
   Rule rule;
   uint64_t idle_ns = 1000000000ull;
   std::atomic<uint64_t> last_end{0};  // clock ns when the last call ended (0: none yet)
+  std::atomic<int64_t> in_flight{0};  // calls running now, on any thread: no idle gap while one runs
   std::atomic<uint64_t> calls{0};
   std::atomic<uint64_t> errors{0};
   std::atomic<bool> closed{false};
@@ -77,11 +85,38 @@ bool hash_value(PyObject* v, uint64_t* h, int depth) {
     return true;
   }
   if ((PyTuple_Check(v) || PyList_Check(v)) && depth < 2) {
-    const Py_ssize_t n = PySequence_Fast_GET_SIZE(v);
-    *h = mix(*h, uint64_t(n) * 31 + uint64_t(uintptr_t(t)));
-    PyObject** items = PySequence_Fast_ITEMS(v);
-    for (Py_ssize_t i = 0; i < n && i < 16; ++i)
-      if (!hash_value(items[i], h, depth + 1)) return false;
+    *h = mix(*h, uint64_t(PySequence_Fast_GET_SIZE(v)) * 31 + uint64_t(uintptr_t(t)));
+    // size and item read again each step, the item held: an attribute read may run code that changes a list
+    for (Py_ssize_t i = 0; i < 16 && i < PySequence_Fast_GET_SIZE(v); ++i) {
+      PyObject* item = PySequence_Fast_GET_ITEM(v, i);
+      Py_INCREF(item);
+      const bool ok = hash_value(item, h, depth + 1);
+      Py_DECREF(item);
+      if (!ok) return false;
+    }
+    return true;
+  }
+  if (PyDict_Check(v) && depth < 2) {  // a dict of inputs: each value under its key, in any order
+    uint64_t sum = 0;
+    PyObject *k, *item;
+    Py_ssize_t pos = 0;
+    PyObject* copy = PyDict_Copy(v);  // iterated safely whatever an attribute read does to the dict
+    if (copy == nullptr) return false;
+    while (PyDict_Next(copy, &pos, &k, &item)) {
+      const Py_hash_t hk = PyObject_Hash(k);
+      if (hk == -1) {
+        Py_DECREF(copy);
+        return false;
+      }
+      uint64_t one = uint64_t(hk);
+      if (!hash_value(item, &one, depth + 1)) {
+        Py_DECREF(copy);
+        return false;
+      }
+      sum += one * 0x9e3779b97f4a7c15ull;  // a sum: the same keys in another order are the same key
+    }
+    Py_DECREF(copy);
+    *h = mix(*h, sum ^ uint64_t(uintptr_t(t)));
     return true;
   }
   PyObject* shape = nullptr;
@@ -112,15 +147,18 @@ bool default_key(PyObject* args, PyObject* kwargs, uint64_t* key) {
   const Py_ssize_t n = PyTuple_GET_SIZE(args);
   for (Py_ssize_t i = 0; i < n; ++i)
     if (!hash_value(PyTuple_GET_ITEM(args, i), &h, 0)) return false;
-  if (kwargs != nullptr) {
+  if (kwargs != nullptr) {  // keyword arguments in any order are the same key
+    uint64_t sum = 0;
     PyObject *k, *v;
     Py_ssize_t pos = 0;
     while (PyDict_Next(kwargs, &pos, &k, &v)) {
       const Py_hash_t hk = PyObject_Hash(k);
       if (hk == -1) return false;
-      h = mix(h, uint64_t(hk));
-      if (!hash_value(v, &h, 0)) return false;
+      uint64_t one = uint64_t(hk);
+      if (!hash_value(v, &one, 0)) return false;
+      sum += one * 0x9e3779b97f4a7c15ull;
     }
+    h = mix(h, sum);
   }
   *key = h;
   return true;
@@ -173,25 +211,27 @@ PyObject* call(PyObject* self_obj, PyObject* args, PyObject* kwargs) {
 
   const uint64_t start = now_ns();
   const uint64_t last = st->last_end.load(std::memory_order_relaxed);
-  const uint64_t gap = last != 0 && start > last ? start - last : 0;
+  const bool busy = st->in_flight.fetch_add(1, std::memory_order_relaxed) > 0;
+  const uint64_t gap = !busy && last != 0 && start > last ? start - last : 0;
   PyObject* clock = nullptr;
-  if (self->clock_source != nullptr && last != 0 && gap >= st->idle_ns) {
+  if (self->clock_source != nullptr && gap != 0 && gap >= st->idle_ns) {
     clock = PyObject_CallNoArgs(self->clock_source);
     if (clock == nullptr) {  // a clock that cannot be read is not the model's error
       PyErr_WriteUnraisable(self->clock_source);
     }
   }
-  const uint64_t compiles0 = g_compiles.load(std::memory_order_relaxed);
-  const uint64_t compile_ns0 = g_compile_ns.load(std::memory_order_relaxed);
+  const uint64_t compiles0 = t_compiles;
+  const uint64_t compile_ns0 = t_compile_ns;
   const Usage u0 = usage();
   const uint64_t t0 = warmprof::clock::ticks();
   PyObject* result = PyObject_Call(self->fn, args, kwargs);
   const uint64_t t1 = warmprof::clock::ticks();
   const Usage u1 = usage();
-  const uint64_t compiles = g_compiles.load(std::memory_order_relaxed) - compiles0;
-  const uint64_t compile_ns = g_compile_ns.load(std::memory_order_relaxed) - compile_ns0;
+  const uint64_t compiles = t_compiles - compiles0;
   const uint64_t end = uint64_t(warmprof::clock::to_ns(t1));
   const uint64_t dur = uint64_t(warmprof::clock::to_ns(t1) - warmprof::clock::to_ns(t0));
+  const uint64_t compile_ns = std::min<uint64_t>(t_compile_ns - compile_ns0, dur);  // never more than the call
+  st->in_flight.fetch_sub(1, std::memory_order_relaxed);
   st->last_end.store(end, std::memory_order_relaxed);
   st->calls.fetch_add(1, std::memory_order_relaxed);
   if (result == nullptr) {
@@ -201,12 +241,13 @@ PyObject* call(PyObject* self_obj, PyObject* args, PyObject* kwargs) {
     return nullptr;
   }
   Verdict v;
-  const bool after_idle = last != 0 && gap >= st->idle_ns;
+  const bool after_idle = gap != 0 && gap >= st->idle_ns;
   bool keep = false;
   {
     std::lock_guard<std::mutex> lock(st->mu);
     v = st->table.add(key, dur, st->rule);
-    keep = v.admitted && (v.first || v.outlier || compiles > 0 || after_idle);
+    // a compile is kept even at a key past max_keys: a new shape is what watch is for
+    keep = compiles > 0 || (v.admitted && (v.first || v.outlier || after_idle));
     if (keep) st->table.mark_event(key);
   }
   if (keep && self->on_event != nullptr) {
@@ -247,6 +288,10 @@ int init(PyObject* self_obj, PyObject* args, PyObject* kwargs) {
     PyErr_SetString(PyExc_TypeError, "fn must be callable");
     return -1;
   }
+  if (self->st != nullptr) {  // a running call holds the state: it is made once
+    PyErr_SetString(PyExc_RuntimeError, "a WatchCore is initialised once");
+    return -1;
+  }
   if (max_keys == 0 || !(factor > 1.0)) {
     PyErr_SetString(PyExc_ValueError, "max_keys must be at least 1 and factor above 1");
     return -1;
@@ -255,7 +300,6 @@ int init(PyObject* self_obj, PyObject* args, PyObject* kwargs) {
   Py_XSETREF(self->fn, fn);
   Py_XSETREF(self->key_fn, key_fn == Py_None ? nullptr : (Py_INCREF(key_fn), key_fn));
   Py_XSETREF(self->clock_source, clock_source == Py_None ? nullptr : (Py_INCREF(clock_source), clock_source));
-  delete self->st;
   self->st = new State(size_t(max_keys));
   self->st->rule.min_calls = min_calls;
   self->st->rule.factor = factor;
@@ -323,36 +367,40 @@ PyObject* core_stats(PyObject* self_obj, PyObject*) {
   WatchCore* self = reinterpret_cast<WatchCore*>(self_obj);
   State* st = self->st;
   if (st == nullptr) Py_RETURN_NONE;
-  PyObject* keys = PyList_New(0);
-  if (keys == nullptr) return nullptr;
-  uint64_t overflow_calls, overflow_keys;
+  // Copied under the mutex, then made into Python objects without it: an allocation may run the
+  // garbage collector, a finalizer may let a serving thread take the GIL, and that thread would then
+  // wait for the mutex while holding the GIL.
+  std::vector<std::pair<uint64_t, warmprof::watch::KeyState>> rows;
+  uint64_t overflow_calls;
   {
     std::lock_guard<std::mutex> lock(st->mu);
     overflow_calls = st->table.overflow_calls();
-    overflow_keys = st->table.overflow_keys();
-    for (const auto& [key, k] : st->table.keys()) {
-      PyObject* buckets = PyList_New(warmprof::watch::Sketch::kBuckets);
-      if (buckets == nullptr) {
-        Py_DECREF(keys);
-        return nullptr;
-      }
-      for (int b = 0; b < warmprof::watch::Sketch::kBuckets; ++b)
-        PyList_SET_ITEM(buckets, b, PyLong_FromUnsignedLong(k.sketch.counts()[b]));
-      PyObject* row = Py_BuildValue("(KKKKKKKN)", (unsigned long long)key, (unsigned long long)k.order,
-                                    (unsigned long long)k.sketch.count(), (unsigned long long)k.first_ns,
-                                    (unsigned long long)k.max_ns, (unsigned long long)k.total_ns,
-                                    (unsigned long long)k.events, buckets);
-      if (row == nullptr || PyList_Append(keys, row) != 0) {
-        Py_XDECREF(row);
-        Py_DECREF(keys);
-        return nullptr;
-      }
-      Py_DECREF(row);
-    }
+    rows.assign(st->table.keys().begin(), st->table.keys().end());
   }
-  return Py_BuildValue("{sKsKsKsKsN}", "calls", (unsigned long long)st->calls.load(), "errors",
+  PyObject* keys = PyList_New(0);
+  if (keys == nullptr) return nullptr;
+  for (const auto& [key, k] : rows) {
+    PyObject* buckets = PyList_New(warmprof::watch::Sketch::kBuckets);
+    if (buckets == nullptr) {
+      Py_DECREF(keys);
+      return nullptr;
+    }
+    for (int b = 0; b < warmprof::watch::Sketch::kBuckets; ++b)
+      PyList_SET_ITEM(buckets, b, PyLong_FromUnsignedLong(k.sketch.counts()[b]));
+    PyObject* row = Py_BuildValue("(KKKKKKKN)", (unsigned long long)key, (unsigned long long)k.order,
+                                  (unsigned long long)k.sketch.count(), (unsigned long long)k.first_ns,
+                                  (unsigned long long)k.max_ns, (unsigned long long)k.total_ns,
+                                  (unsigned long long)k.events, buckets);
+    if (row == nullptr || PyList_Append(keys, row) != 0) {
+      Py_XDECREF(row);
+      Py_DECREF(keys);
+      return nullptr;
+    }
+    Py_DECREF(row);
+  }
+  return Py_BuildValue("{sKsKsKsN}", "calls", (unsigned long long)st->calls.load(), "errors",
                        (unsigned long long)st->errors.load(), "overflow_calls", (unsigned long long)overflow_calls,
-                       "overflow_keys", (unsigned long long)overflow_keys, "keys", keys);
+                       "keys", keys);
 }
 
 PyMethodDef methods[] = {
@@ -367,8 +415,8 @@ PyTypeObject WatchCoreType = {PyVarObject_HEAD_INIT(nullptr, 0)};
 PyObject* note_compile(PyObject*, PyObject* arg) {
   const unsigned long long ns = PyLong_AsUnsignedLongLong(arg);
   if (ns == (unsigned long long)-1 && PyErr_Occurred()) return nullptr;
-  g_compile_ns.fetch_add(ns, std::memory_order_relaxed);
-  g_compiles.fetch_add(1, std::memory_order_relaxed);
+  t_compile_ns += ns;
+  t_compiles += 1;
   Py_RETURN_NONE;
 }
 
@@ -382,7 +430,8 @@ PyObject* sketch_edges(PyObject*, PyObject*) {
 
 PyMethodDef module_methods[] = {
     {"watch_note_compile", note_compile, METH_O,
-     "watch_note_compile(ns) -> None\nCount one finished compile of `ns` (warmprof.watch's dynamo callback)."},
+     "watch_note_compile(ns) -> None\nCount one finished compile of `ns` on the calling thread (warmprof.watch's "
+     "dynamo callback)."},
     {"watch_sketch_midpoints", sketch_edges, METH_NOARGS,
      "watch_sketch_midpoints() -> list[float]\nEach sketch bucket's geometric midpoint, in ns."},
     {nullptr, nullptr, 0, nullptr},

@@ -21,7 +21,7 @@ double Sketch::lower_ns(int bucket) {
 
 double Sketch::mid_ns(int bucket) {
   const double lo = lower_ns(bucket);
-  const double hi = bucket + 1 < kBuckets ? lower_ns(bucket + 1) : lo * 1.25;
+  const double hi = bucket + 1 < kBuckets ? lower_ns(bucket + 1) : lo * 8.0 / 7.0;
   return std::sqrt(lo * hi);
 }
 
@@ -50,7 +50,6 @@ Verdict Table::add(uint64_t key, uint64_t ns, const Rule& rule) {
   if (it == keys_.end()) {
     if (keys_.size() >= max_keys_) {
       ++overflow_calls_;
-      ++overflow_keys_;
       v.admitted = false;
       v.first = true;
       return v;

@@ -11,7 +11,7 @@ namespace warmprof::watch {
 
 // Latency sketch: counts in log-spaced buckets, 4 per octave (each about 19% wide), from 64 ns to
 // about 275 s; a duration outside lands in the first or last bucket. 512 bytes, O(1) to add, a
-// quantile is a walk over 128 counts. Quantiles are a bucket's geometric midpoint: within 10%.
+// quantile is a walk over 128 counts. Quantiles are a bucket's geometric midpoint: within 12%.
 class Sketch {
  public:
   static constexpr int kBuckets = 128;
@@ -66,14 +66,12 @@ class Table {
   void mark_event(uint64_t key);
   size_t size() const { return keys_.size(); }
   uint64_t overflow_calls() const { return overflow_calls_; }
-  uint64_t overflow_keys() const { return overflow_keys_; }
   const std::unordered_map<uint64_t, KeyState>& keys() const { return keys_; }
 
  private:
   size_t max_keys_;
   std::unordered_map<uint64_t, KeyState> keys_;
   uint64_t overflow_calls_ = 0;  // calls at keys past max_keys
-  uint64_t overflow_keys_ = 0;   // first calls at such keys (a key seen twice past the limit counts twice)
   uint64_t next_order_ = 0;
 };
 

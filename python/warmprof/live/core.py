@@ -45,10 +45,11 @@ class Watcher(_native.WatchCore):
         self.idle_s = float(idle_s)
         self.rule = {"min_calls": int(min_calls), "factor": float(factor), "floor_ms": float(floor_ms),
                      "idle_s": float(idle_s), "max_keys": int(max_keys), "max_events": int(max_events)}
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # re-entrant: a finalizer run inside an event may call the watcher
         self._events: collections.deque[dict] = collections.deque(maxlen=int(max_events))
         self._kept = 0
         self._names: dict[int, str] = {}
+        self._taken: set[str] = set()
         self._user_on_event = on_event
         # OpenTelemetry span events: on when the package is there, unless otel=False
         self._otel = export.otel_available() if otel is None else bool(otel) and export.otel_available()
@@ -71,7 +72,11 @@ class Watcher(_native.WatchCore):
             name = self._names.get(key_hash)
             if name is None:
                 name = repr(key_obj)[:200] if key_obj is not None else _events.describe(args, kwargs)
-                self._names[key_hash] = name
+                if name in self._taken:  # two keys that read alike (a key function's -1 and -2 hash alike)
+                    name = f"{name} #{len(self._taken)}"
+                self._taken.add(name)
+                if len(self._names) < self.rule["max_keys"] * 2:  # names of unadmitted keys' compiles too
+                    self._names[key_hash] = name
             reserved = (self._reserved, sources.cuda_reserved())
             self._reserved = reserved[1] if reserved[1] is not None else self._reserved
             self._kept += 1
@@ -102,7 +107,7 @@ class Watcher(_native.WatchCore):
 
     def stats(self) -> dict[str, Any]:
         """Calls, errors, and per key: calls, first call, median / p90 / p99 (from the sketch), max."""
-        raw = self._core_stats() or {"keys": [], "calls": 0, "errors": 0, "overflow_calls": 0, "overflow_keys": 0}
+        raw = self._core_stats() or {"keys": [], "calls": 0, "errors": 0, "overflow_calls": 0}
         mids = _native.watch_sketch_midpoints()
         keys = []
         for key, order, calls, first_ns, max_ns, total_ns, kept, buckets in sorted(raw["keys"], key=lambda r: r[1]):
@@ -113,7 +118,7 @@ class Watcher(_native.WatchCore):
         with self._lock:
             dropped = self._kept - len(self._events)
         return {"calls": raw["calls"], "errors": raw["errors"], "overflow_calls": raw["overflow_calls"],
-                "overflow_keys": raw["overflow_keys"], "events": self._kept, "events_dropped": dropped, "keys": keys}
+                "events": self._kept, "events_dropped": dropped, "keys": keys}
 
     def report(self) -> Any:
         from .report_build import build_report
@@ -174,6 +179,8 @@ def _check(fn: Any, key: Any, clock_source: Any, max_keys: Any, max_events: Any,
     for name, v, low in (("max_keys", max_keys, 1), ("max_events", max_events, 1), ("min_calls", min_calls, 1)):
         if isinstance(v, bool) or not isinstance(v, int) or v < low:
             raise InputError(f"{name} must be a whole number >= {low}, got {v!r}")
+    if isinstance(idle_s, (int, float)) and not isinstance(idle_s, bool) and idle_s <= 0:
+        raise InputError(f"idle_s must be above 0 (a gap that long before a call makes it an event), got {idle_s!r}")
     for name, v, low in (("factor", factor, 1.0), ("floor_ms", floor_ms, 0.0), ("idle_s", idle_s, 0.0)):
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= low or v != v or v == float("inf"):
             raise InputError(f"{name} must be a number >= {low}, got {v!r}")

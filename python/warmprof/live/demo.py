@@ -29,17 +29,13 @@ def stream(requests: int = 200, lengths: tuple[int, ...] = LENGTHS, seed: int = 
 
 @contextlib.contextmanager
 def recompile_limit(n: int) -> Iterator[None]:
+    """dynamo's recompile limit raised to n for the block, through its own config.patch (which puts
+    the setting back as it was, default or not)."""
     import torch._dynamo.config as cfg
 
-    names = [k for k in ("recompile_limit", "cache_size_limit") if hasattr(cfg, k)]
-    before = {k: getattr(cfg, k) for k in names}
-    for k in names:
-        setattr(cfg, k, max(n, before[k]))
-    try:
+    name = next(k for k in ("recompile_limit", "cache_size_limit") if hasattr(cfg, k))  # 2.9+: the first
+    with cfg.patch(**{name: max(n, getattr(cfg, name))}):
         yield
-    finally:
-        for k, v in before.items():
-            setattr(cfg, k, v)
 
 
 def compiled_demo() -> Any:

@@ -10,13 +10,16 @@ finished during it with their summed time. The rules, each figure labelled as it
   recompile reasons (the guards that failed) and how many graphs came from the compile caches
   (hits) or were compiled (misses).
 - allocator_growth (estimated): the thread's page faults over the call x the first-touch cost of a
-  small page measured on this machine (once, when first needed), when there are more than a few; on
+  small page measured on this machine (once, when first needed), when there are more than a few and
+  dynamo did not compile during the call (a compile's faults are its own time); on
   CUDA, the caching allocator's bytes and segments (cudaMalloc calls) grown since the previous event.
 - cpu_contention (estimated): the call's wall time less its thread's CPU time, when the thread was
   preempted (involuntary switches): it was ready and had no CPU. A thread blocked on a worker or on
   the device is off its CPU too, so without a preemption nothing is booked.
 - The estimates fit in the call's time outside its measured compiles (a compile waits on its worker
-  processes and takes page faults: that is compile time), allocator growth first.
+  processes and takes page faults: that is compile time) and, for an outlier, in its excess over the
+  key's median less the compiles, allocator growth first. A clock reading that is not two finite
+  numbers is left out.
 - clock_ramp (inferred): an outlier after an idle gap (idle_s, 1 s by default) with the device clock
   below 90% of its maximum at the call's start, or, with no clock source, the gap alone: what is left
   of the excess after the causes above.
@@ -49,9 +52,12 @@ def describe(args: tuple, kwargs: dict | None) -> str:
             dtype = str(getattr(v, "dtype", "")).removeprefix("torch.")
             return f"{dims or 'scalar'} {dtype}".strip()
         if isinstance(v, (list, tuple)) and depth < 2:
-            return "(" + ", ".join(one(x, depth + 1) for x in list(v)[:16]) + ")"
+            more = f", ... {len(v)} in all" if len(v) > 16 else ""
+            return "(" + ", ".join(one(x, depth + 1) for x in list(v)[:16]) + more + ")"
+        if isinstance(v, dict) and depth < 2:
+            return "{" + ", ".join(f"{k}: {one(x, depth + 1)}" for k, x in sorted(v.items(), key=lambda kv: str(kv[0]))) + "}"
         return type(v).__name__
-    parts = [one(a) for a in args] + [f"{k}={one(v)}" for k, v in (kwargs or {}).items()]
+    parts = [one(a) for a in args] + [f"{k}={one(v)}" for k, v in sorted((kwargs or {}).items())]
     return ", ".join(parts) or "no arguments"
 
 
@@ -90,10 +96,13 @@ def build(info: tuple, *, index: int, key: str, start_ns: int, idle_ns: int, dyn
         causes.append({"cause": "jit_compile", "ms": compile_ns / 1e6, "evidence": "measured", "source": "dynamo",
                        "count": int(compiles), "detail": detail})
     # The compiles' time is measured; what the estimates below book must fit in the rest of the call
-    # (a compile waits on its worker processes and takes faults: that is compile time, not more).
+    # (a compile waits on its worker processes and takes faults: that is compile time, not more),
+    # and for an outlier in what it took over its key's median.
     room = max(0.0, (dur - compile_ns) / 1e6)
+    if excess is not None:
+        room = min(room, max(0.0, excess - compile_ns / 1e6))
     faults = int(minflt) + int(majflt)
-    if faults >= FAULTS_FLOOR:
+    if faults >= FAULTS_FLOOR and not compiles:  # faults inside a compile are its own: not split out
         per = prices.ns()
         grown = ""
         before, after = reserved
@@ -114,13 +123,11 @@ def build(info: tuple, *, index: int, key: str, start_ns: int, idle_ns: int, dyn
                        "detail": f"the call's wall time less its thread's CPU time, with {nivcsw} involuntary context "
                                  "switches: ready to run, no CPU (the machine's load; no warm-up removes it)"})
     after_idle = gap >= idle_ns and gap > 0
+    clock = _clock(clock)
     if after_idle and outlier:
         left = (excess or 0.0) - sum(c["ms"] for c in causes)
         if clock is not None:
-            try:
-                mhz, top = float(clock[0]), float(clock[1])
-            except Exception:
-                mhz, top = 0.0, 0.0
+            mhz, top = clock
             if top > 0 and mhz < CLOCK_LOW * top and left > 0:
                 causes.append({"cause": "clock_ramp", "ms": left, "evidence": "inferred", "source": "idle_clock",
                                "count": 1, "detail": f"the device clock was {mhz:.0f} of {top:.0f} MHz at the call's "
@@ -137,8 +144,19 @@ def build(info: tuple, *, index: int, key: str, start_ns: int, idle_ns: int, dyn
         "excess_ms": excess, "causes": causes,
         "unattributed_ms": (excess - attributed) if excess is not None else None,
         "recompile_reasons": reasons,
-        "clock_mhz": list(clock) if clock is not None and isinstance(clock, (tuple, list)) else None,
+        "clock_mhz": list(clock) if clock is not None else None,
     }
+
+
+def _clock(reading: Any) -> tuple[float, float] | None:
+    """A clock source's reading as (MHz, maximum MHz), or None when it is not two finite numbers."""
+    import math
+
+    try:
+        mhz, top = float(reading[0]), float(reading[1])
+    except (TypeError, ValueError, IndexError, KeyError):
+        return None
+    return (mhz, top) if math.isfinite(mhz) and math.isfinite(top) and top > 0 else None
 
 
 __all__ = ["FaultPrice", "build", "describe"]

@@ -28,19 +28,38 @@ def _require_prometheus() -> Any:
     return prometheus_client
 
 
-class WatchCollector:
-    """A prometheus_client collector over one Watcher, read at each scrape."""
+OTHER = "(other keys)"
 
-    def __init__(self, watcher: Any, prefix: str = "warmprof_watch") -> None:
-        self.watcher, self.prefix = watcher, prefix
+
+def _upper_edge_s(bucket: int) -> float:
+    """The upper edge of a sketch bucket in seconds (the next bucket's lower edge; csrc/core/watch.cpp)."""
+    b = bucket + 1
+    return (2.0 ** (b // OCTAVE_BUCKETS + 6)) * (1 + (b % OCTAVE_BUCKETS) / OCTAVE_BUCKETS) / 1e9
+
+
+def _cumulative(buckets: list[int]) -> list[tuple[str, int]]:
+    """Cumulative counts at each octave's upper edge (every OCTAVE_BUCKETS buckets), then +Inf."""
+    cum, out = 0, []
+    for b, count in enumerate(buckets):
+        cum += count
+        if (b + 1) % OCTAVE_BUCKETS == 0 and b + 1 < len(buckets):
+            out.append((f"{_upper_edge_s(b):.6g}", cum))
+    out.append(("+Inf", cum))
+    return out
+
+
+class WatchCollector:
+    """A prometheus_client collector over one Watcher, read at each scrape. Per-key series for the
+    `top_keys` most called keys; the rest (and calls past max_keys) in one "(other keys)" series."""
+
+    def __init__(self, watcher: Any, prefix: str = "warmprof_watch", top_keys: int = 50) -> None:
+        self.watcher, self.prefix, self.top_keys = watcher, prefix, top_keys
 
     def describe(self) -> list:
         return []  # unchecked collector: the families are built at collect time
 
     def collect(self) -> Any:
         from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
-
-        from .. import _native
 
         w, p = self.watcher, self.prefix
         stats = w.stats()
@@ -54,24 +73,28 @@ class WatchCollector:
                                        labels=["model", "key", "cause"])
         cause_s = CounterMetricFamily(f"{p}_cause_seconds", "Time the events' causes took, by key",
                                       labels=["model", "key", "cause"])
-        hist = HistogramMetricFamily(f"{p}_latency_seconds", "Call latency by key (from a sketch: within 10%)",
+        hist = HistogramMetricFamily(f"{p}_latency_seconds", "Call latency by key (from a sketch: within 12%)",
                                      labels=["model", "key"])
-        edges = _native.watch_sketch_midpoints()
-        raw = {row[0]: row for row in (w._core_stats() or {"keys": []})["keys"]}
+        rows = sorted((w._core_stats() or {"keys": []})["keys"], key=lambda r: -r[2])
         names = dict(w._names)
-        for key, row in raw.items():
+        other_calls, other_events, other_ns = stats["overflow_calls"], 0, 0
+        other_buckets = [0] * len(rows[0][7]) if rows else []
+        for rank, (key, _, n, _, _, total_ns, events, buckets) in enumerate(rows):
+            if rank >= self.top_keys:  # series per key for the most called keys only: the rest in one
+                other_calls += n
+                other_events += events
+                other_ns += total_ns
+                other_buckets = [a + b for a, b in zip(other_buckets, buckets)]
+                continue
             name = names.get(key, f"#{key & 0xffffffff:08x}")
-            _, _, n, _, _, total_ns, events, buckets = row
             calls.add_metric([model, name], n)
             kept.add_metric([model, name], events)
-            # cumulative counts at each octave's upper edge (every OCTAVE_BUCKETS buckets)
-            cum, out = 0, []
-            for b, count in enumerate(buckets):
-                cum += count
-                if (b + 1) % OCTAVE_BUCKETS == 0 and b + 1 < len(buckets):
-                    out.append((f"{edges[b + 1] / 1e9:.3g}", cum))
-            out.append(("+Inf", cum))
-            hist.add_metric([model, name], out, total_ns / 1e9)
+            hist.add_metric([model, name], _cumulative(buckets), total_ns / 1e9)
+        if other_calls:
+            calls.add_metric([model, OTHER], other_calls)
+            kept.add_metric([model, OTHER], other_events)
+        if any(other_buckets):
+            hist.add_metric([model, OTHER], _cumulative(other_buckets), other_ns / 1e9)
         with w._lock:
             counts = dict(w._cause_counts)
             out_counts = dict(w._outlier_counts)
@@ -80,8 +103,6 @@ class WatchCollector:
             cause_s.add_metric([model, name, cause], ms / 1e3)
         for name, n in out_counts.items():
             outliers.add_metric([model, name], n)
-        if stats["overflow_calls"]:
-            calls.add_metric([model, "(other keys)"], stats["overflow_calls"])
         yield from (calls, kept, outliers, by_cause, cause_s, hist)
 
 

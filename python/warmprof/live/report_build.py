@@ -33,7 +33,7 @@ def build_report(w: Any) -> WatchReport:
         notes.append("dynamo's compile callbacks are not available here: compiles are not seen")
     return WatchReport(
         model=str(w.label), calls=stats["calls"], keys=stats["keys"], events=events, errors=stats["errors"],
-        overflow_calls=stats["overflow_calls"], overflow_keys=stats["overflow_keys"], events_kept=stats["events"],
+        overflow_calls=stats["overflow_calls"], events_kept=stats["events"],
         events_dropped=stats["events_dropped"], by_cause=by_cause, rule=dict(w.rule),
         duration_s=(_native.now_ns() - w._started_ns) / 1e9, platform=fingerprint(), notes=notes,
         warmprof_version=__version__,

@@ -18,17 +18,18 @@ from ..instruments.torch_compile import (
 
 _lock = threading.Lock()
 _users = 0
-_open: dict[int, int] = {}  # thread ident -> compile start (ns)
+# dynamo calls the start callback when its process-wide count of compiles in progress goes 0 -> 1 and
+# the end callback when it goes back to 0, on whichever thread that is: one start time, not per thread
+_started: list[int] = []
 
 
 def _on_start(*_args: Any) -> None:
-    _open[threading.get_ident()] = time.monotonic_ns()
+    _started[:] = [time.monotonic_ns()]
 
 
 def _on_end(*_args: Any) -> None:
-    t0 = _open.pop(threading.get_ident(), None)
-    if t0 is not None:
-        _native.watch_note_compile(max(0, time.monotonic_ns() - t0))
+    if _started:  # counted on the thread that ends it (its call's; watch_note_compile is per thread)
+        _native.watch_note_compile(max(0, time.monotonic_ns() - _started.pop()))
 
 
 def acquire_compile_tap() -> bool:
@@ -64,7 +65,7 @@ def release_compile_tap() -> None:
                     remove(cb)
                 except ValueError:
                     pass
-            _open.clear()
+            _started.clear()
 
 
 class DynamoState:

@@ -248,9 +248,9 @@ def _watch_figure(Figure: Any, r: Any) -> Any:
     if positive and max(positive) / min(positive) > 50:
         left.set_xscale("log")
         _plain_log_axis(left.xaxis)
-        left.set_xlabel("ms per call (log scale; quantiles from a sketch, within 10%)")
+        left.set_xlabel("ms per call (log scale; quantiles from a sketch, within 12%)")
     else:
-        left.set_xlabel("ms per call (quantiles from a sketch, within 10%)")
+        left.set_xlabel("ms per call (quantiles from a sketch, within 12%)")
     left.legend(fontsize=8.5, frameon=False)
     left.set_title(f"calls by key ({len(keys)} of {len(r.keys)} keys, most called first)", fontsize=10)
     cy = range(len(causes_))

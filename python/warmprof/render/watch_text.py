@@ -45,7 +45,7 @@ class WatchTextRenderer(Renderer):
                        f"once the key has {rule.get('min_calls')} calls; idle gap {rule.get('idle_s')} s")
         keys = sorted(r.keys, key=lambda k: -k["calls"])[:SHOWN_KEYS]
         if keys:
-            out += ["", f"  keys (the {len(keys)} with most calls; quantiles from a sketch, within 10%):"]
+            out += ["", f"  keys (the {len(keys)} with most calls; quantiles from a sketch, within 12%):"]
             rows = [[middle(one_line(k["key"]), 40), str(k["calls"]), _ms(k["first_ms"]), _ms(k["p50_ms"]),
                      _ms(k["p99_ms"]), _ms(k["max_ms"]), str(k.get("events", 0))] for k in keys]
             out += ["  " + ln for ln in table(["key", "calls", "first", "p50", "p99", "max", "events"], rows,

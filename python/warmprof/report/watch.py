@@ -13,6 +13,7 @@ from .base import SCHEMA_VERSION, ReportBase, non_negative, register_kind
 
 _KEY = S.Obj({"key": S.STR, "calls": S.NON_NEGATIVE_INT, "first_ms": S.NUM, "p50_ms": S.NUM, "p90_ms": S.NUM,
               "p99_ms": S.NUM, "max_ms": S.NUM}, {"mean_ms": S.NUM, "events": S.NON_NEGATIVE_INT})
+_FINITE_PAIR = S.ListOf(S.NUM)
 _CAUSE = S.Obj({"cause": S.STR, "ms": S.NUM, "evidence": S.STR, "source": S.STR},
                {"count": S.NON_NEGATIVE_INT, "detail": S.STR})
 _EVENT = S.Obj({"index": S.NON_NEGATIVE_INT, "key": S.STR, "t_s": S.NUM, "ms": S.NUM, "gap_s": S.NUM, "first": S.BOOL,
@@ -22,7 +23,7 @@ _EVENT = S.Obj({"index": S.NON_NEGATIVE_INT, "key": S.STR, "t_s": S.NUM, "ms": S
                 "recompile_reasons": S.ListOf(S.STR), "clock_mhz": S.Nullable(S.ListOf(S.NUM))})
 SCHEMA = S.Obj(
     {"model": S.STR, "calls": S.NON_NEGATIVE_INT, "keys": S.ListOf(_KEY), "events": S.ListOf(_EVENT)},
-    {"errors": S.NON_NEGATIVE_INT, "overflow_calls": S.NON_NEGATIVE_INT, "overflow_keys": S.NON_NEGATIVE_INT,
+    {"errors": S.NON_NEGATIVE_INT, "overflow_calls": S.NON_NEGATIVE_INT,
      "events_kept": S.NON_NEGATIVE_INT, "events_dropped": S.NON_NEGATIVE_INT, "by_cause": S.MapOf(S.ANY),
      "rule": S.MapOf(S.ANY), "duration_s": S.NUM, "device": S.STR, "platform": S.PLATFORM, "notes": S.ListOf(S.STR),
      "warmprof_version": S.STR, "created": S.STR},
@@ -32,7 +33,7 @@ SCHEMA = S.Obj(
 @register_kind
 @dataclass
 class WatchReport(ReportBase):
-    """What watch saw: per key, its calls and latency quantiles (from a bounded sketch, within 10%);
+    """What watch saw: per key, its calls and latency quantiles (from a bounded sketch, within 12%);
     the events kept (first calls at a key, outliers, calls after an idle gap, calls that compiled),
     each with its causes; and the causes over all events."""
 
@@ -44,8 +45,7 @@ class WatchReport(ReportBase):
     keys: list[dict[str, Any]]
     events: list[dict[str, Any]]
     errors: int = 0
-    overflow_calls: int = 0  # calls at keys past max_keys: counted, not kept
-    overflow_keys: int = 0
+    overflow_calls: int = 0  # calls at keys past max_keys: counted, not kept (a compile there is still an event)
     events_kept: int = 0  # every event kept so far; `events` holds the last max_events of them
     events_dropped: int = 0
     by_cause: dict[str, dict[str, float]] = field(default_factory=dict)  # cause -> {"events", "ms"}
