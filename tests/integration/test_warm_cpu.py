@@ -16,9 +16,11 @@ from .helpers import Counting, FirstTouch, Leftovers, RaisesOnCall
 
 
 class Leaky(nn.Module):
-    """Keeps `nbytes` of fresh, touched memory from every call: never warm."""
+    """Keeps `nbytes` of fresh, touched memory from every call: never warm. Above glibc's largest
+    mmap threshold (32 MiB), so each call maps pages the process never had, whatever earlier tests
+    freed into the heap (a smaller block can be served from memory already faulted in)."""
 
-    def __init__(self, nbytes: int = 4 << 20) -> None:
+    def __init__(self, nbytes: int = 40 << 20) -> None:
         super().__init__()
         self.nbytes = nbytes
         self.kept: list[torch.Tensor] = []
