@@ -28,7 +28,7 @@ def test_a_replayed_stream_flags_each_new_length_with_its_compile_and_the_plante
 
     def serve(ids):
         if state["i"] == stall_at:
-            time.sleep(0.05)  # the planted stall, inside the call
+            time.sleep(0.5)  # the planted stall, inside the call: far over any median, even on a loaded machine
         return model(ids)
 
     def count(i):
@@ -67,7 +67,7 @@ def test_a_replayed_stream_flags_each_new_length_with_its_compile_and_the_plante
         return statistics.median(before) if len(before) >= 8 else None
 
     flagged = {index_of(e): e for e in events if e["outlier"]}
-    assert stall_at in flagged and flagged[stall_at]["ms"] >= 50
+    assert stall_at in flagged and flagged[stall_at]["ms"] >= 500
     for i, e in flagged.items():  # each took as long by the test's clock, and really was slow there
         assert abs(wall[i] - e["ms"]) <= 0.1 * e["ms"] + 0.5, (i, wall[i], e["ms"])
         med = median_before(i)
