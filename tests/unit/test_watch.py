@@ -542,3 +542,26 @@ def test_prometheus_histogram_bounds_are_the_sketchs_bucket_edges():
 
     assert _upper_edge_s(3) == pytest.approx(128e-9)  # 4 buckets an octave from 64 ns: 64..128 ns
     assert _upper_edge_s(7) == pytest.approx(256e-9)
+
+
+def test_a_cuda_graph_recording_bracketed_by_dynamos_callbacks_is_graph_capture_not_a_compile():
+    from torch._dynamo.callback import CallbackArgs, CallbackTrigger
+
+    from warmprof.live import sources
+
+    def serve(x):
+        if x == "record":  # as dynamo's cudagraph trees do on a shape's second call
+            args = CallbackArgs(CallbackTrigger.CUDAGRAPH_RECORDING, "0/0")
+            sources._on_start(args)
+            time.sleep(0.01)
+            sources._on_end(args)
+        return x
+
+    w = watch(serve, key=lambda x: "one")
+    w("plain")
+    w("record")  # the key's second call: kept because something fired during it
+    w.close()
+    (e,) = [e for e in w.events() if not e["first"]]
+    assert [c["cause"] for c in e["causes"]] == ["graph_capture"]
+    (g,) = e["causes"]
+    assert g["evidence"] == "measured" and g["source"] == "cudagraphs:record" and g["ms"] >= 10

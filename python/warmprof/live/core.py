@@ -82,7 +82,7 @@ class Watcher(_native.WatchCore):
             self._kept += 1
             event = _events.build(info, index=self._kept - 1, key=name, start_ns=self._started_ns,
                                   idle_ns=int(self.idle_s * 1e9), dynamo=self._dynamo, prices=self._prices,
-                                  reserved=reserved)
+                                  reserved=reserved, side=sources.take_side_work() if info[14] else [])
             self._events.append(event)
             for c in event["causes"]:
                 n, ms = self._cause_counts.get((name, c["cause"]), (0, 0.0))

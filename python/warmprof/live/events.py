@@ -77,7 +77,7 @@ class FaultPrice:
 
 
 def build(info: tuple, *, index: int, key: str, start_ns: int, idle_ns: int, dynamo: Any, prices: FaultPrice,
-          reserved: tuple[Any, Any]) -> dict[str, Any]:
+          reserved: tuple[Any, Any], side: list[tuple[str, int]] | None = None) -> dict[str, Any]:
     """The event for one kept call (info: the native hot path's tuple, see csrc/watch_type.cpp)."""
     (_key, _key_obj, _args, _kwargs, first, outlier, start, dur, gap, clock, cpu_ns, minflt, majflt, nivcsw,
      compiles, compile_ns, calls_before, median_ns) = info
@@ -85,6 +85,16 @@ def build(info: tuple, *, index: int, key: str, start_ns: int, idle_ns: int, dyn
     excess = (dur - median_ns) / 1e6 if outlier and median_ns > 0 else None
     causes: list[dict[str, Any]] = []
     reasons: list[str] = []
+    # dynamo's callbacks also bracket CUDA graph recording and Triton autotuning: measured, not compiles
+    for kind, ns in side or []:
+        cause = "graph_capture" if kind.startswith("cudagraphs:") else "algorithm_selection"
+        took = min(ns, compile_ns)
+        compile_ns -= took
+        compiles = max(0, compiles - 1)
+        causes.append({"cause": cause, "ms": took / 1e6, "evidence": "measured", "source": kind, "count": 1,
+                       "detail": "bracketed by dynamo's callbacks during the call"
+                                 + (" (cudagraph trees record a shape's graph on its second call)"
+                                    if cause == "graph_capture" else "")})
     if compiles:
         reasons = dynamo.recompile_reasons() if dynamo is not None else []
         cache = dynamo.cache().text() if dynamo is not None else ""

@@ -7,29 +7,48 @@ callbacks, which run only when dynamo compiles."""
 
 from __future__ import annotations
 
+import collections
 import threading
 import time
 from typing import Any, Callable
 
 from .. import _native
 from ..instruments.torch_compile import (
-    CacheOutcome, cache_outcome, compilation_metrics_mark, compile_counters, counters_since, recompile_reasons,
+    CacheOutcome, _trigger_cause, cache_outcome, compilation_metrics_mark, compile_counters, counters_since,
+    recompile_reasons,
 )
 
 _lock = threading.Lock()
 _users = 0
 # dynamo calls the start callback when its process-wide count of compiles in progress goes 0 -> 1 and
 # the end callback when it goes back to 0, on whichever thread that is: one start time, not per thread
-_started: list[int] = []
+_started: list[tuple[int, str]] = []
+# What dynamo's callbacks bracketed that is not a compile (CUDA graph recording, Triton autotuning),
+# per thread, taken by the next event on that thread: (kind, ns).
+_side: dict[int, collections.deque] = {}
 
 
-def _on_start(*_args: Any) -> None:
-    _started[:] = [time.monotonic_ns()]
+def _on_start(*args: Any) -> None:
+    _started[:] = [(time.monotonic_ns(), _trigger_cause(args)[1])]
 
 
 def _on_end(*_args: Any) -> None:
-    if _started:  # counted on the thread that ends it (its call's; watch_note_compile is per thread)
-        _native.watch_note_compile(max(0, time.monotonic_ns() - _started.pop()))
+    if not _started:
+        return
+    t0, kind = _started.pop()
+    ns = max(0, time.monotonic_ns() - t0)
+    # counted on the thread that ends it (its call's; watch_note_compile is per thread): every kind
+    # makes the call an event; the kinds that are not compiles are told apart here
+    _native.watch_note_compile(ns)
+    if kind.startswith(("cudagraphs:", "triton:")):
+        _side.setdefault(threading.get_ident(), collections.deque(maxlen=64)).append((kind, ns))
+
+
+def take_side_work() -> list[tuple[str, int]]:
+    """The CUDA graph recordings and Triton autotuning dynamo's callbacks bracketed on this thread
+    since the last take: (kind, ns)."""
+    got = _side.pop(threading.get_ident(), None)
+    return list(got) if got else []
 
 
 def acquire_compile_tap() -> bool:
@@ -66,6 +85,7 @@ def release_compile_tap() -> None:
                 except ValueError:
                     pass
             _started.clear()
+            _side.clear()
 
 
 class DynamoState:
