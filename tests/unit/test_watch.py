@@ -17,6 +17,19 @@ from warmprof.live import Watcher, watch
 from warmprof.report import WatchReport, load
 
 
+def _slow_server():
+    """A callable that sleeps 20 ms a call once slow["on"] is set: the same key, slow or not (a
+    closure, not an argument, decides)."""
+    slow = {"on": False}
+
+    def serve(x):
+        if slow["on"]:
+            time.sleep(0.02)
+        return x
+
+    return serve, slow
+
+
 def _mids():
     return _native.watch_sketch_midpoints()
 
@@ -93,12 +106,7 @@ def test_a_call_after_an_idle_gap_reads_the_clock_first_and_a_low_clock_is_clock
         readings.append(time.monotonic())
         return (500.0, 1500.0)
 
-    slow = {"on": False}  # the same key when slow: a closure, not an argument
-
-    def serve(x):
-        if slow["on"]:
-            time.sleep(0.02)
-        return x
+    serve, slow = _slow_server()
 
     w = watch(serve, clock_source=clock, idle_s=0.2, floor_ms=1.0)
     for _ in range(10):
@@ -116,12 +124,7 @@ def test_a_call_after_an_idle_gap_reads_the_clock_first_and_a_low_clock_is_clock
 
 
 def test_after_idle_with_the_clock_at_its_maximum_is_not_clock_ramp():
-    slow = {"on": False}  # the same key when slow: a closure, not an argument
-
-    def serve(x):
-        if slow["on"]:
-            time.sleep(0.02)
-        return x
+    serve, slow = _slow_server()
 
     w = watch(serve, clock_source=lambda: (1500.0, 1500.0), idle_s=0.2, floor_ms=1.0)
     for _ in range(10):
@@ -135,12 +138,7 @@ def test_after_idle_with_the_clock_at_its_maximum_is_not_clock_ramp():
 
 
 def test_without_a_clock_source_an_after_idle_outlier_is_clock_ramp_from_the_gap_alone():
-    slow = {"on": False}  # the same key when slow: a closure, not an argument
-
-    def serve(x):
-        if slow["on"]:
-            time.sleep(0.02)
-        return x
+    serve, slow = _slow_server()
 
     w = watch(serve, idle_s=0.2, floor_ms=1.0)
     for _ in range(10):
@@ -251,12 +249,7 @@ def test_bad_options_are_clear_errors(kwargs, message):
 
 
 def test_the_report_round_trips_and_renders(tmp_path):
-    slow = {"on": False}  # the same key when slow: a closure, not an argument
-
-    def serve(x):
-        if slow["on"]:
-            time.sleep(0.02)
-        return x
+    serve, slow = _slow_server()
 
     w = watch(serve, floor_ms=1.0, label="svc")
     for _ in range(10):
@@ -294,12 +287,7 @@ def test_prometheus_text_parses_with_prometheus_clients_own_parser():
     prometheus_client = pytest.importorskip("prometheus_client", reason="prometheus_client is not installed")
     from prometheus_client.parser import text_string_to_metric_families
 
-    slow = {"on": False}
-
-    def serve(x):
-        if slow["on"]:
-            time.sleep(0.02)
-        return x
+    serve, slow = _slow_server()
 
     registry = prometheus_client.CollectorRegistry()
     w = watch(serve, floor_ms=1.0, label="svc")
@@ -349,12 +337,7 @@ def test_an_event_is_added_to_the_requests_open_telemetry_span():
 
 
 def test_show_png_and_compare_read_watch_reports(tmp_path):
-    slow = {"on": False}
-
-    def serve(x):
-        if slow["on"]:
-            time.sleep(0.02)
-        return x
+    serve, slow = _slow_server()
 
     paths = []
     for name in ("a", "b"):
@@ -487,12 +470,7 @@ def test_estimates_fit_in_an_outliers_excess_and_a_compiles_faults_are_its_own()
 
 
 def test_a_bad_clock_reading_is_left_out_and_the_report_still_loads(tmp_path):
-    slow = {"on": False}
-
-    def serve(x):
-        if slow["on"]:
-            time.sleep(0.02)
-        return x
+    serve, slow = _slow_server()
 
     w = watch(serve, clock_source=lambda: ("n/a", float("nan")), idle_s=0.1, floor_ms=1.0)
     for _ in range(10):
