@@ -375,12 +375,15 @@ def _counter_steps(tl: Timeline, names: Iterable[str], segs: Sequence[Segment], 
     return tuple(steps)
 
 
-def _counter_series(tl: Timeline, name: str) -> tuple[list[int], list[int]]:
-    """(timestamps, values) of one counter, in time order; empty if never sampled."""
+def _counter_series(tl: Timeline, name: str, thread: int | None = None) -> tuple[list[int], list[int]]:
+    """(timestamps, values) of one counter, in time order; empty if never sampled. `thread` (a recorder
+    thread index): only that thread's samples, for per-thread counters (run-queue delay)."""
     ids = [i for i, n in enumerate(tl.names) if n == name]
     if not ids or len(tl) == 0:
         return [], []
     mask = (tl.kind == COUNTER) & (tl.name == ids[0])
+    if thread is not None:
+        mask &= tl.thread == thread
     return tl.ts_ns[mask].tolist(), tl.value[mask].tolist()
 
 
@@ -806,15 +809,11 @@ def op_view_first_dispatch(ctx: PassContext) -> list[Part]:
     return [p]
 
 
-def _counter_change(tl: Timeline, name: str, t0: int, t1: int) -> int:
+def _counter_change(tl: Timeline, name: str, t0: int, t1: int, thread: int | None = None) -> int:
     """How much a cumulative counter sampled around a window grew across it: the last sample at or
     before t0 to the first at or after t1 (samples inside the window stand in when there are none
-    outside it); 0 without two samples."""
-    ids = [i for i, n in enumerate(tl.names) if n == name]
-    if not ids or len(tl) == 0:
-        return 0
-    mask = (tl.kind == COUNTER) & (tl.name == ids[0])
-    ts, val = tl.ts_ns[mask].tolist(), tl.value[mask].tolist()
+    outside it); 0 without two samples. `thread`: as _counter_series."""
+    ts, val = _counter_series(tl, name, thread)
     if len(ts) < 2:
         return 0
     before = bisect.bisect_right(ts, t0) - 1
@@ -844,29 +843,6 @@ def cupti_callback_cost(ctx: PassContext) -> list[Part]:
               "CUPTI's own dispatch per callback is not included (measurable only on a GPU)")
     return [Part("profiler_overhead", "cupti_callbacks", "estimated", ns=n * cost, count=n,
                  by_module={"": n * cost}, detail=detail)]
-
-
-def thread_counter_series(tl: Timeline, name: str, thread: int) -> tuple[list[int], list[int]]:
-    """(timestamps, values) of a per-thread counter as `thread` (a recorder thread index) sampled it."""
-    ids = [i for i, n in enumerate(tl.names) if n == name]
-    if not ids or len(tl) == 0:
-        return [], []
-    mask = (tl.kind == COUNTER) & (tl.name == ids[0]) & (tl.thread == thread)
-    return tl.ts_ns[mask].tolist(), tl.value[mask].tolist()
-
-
-def thread_counter_change(tl: Timeline, name: str, thread: int, t0: int, t1: int) -> int | None:
-    """How much `thread`'s cumulative counter grew over [t0, t1]: its last sample at or before t0
-    (else its first inside) to its first at or after t1 (else its last inside); None without two
-    samples there (not sampled: no schedstat, or a timeline recorded before it was)."""
-    ts, vals = thread_counter_series(tl, name, thread)
-    if len(ts) < 2:
-        return None
-    a = max(0, bisect.bisect_right(ts, t0) - 1)
-    b = min(len(ts) - 1, bisect.bisect_left(ts, t1))
-    if b <= a or ts[a] > t1 or ts[b] < t0:
-        return None
-    return max(0, int(vals[b]) - int(vals[a]))
 
 
 def _spread(ctx: PassContext, lo: int, hi: int, amount: float) -> list[tuple[SpanRec | None, str, float]]:
@@ -908,7 +884,7 @@ def cpu_contention(ctx: PassContext) -> list[Part]:
     if tl is None:
         return []
     t0, t1 = ctx.window
-    ts, vals = thread_counter_series(tl, RUN_DELAY_COUNTER, ctx.pass_span.thread)
+    ts, vals = _counter_series(tl, RUN_DELAY_COUNTER, ctx.pass_span.thread)
     if len(ts) < 2:
         return []
     a = max(0, bisect.bisect_right(ts, t0) - 1)
@@ -941,7 +917,7 @@ def cpu_contention(ctx: PassContext) -> list[Part]:
                 lowered[key] = lowered.get(key, 0.0) + ns
     if total <= 0:
         return []
-    switches = thread_counter_change(tl, INVOLUNTARY_COUNTER, ctx.pass_span.thread, t0, t1) or 0
+    switches = _counter_change(tl, INVOLUNTARY_COUNTER, t0, t1, ctx.pass_span.thread)
     free.count = switches  # the pass thread's involuntary context switches (preemptions) in the pass
     keep = max(0.0, total - ctx.steady_run_delay_ns) / total
     if keep <= 0:
