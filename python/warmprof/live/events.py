@@ -33,7 +33,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import _native
 
 FAULTS_FLOOR = 16  # fewer page faults than this over a call are noise, not allocator growth
 CLOCK_LOW = 0.9  # a device clock below this share of its maximum has not ramped up
@@ -62,15 +61,18 @@ def describe(args: tuple, kwargs: dict | None) -> str:
 
 
 class FaultPrice:
-    """ns per page fault, measured once on first use (a few fresh 4 MiB mappings touched)."""
+    """ns per page fault, read once on first use: the same figure warmup prices faults with
+    (warm.fault_ns: a trace's calibration when one ran here, else measured once)."""
 
     def __init__(self) -> None:
         self._ns: float | None = None
 
     def ns(self) -> float:
         if self._ns is None:
+            from ..warm import fault_ns
+
             try:
-                self._ns = float(_native.calibrate_fault_cost(4 << 20, 3)["ns_per_fault"])
+                self._ns = fault_ns()
             except Exception:
                 self._ns = 0.0
         return self._ns
