@@ -30,6 +30,18 @@ def _slow_server():
     return serve, slow
 
 
+def _after_idle_event(w, slow, idle_for: float):
+    """Ten quick calls, a quiet spell of `idle_for` s, then one slow call (an outlier): that call's event."""
+    for _ in range(10):
+        w(1)
+    time.sleep(idle_for)
+    slow["on"] = True
+    w(1)
+    w.close()
+    (e,) = [e for e in w.events() if e["after_idle"]]
+    return e
+
+
 def _mids():
     return _native.watch_sketch_midpoints()
 
@@ -127,13 +139,7 @@ def test_after_idle_with_the_clock_at_its_maximum_is_not_clock_ramp():
     serve, slow = _slow_server()
 
     w = watch(serve, clock_source=lambda: (1500.0, 1500.0), idle_s=0.2, floor_ms=1.0)
-    for _ in range(10):
-        w(1)
-    time.sleep(0.3)
-    slow["on"] = True
-    w(1)
-    w.close()
-    (e,) = [e for e in w.events() if e["after_idle"]]
+    e = _after_idle_event(w, slow, 0.3)
     assert not any(c["cause"] == "clock_ramp" for c in e["causes"]) and e["unattributed_ms"] > 15
 
 
@@ -141,13 +147,7 @@ def test_without_a_clock_source_an_after_idle_outlier_is_clock_ramp_from_the_gap
     serve, slow = _slow_server()
 
     w = watch(serve, idle_s=0.2, floor_ms=1.0)
-    for _ in range(10):
-        w(1)
-    time.sleep(0.3)
-    slow["on"] = True
-    w(1)
-    w.close()
-    (e,) = [e for e in w.events() if e["after_idle"]]
+    e = _after_idle_event(w, slow, 0.3)
     (ramp,) = [c for c in e["causes"] if c["cause"] == "clock_ramp"]
     assert ramp["source"] == "idle_gap" and "no clock reading" in ramp["detail"]
 
@@ -473,13 +473,7 @@ def test_a_bad_clock_reading_is_left_out_and_the_report_still_loads(tmp_path):
     serve, slow = _slow_server()
 
     w = watch(serve, clock_source=lambda: ("n/a", float("nan")), idle_s=0.1, floor_ms=1.0)
-    for _ in range(10):
-        w(1)
-    time.sleep(0.2)
-    slow["on"] = True
-    w(1)
-    w.close()
-    (e,) = [e for e in w.events() if e["after_idle"]]
+    e = _after_idle_event(w, slow, 0.2)
     assert e["clock_mhz"] is None
     assert isinstance(load(w.report().save(tmp_path / "w.json")), WatchReport)
 
