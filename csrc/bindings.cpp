@@ -513,6 +513,15 @@ PYBIND11_MODULE(_native, m) {
   m.def("cupti_check", &backends::cupti::check,
         "'' while warmprof's CUPTI subscription stands (or none is active), else why it no longer does.");
   m.def("cupti_active", &backends::cupti::active);
+  m.def("cupti_set_recording", &backends::cupti::set_recording, py::arg("on"),
+        "Whether CUPTI's handler writes into the recorder (watch(cupti=True) turns it off while it holds CUPTI).");
+  m.def("cupti_thread_tally", [] {
+    const backends::cupti::CallTally& t = backends::cupti::thread_tally();
+    py::dict out;
+    for (int c = 1; c < backends::cupti::CallTally::kCauses; ++c)
+      if (t.spans[c] != 0 || t.ns[c] != 0) out[py::int_(c)] = py::make_tuple(t.spans[c], t.ns[c], t.bytes[c]);
+    return out;
+  }, "cause id -> (spans, ns, bytes) the CUPTI handler booked on this thread (cumulative; what watch reads).");
   m.def("cupti_stats", [] {
     backends::cupti::PassStats s = backends::cupti::stats();
     py::dict d;

@@ -6,8 +6,9 @@
 // faults and involuntary switches: about 0.2 us each), the compiles counted so far (an atomic the
 // dynamo callbacks bump), two clock reads around the call, and the key's sketch under a mutex. Only
 // a call kept as an event (the first at its key, an outlier, the first after an idle gap with no
-// other call running, or one during which dynamo compiled on its thread) goes back to Python,
-// through `on_event`. A clock source (a callable returning the device clock) is
+// other call running, or one during which dynamo compiled on its thread, or, with CUPTI asked for,
+// one during which an allocation, module load or graph capture closed on its thread) goes back to
+// Python, through `on_event`. A clock source (a callable returning the device clock) is
 // called before a call only after an idle gap.
 #include <Python.h>
 #include <structmember.h>
@@ -20,6 +21,8 @@
 #include <utility>
 #include <vector>
 
+#include "backends/cupti.h"
+#include "core/causes.h"
 #include "core/clock.h"
 #include "core/watch.h"
 
@@ -45,6 +48,7 @@ struct State {
   std::atomic<uint64_t> calls{0};
   std::atomic<uint64_t> errors{0};
   std::atomic<bool> closed{false};
+  std::atomic<bool> cupti{false};  // read the CUPTI handler's thread tally around each call
   explicit State(size_t max_keys) : table(max_keys) {}
 };
 
@@ -220,6 +224,10 @@ PyObject* call(PyObject* self_obj, PyObject* args, PyObject* kwargs) {
       PyErr_WriteUnraisable(self->clock_source);
     }
   }
+  using warmprof::backends::cupti::CallTally;
+  const bool cupti = st->cupti.load(std::memory_order_relaxed);
+  CallTally tally0;
+  if (cupti) tally0 = warmprof::backends::cupti::thread_tally();
   const uint64_t compiles0 = t_compiles;
   const uint64_t compile_ns0 = t_compile_ns;
   const Usage u0 = usage();
@@ -240,6 +248,27 @@ PyObject* call(PyObject* self_obj, PyObject* args, PyObject* kwargs) {
     Py_XDECREF(clock);
     return nullptr;
   }
+  // CUPTI: what closed on this thread during the call, as (cause, spans, ns, bytes) rows
+  PyObject* booked = nullptr;
+  bool one_time = false;
+  if (cupti) {
+    const CallTally& tally1 = warmprof::backends::cupti::thread_tally();
+    if (tally1.seq != tally0.seq) {
+      booked = PyList_New(0);
+      for (int c = 1; booked != nullptr && c < CallTally::kCauses; ++c) {
+        const int64_t spans = tally1.spans[c] - tally0.spans[c], ns = tally1.ns[c] - tally0.ns[c];
+        if (spans == 0 && ns == 0) continue;
+        one_time = one_time || (spans > 0 && (c == warmprof::kJitCompile || c == warmprof::kGraphCapture ||
+                                              c == warmprof::kAllocatorGrowth || c == warmprof::kRuntimeInit ||
+                                              c == warmprof::kAlgorithmSelection));
+        PyObject* row = Py_BuildValue("(iLLL)", c, (long long)spans, (long long)ns,
+                                      (long long)(tally1.bytes[c] - tally0.bytes[c]));
+        if (row == nullptr || PyList_Append(booked, row) != 0) Py_CLEAR(booked);
+        Py_XDECREF(row);
+      }
+      if (booked == nullptr) PyErr_Clear();  // out of memory: the call's result still goes back
+    }
+  }
   Verdict v;
   const bool after_idle = gap != 0 && gap >= st->idle_ns;
   bool keep = false;
@@ -247,19 +276,19 @@ PyObject* call(PyObject* self_obj, PyObject* args, PyObject* kwargs) {
     std::lock_guard<std::mutex> lock(st->mu);
     v = st->table.add(key, dur, st->rule);
     // a compile is kept even at a key past max_keys: a new shape is what watch is for
-    keep = compiles > 0 || (v.admitted && (v.first || v.outlier || after_idle));
+    keep = compiles > 0 || one_time || (v.admitted && (v.first || v.outlier || after_idle));
     if (keep) st->table.mark_event(key);
   }
   if (keep && self->on_event != nullptr) {
     // (key, key_obj, args, kwargs, first, outlier, start_ns, dur_ns, gap_ns, clock, cpu_ns, minflt,
-    //  majflt, nivcsw, compiles, compile_ns, calls_before, median_ns)
+    //  majflt, nivcsw, compiles, compile_ns, calls_before, median_ns, cupti rows or None)
     PyObject* info = Py_BuildValue(
-        "(KOOOOOKKKOLLLLKKKd)", (unsigned long long)key, key_obj ? key_obj : Py_None, args,
+        "(KOOOOOKKKOLLLLKKKdO)", (unsigned long long)key, key_obj ? key_obj : Py_None, args,
         kwargs ? kwargs : Py_None, v.first ? Py_True : Py_False, v.outlier ? Py_True : Py_False,
         (unsigned long long)start, (unsigned long long)dur, (unsigned long long)gap, clock ? clock : Py_None,
         (long long)(u1.cpu_ns - u0.cpu_ns), (long long)(u1.minflt - u0.minflt), (long long)(u1.majflt - u0.majflt),
         (long long)(u1.nivcsw - u0.nivcsw), (unsigned long long)compiles, (unsigned long long)compile_ns,
-        (unsigned long long)v.calls, v.median_ns);
+        (unsigned long long)v.calls, v.median_ns, booked ? booked : Py_None);
     if (info != nullptr) {
       PyObject* r = PyObject_CallOneArg(self->on_event, info);
       Py_DECREF(info);
@@ -269,6 +298,7 @@ PyObject* call(PyObject* self_obj, PyObject* args, PyObject* kwargs) {
       PyErr_WriteUnraisable(self_obj);
     }
   }
+  Py_XDECREF(booked);
   Py_XDECREF(key_obj);
   Py_XDECREF(clock);
   return result;
@@ -355,6 +385,12 @@ PyObject* set_on_event(PyObject* self_obj, PyObject* cb) {
   Py_RETURN_NONE;
 }
 
+PyObject* set_cupti(PyObject* self_obj, PyObject* flag) {
+  WatchCore* self = reinterpret_cast<WatchCore*>(self_obj);
+  if (self->st != nullptr) self->st->cupti.store(PyObject_IsTrue(flag) == 1);
+  Py_RETURN_NONE;
+}
+
 PyObject* set_closed(PyObject* self_obj, PyObject* flag) {
   WatchCore* self = reinterpret_cast<WatchCore*>(self_obj);
   if (self->st != nullptr) self->st->closed.store(PyObject_IsTrue(flag) == 1);
@@ -406,6 +442,7 @@ PyObject* core_stats(PyObject* self_obj, PyObject*) {
 PyMethodDef methods[] = {
     {"_set_on_event", set_on_event, METH_O, "Set the callable called with each event's tuple (None: none)."},
     {"_set_closed", set_closed, METH_O, "Closed: calls go straight to the watched callable, unrecorded."},
+    {"_set_cupti", set_cupti, METH_O, "Read the CUPTI handler's per-thread tally around each call."},
     {"_core_stats", core_stats, METH_NOARGS, "A copy of every key's figures and sketch."},
     {nullptr, nullptr, 0, nullptr},
 };

@@ -216,7 +216,8 @@ std::string start() {
   std::lock_guard<std::mutex> lock(g_mu);
   const Lib l = lib();
   if (!l.ok) return l.reason;
-  if (g_subscriber != nullptr) return "warmprof's CUPTI subscriber is already active";
+  if (g_subscriber != nullptr) return "warmprof's CUPTI subscriber is already active (a trace in progress, or an open "
+           "warmprof.watch(cupti=True) in this process)";
   if (l.enable_callback == nullptr)  // optional for the loader; warmprof enables nothing without it
     return "libcupti " + l.path + " has no cuptiEnableCallback: warmprof enables callbacks one by one";
   (void)table::lookup(0, 0);  // build the table (interning names) outside the timed region

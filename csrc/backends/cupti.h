@@ -49,6 +49,25 @@ struct PassStats {
 };
 PassStats stats();
 
+// What the handler booked on the calling thread, cumulative over the process (never reset): per
+// cause id, the outermost cause spans that closed (a span inside another, or a module load inside a
+// launch that loaded it lazily, counts once, in the outer one), their summed ns and bytes.
+// warmprof.watch(cupti=True) copies it before a call and compares after: a call during which an
+// allocation, a module load or a graph capture closed on its thread is kept, with the measured
+// time. Updated whether or not a recording is on. The stub's stays zero.
+struct CallTally {
+  static constexpr int kCauses = 16;
+  uint64_t seq = 0;  // bumped by each span booked (or un-booked when an outer one takes it in)
+  int64_t spans[kCauses] = {};
+  int64_t ns[kCauses] = {};
+  int64_t bytes[kCauses] = {};
+};
+const CallTally& thread_tally();
+// Whether the handler writes into the recorder (true by default). watch(cupti=True) turns it off
+// while it holds the subscription: a trace running then has its CUPTI instrument off (the
+// subscription is taken) and must not get CUPTI records it does not account for.
+void set_recording(bool on);
+
 // Pure decoding, testable without a GPU: (domain, callback id) -> cause id, or -1 to ignore.
 int classify(uint32_t domain, uint32_t cbid);
 std::string callback_name(uint32_t domain, uint32_t cbid);

@@ -8,7 +8,9 @@
 #include <cstring>
 
 #include "backends/cuda_image.h"
+#include "backends/cupti.h"
 #include "core/causes.h"
+#include "core/clock.h"
 #include "core/recorder.h"
 
 namespace warmprof::backends::cupti::handler {
@@ -137,8 +139,84 @@ ThreadState& state() {
   return s;
 }
 
+// --- the per-thread tally watch reads (cupti.h CallTally) ---------------------------------------
+// Every cause span is booked when it closes; a span that closes around spans already booked (a
+// stream capture around allocations, a launch written at its exit around the module load it
+// triggered) takes them back, so each outermost call counts once. The last kRing booked spans are
+// kept, with their times, for that. A span whose end never comes (a capture ended on another
+// thread) holds nothing back: it only ages out of the small table of open spans.
+struct TallyState {
+  struct Open {
+    uint8_t cause;
+    uint32_t name;
+    uint64_t ticks;
+  };
+  struct Booked {
+    uint64_t begin, end;
+    int64_t ns, bytes;
+    uint8_t cause;
+    bool live;
+  };
+  static constexpr int kRing = 32;
+  CallTally tally;
+  Open open[kMaxDepth];
+  int depth = 0;
+  Booked ring[kRing] = {};
+  int next = 0;
+};
+
+TallyState& tally_state() {
+  static thread_local TallyState t;
+  return t;
+}
+
+void book(TallyState& t, uint8_t cause, uint64_t begin, uint64_t end, int64_t bytes) {
+  CallTally& c = t.tally;
+  for (TallyState::Booked& b : t.ring) {
+    if (!b.live || b.begin < begin || b.end > end) continue;
+    b.live = false;  // inside this one: this one's time holds it
+    c.spans[b.cause] -= 1;
+    c.ns[b.cause] -= b.ns;
+    c.bytes[b.cause] -= b.bytes;
+  }
+  const int64_t ns = end > begin ? clock::to_ns(end) - clock::to_ns(begin) : 0;
+  c.spans[cause] += 1;
+  c.ns[cause] += ns;
+  c.bytes[cause] += bytes;
+  t.ring[t.next] = TallyState::Booked{begin, end, ns, bytes, cause, true};
+  t.next = (t.next + 1) % TallyState::kRing;
+  c.seq += 1;
+}
+
+void tally(uint8_t kind, uint8_t cause, uint32_t name, int64_t value, uint64_t ticks) {
+  if (cause == kStructure || cause >= CallTally::kCauses) return;
+  TallyState& t = tally_state();
+  if (kind == kBegin) {
+    if (t.depth == kMaxDepth) {  // full of spans whose end never came: the oldest goes
+      std::copy(t.open + 1, t.open + kMaxDepth, t.open);
+      --t.depth;
+    }
+    t.open[t.depth++] = TallyState::Open{cause, name, ticks};
+    return;
+  }
+  if (kind != kEnd) return;
+  for (int i = t.depth - 1; i >= 0; --i) {
+    if (t.open[i].name != name || t.open[i].cause != cause) continue;
+    const uint64_t begin = t.open[i].ticks;
+    std::copy(t.open + i + 1, t.open + t.depth, t.open + i);
+    --t.depth;
+    // bytes: an allocation's or a copy's; a launch's value marks its first launch, a load's is none
+    const bool counts_bytes = cause == kAllocatorGrowth || cause == kDataTransfer;
+    book(t, cause, begin, ticks, counts_bytes && value > 0 ? value : 0);
+    return;
+  }
+}
+
+std::atomic<bool> g_to_recorder{true};
+
 void emit(uint8_t kind, uint8_t cause, uint32_t name, int64_t value, uint64_t ticks) {
-  recorder::append(kind, cause, name, value, ticks);
+  tally(kind, cause, name, value, ticks);
+  if (g_to_recorder.load(std::memory_order_relaxed)) recorder::append(kind, cause, name, value, ticks);
 }
 
 Frame* push(ThreadState& s, const Entry& en, const Event& e, uint8_t cause) {
@@ -373,3 +451,8 @@ std::vector<std::string> new_kernels() {
 }
 
 }  // namespace warmprof::backends::cupti::handler
+
+namespace warmprof::backends::cupti {
+const CallTally& thread_tally() { return handler::tally_state().tally; }
+void set_recording(bool on) { handler::g_to_recorder.store(on); }
+}  // namespace warmprof::backends::cupti

@@ -23,5 +23,10 @@ void inject(uint32_t, uint32_t, bool, uint64_t, int64_t, bool) {}
 bool call_now(uint32_t, int64_t, int) { return false; }
 int64_t launch_heap_bytes(int64_t, int, const std::string&) { return 0; }
 bool inject_load(uint32_t, uint32_t, bool, uint64_t, const std::string&, int) { return false; }
+void set_recording(bool) {}
+const CallTally& thread_tally() {
+  static const CallTally zero;
+  return zero;
+}
 
 }  // namespace warmprof::backends::cupti

@@ -212,3 +212,33 @@ def test_second_subscriber_is_reported_not_fatal():
     why = out.stdout.split("WHY:", 1)[1].strip()
     # Either CUPTI lets a second subscriber in (newer CUPTI), or warmprof says who holds it.
     assert why == "" or "another CUPTI subscriber" in why, why
+
+
+def test_watch_with_cupti_keeps_a_call_that_grew_the_device_allocator():
+    """watch(cupti=True) on a real driver: a call whose tensor needs a new cudaMalloc is kept, with
+    the allocation timed by CUPTI; the same call at the same shape afterwards (served from torch's
+    cache) is not kept."""
+    _gate(CUPTI)
+    from warmprof.live import Watcher
+
+    big = [0]
+
+    def model(x):
+        y = torch.empty(big[0] or 1, device="cuda") if big[0] else x * 2
+        torch.cuda.synchronize()
+        return y
+
+    x = torch.ones(16, device="cuda")
+    with Watcher(model, cupti=True, min_calls=1000) as w:
+        for _ in range(10):
+            w(x)
+        torch.cuda.empty_cache()
+        big[0] = 64 << 20  # 256 MiB of float32: past every cached block, a fresh cudaMalloc
+        w(x)
+        w(x)  # the block freed above is cached now: no cudaMalloc
+    events = w.events()
+    grown = [e for e in events if any(c["source"] == "cupti" and c["cause"] == "allocator_growth" for c in e["causes"])]
+    assert [e["index"] for e in grown] == [1], events
+    (cause,) = [c for c in grown[0]["causes"] if c["source"] == "cupti"]
+    assert cause["evidence"] == "measured" and cause["ms"] > 0 and grown[0]["cuda_calls"]["allocator_growth"]["bytes"] >= 256 << 20
+    assert not _native.cupti_active()

@@ -8,6 +8,12 @@ as an event: the first at its key, an outlier against its key's median (`factor`
 `floor_ms` over, once the key has `min_calls` calls), the first after an idle gap (`idle_s`), or one
 during which dynamo compiled. events.py gives each event its causes, with evidence.
 
+CUPTI only when asked (`cupti=True`): warmprof's CUPTI handler then sees every CUDA driver and
+runtime call the process makes (its own cost per call, not watch's), and a call on whose thread a
+cudaMalloc/cuMemAlloc, a module load, or a stream capture closed is kept, with those calls' own
+measured time. Where CUPTI cannot subscribe (no driver, another profiler holds it), watch raises
+BackendError with the reason and leaves nothing subscribed.
+
 Memory is bounded: at most `max_keys` keys (each a 512-byte sketch; calls at further keys are
 counted, not kept) and the last `max_events` events (older ones counted). Several threads may call
 one Watcher: the key table is locked, the counters are per thread.
@@ -36,15 +42,22 @@ class Watcher(_native.WatchCore):
     def __init__(self, fn: Callable, *, key: Callable | None = None, clock_source: Callable | None = None,
                  max_keys: int = MAX_KEYS, max_events: int = MAX_EVENTS, min_calls: int = 8, factor: float = 3.0,
                  floor_ms: float = 0.05, idle_s: float = 1.0, label: str | None = None,
-                 on_event: Callable[[dict], Any] | None = None, otel: bool | None = None) -> None:
+                 on_event: Callable[[dict], Any] | None = None, otel: bool | None = None,
+                 cupti: bool = False) -> None:
         _check(fn, key, clock_source, max_keys, max_events, min_calls, factor, floor_ms, idle_s, on_event)
+        if not isinstance(cupti, bool):
+            raise InputError(f"cupti must be True or False, not {cupti!r}")
         super().__init__(fn, key, clock_source, int(max_keys), int(min_calls), float(factor), int(floor_ms * 1e6),
-                         int(idle_s * 1e9))
+                         int(idle_s * 1e9))  # raises on a second __init__, before anything below is touched
+        self._cupti = False
+        self._tapped = False
+        self.closed = True  # until set up: __del__ of a half-made Watcher releases nothing it lacks
         self.fn = fn
         self.label = label or getattr(fn, "__qualname__", None) or type(fn).__name__
         self.idle_s = float(idle_s)
         self.rule = {"min_calls": int(min_calls), "factor": float(factor), "floor_ms": float(floor_ms),
-                     "idle_s": float(idle_s), "max_keys": int(max_keys), "max_events": int(max_events)}
+                     "idle_s": float(idle_s), "max_keys": int(max_keys), "max_events": int(max_events),
+                     "cupti": bool(cupti)}
         self._lock = threading.RLock()  # re-entrant: a finalizer run inside an event may call the watcher
         self._events: collections.deque[dict] = collections.deque(maxlen=int(max_events))
         self._kept = 0
@@ -59,9 +72,13 @@ class Watcher(_native.WatchCore):
         self._started_wall = time.time()
         self._prices = _events.FaultPrice()
         self._reserved = sources.cuda_reserved()
+        if cupti:
+            sources.acquire_cupti()  # raises BackendError with the reason; nothing held then
+            self._cupti = True
+            self._set_cupti(True)
+        self.closed = False
         self._tapped = sources.acquire_compile_tap()
         self._dynamo = sources.DynamoState() if self._tapped else None
-        self.closed = False
         self._set_on_event(self._on_event)
         functools.update_wrapper(self, fn, updated=())
 
@@ -139,6 +156,10 @@ class Watcher(_native.WatchCore):
         if self._tapped:
             sources.release_compile_tap()
             self._tapped = False
+        if self._cupti:
+            self._set_cupti(False)
+            self._cupti = False
+            sources.release_cupti()
 
     def __enter__(self) -> "Watcher":
         return self

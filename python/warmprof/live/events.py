@@ -9,6 +9,13 @@ finished during it with their summed time. The rules, each figure labelled as it
 - jit_compile (measured): the compiles' own time (dynamo's compile callbacks), with dynamo's
   recompile reasons (the guards that failed) and how many graphs came from the compile caches
   (hits) or were compiled (misses).
+- With CUPTI asked for (watch(cupti=True)): the CUDA calls that closed on the calling thread during
+  the call, each outermost call once, with CUPTI's enter/exit times (measured): cudaMalloc /
+  cuMemAlloc / cuMemCreate as allocator_growth (bytes), module loads and context set-up as
+  runtime_init, PTX the driver compiled as jit_compile, stream capture and graph instantiate as
+  graph_capture. They fit in the call's time outside dynamo's compiles (a CUDA call made inside a
+  compile is the compile's time): when they would not, they are scaled to fit and labelled
+  estimated. A stream capture inside a CUDA graph recording dynamo bracketed is that recording's.
 - allocator_growth (estimated): the thread's page faults over the call x the first-touch cost of a
   small page measured on this machine (once, when first needed), when there are more than a few and
   dynamo did not compile during the call (a compile's faults are its own time); on
@@ -33,6 +40,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .sources import cupti_rows as cupti_rows_by_name
 
 FAULTS_FLOOR = 16  # fewer page faults than this over a call are noise, not allocator growth
 CLOCK_LOW = 0.9  # a device clock below this share of its maximum has not ramped up
@@ -82,7 +90,8 @@ def build(info: tuple, *, index: int, key: str, start_ns: int, idle_ns: int, dyn
           reserved: tuple[Any, Any], side: list[tuple[str, int]] | None = None) -> dict[str, Any]:
     """The event for one kept call (info: the native hot path's tuple, see csrc/watch_type.cpp)."""
     (_key, _key_obj, _args, _kwargs, first, outlier, start, dur, gap, clock, cpu_ns, minflt, majflt, nivcsw,
-     compiles, compile_ns, calls_before, median_ns) = info
+     compiles, compile_ns, calls_before, median_ns) = info[:18]
+    cupti_rows = info[18] if len(info) > 18 else None
     ms = dur / 1e6
     excess = (dur - median_ns) / 1e6 if outlier and median_ns > 0 else None
     causes: list[dict[str, Any]] = []
@@ -107,12 +116,15 @@ def build(info: tuple, *, index: int, key: str, start_ns: int, idle_ns: int, dyn
             detail += "; recompiled because " + "; ".join(reasons[:3])
         causes.append({"cause": "jit_compile", "ms": compile_ns / 1e6, "evidence": "measured", "source": "dynamo",
                        "count": int(compiles), "detail": detail})
-    # The compiles' time is measured; what the estimates below book must fit in the rest of the call
-    # (a compile waits on its worker processes and takes faults: that is compile time, not more),
-    # and for an outlier in what it took over its key's median.
-    room = max(0.0, (dur - compile_ns) / 1e6)
+    captured = any(c["cause"] == "graph_capture" for c in causes)
+    causes.extend(_cupti_causes(cupti_rows, outside_ms=max(0.0, (dur - compile_ns) / 1e6), captured=captured))
+    cuda_ms = sum(c["ms"] for c in causes if c["source"] == "cupti")
+    # The compiles' and CUDA calls' time is measured; what the estimates below book must fit in the
+    # rest of the call (a compile waits on its worker processes and takes faults: that is compile
+    # time, not more), and for an outlier in what it took over its key's median.
+    room = max(0.0, (dur - compile_ns) / 1e6 - cuda_ms)
     if excess is not None:
-        room = min(room, max(0.0, excess - compile_ns / 1e6))
+        room = min(room, max(0.0, excess - compile_ns / 1e6 - cuda_ms))
     faults = int(minflt) + int(majflt)
     if faults >= FAULTS_FLOOR and not compiles:  # faults inside a compile are its own: not split out
         per = prices.ns()
@@ -156,8 +168,38 @@ def build(info: tuple, *, index: int, key: str, start_ns: int, idle_ns: int, dyn
         "excess_ms": excess, "causes": causes,
         "unattributed_ms": (excess - attributed) if excess is not None else None,
         "recompile_reasons": reasons,
+        "cuda_calls": cupti_rows_by_name(cupti_rows) if cupti_rows else None,
         "clock_mhz": list(clock) if clock is not None else None,
     }
+
+
+_CUPTI_DETAIL = {
+    "allocator_growth": "device memory allocations (cudaMalloc / cuMemAlloc / cuMemCreate)",
+    "runtime_init": "module loads and CUDA set-up (a kernel's module loaded on its first launch, a context)",
+    "jit_compile": "PTX the driver compiled to this GPU's code (no cubin for its architecture)",
+    "graph_capture": "stream capture and graph instantiate / upload",
+    "algorithm_selection": "algorithm selection calls",
+}
+
+
+def _cupti_causes(rows: Any, *, outside_ms: float, captured: bool) -> list[dict[str, Any]]:
+    """CUPTI's one-time CUDA calls during the call as causes: measured, or scaled to fit the time
+    outside dynamo's compiles (estimated) when they would not."""
+    got = [(name, row) for name, row in cupti_rows_by_name(rows).items() if name in _CUPTI_DETAIL and row["calls"] > 0
+           and not (name == "graph_capture" and captured)]
+    total = sum(row["ns"] for _, row in got) / 1e6
+    scale = min(1.0, outside_ms / total) if total > 0 else 1.0
+    out = []
+    for name, row in got:
+        detail = f"{row['calls']} {_CUPTI_DETAIL[name]} on the calling thread, timed by CUPTI"
+        if row["bytes"]:
+            detail += f": {row['bytes'] / 2**20:.1f} MiB"
+        if scale < 1.0:
+            detail += (f"; scaled by {scale:.2f} to fit the call's time outside dynamo's compiles (a CUDA call "
+                       "made inside a compile is the compile's time)")
+        out.append({"cause": name, "ms": row["ns"] / 1e6 * scale, "evidence": "measured" if scale >= 1.0 else "estimated",
+                    "source": "cupti", "count": row["calls"], "detail": detail})
+    return out
 
 
 def _clock(reading: Any) -> tuple[float, float] | None:

@@ -1,6 +1,7 @@
 """What watch reads besides the clock: dynamo's compile callbacks (one pair for the process, shared
 by every open Watcher, feeding a native counter the hot path reads), dynamo's recompile reasons and
-cache counters, the CUDA caching allocator, and the device clock (NVML) for after-idle calls.
+cache counters, the CUDA caching allocator, the device clock (NVML) for after-idle calls, and, when
+asked, warmprof's CUPTI subscription (one for the process, shared by the Watchers that asked).
 
 Each is read when an event is built, never on a call that keeps nothing, except the compile
 callbacks, which run only when dynamo compiles."""
@@ -12,7 +13,8 @@ import threading
 import time
 from typing import Any, Callable
 
-from .. import _native
+from .. import _native, cuda_paths
+from ..errors import BackendError
 from ..instruments.torch_compile import (
     CacheOutcome, _trigger_cause, cache_outcome, compilation_metrics_mark, compile_counters, counters_since,
     recompile_reasons,
@@ -88,6 +90,49 @@ def release_compile_tap() -> None:
             _side.clear()
 
 
+_cupti_users = 0
+
+
+def acquire_cupti() -> None:
+    """Subscribe warmprof's CUPTI handler (once, however many Watchers asked). Raises BackendError
+    with CUPTI's reason when it cannot subscribe: no driver, or another tool holds CUPTI (a
+    warmprof trace running now, torch.profiler, Nsight)."""
+    global _cupti_users
+    with _lock:
+        if _cupti_users == 0:
+            cuda_paths.install()
+            why = _native.cupti_start()
+            if why:
+                raise BackendError(f"watch(cupti=True): CUPTI cannot subscribe: {why}")
+            _native.cupti_set_recording(False)  # its calls go to watch's per-thread tally only
+        _cupti_users += 1
+
+
+def release_cupti() -> None:
+    global _cupti_users
+    with _lock:
+        if _cupti_users == 0:
+            return
+        _cupti_users -= 1
+        if _cupti_users == 0:
+            _native.cupti_stop()  # a subscription another tool tore down is not an error here
+            _native.cupti_set_recording(True)
+
+
+def cupti_rows(rows: list[tuple[int, int, int, int]] | None) -> dict[str, dict[str, int]]:
+    """The native hot path's CUPTI rows for one call, (cause id, spans, ns, bytes), by cause name."""
+    from ..causes import recorded
+
+    names = recorded()
+    out: dict[str, dict[str, int]] = {}
+    for cause, spans, ns, nbytes in rows or []:
+        name = names.get(int(cause))
+        if name is None:
+            continue
+        out[name] = {"calls": int(spans), "ns": max(0, int(ns)), "bytes": max(0, int(nbytes))}
+    return out
+
+
 class DynamoState:
     """Dynamo's recompile reasons and compile-cache counters, read as what changed since the last
     read (the rules instruments/torch_compile.py holds for trace and warmup too)."""
@@ -142,4 +187,5 @@ def nvml_clock_source(index: int = 0) -> Callable[[], tuple[float, float]] | Non
     return read
 
 
-__all__ = ["DynamoState", "acquire_compile_tap", "cuda_reserved", "nvml_clock_source", "release_compile_tap"]
+__all__ = ["DynamoState", "acquire_compile_tap", "acquire_cupti", "cuda_reserved", "cupti_rows", "nvml_clock_source",
+           "release_compile_tap", "release_cupti"]
