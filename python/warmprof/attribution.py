@@ -155,6 +155,10 @@ class Part:
     # True: its time was taken out of cause spans' parts (which its estimator lowered by as much),
     # not out of the pass's free time; _assemble leaves it out of the unexplained time
     carved: bool = False
+    # True: an inferred figure that may only take what the pass's other parts left unexplained
+    # (an MPS pipeline compile read off host-over-GPU time, which other host-side causes share);
+    # attribute_pass caps it there
+    fills: bool = False
 
     @property
     def ms(self) -> float:
@@ -951,6 +955,8 @@ def inferred_figures(ctx: PassContext) -> list[Part]:
             p = parts[key] = Part(e["cause"], e["source"], e.get("evidence", "inferred"))
         p.add(e.get("module", ""), e["ms"] * 1e6)
         p.count += int(e.get("count", 1))
+        p.fills = p.fills or bool(e.get("fills_unexplained"))
+        p.detail = p.detail or str(e.get("detail", ""))
     return list(parts.values())
 
 
@@ -1033,7 +1039,26 @@ def attribute_pass(tl: Timeline, pass_name: str, *, estimators: Sequence[Estimat
     for estimate in estimators:
         for p in estimate(ctx):
             _merge_into(merged, p)
+    _cap_fills(ctx, merged)
     return _assemble(ctx, merged)
+
+
+def _cap_fills(ctx: PassContext, parts: dict[tuple[str, str], Part]) -> None:
+    """Parts that may only take what the others left unexplained (Part.fills), capped there in
+    turn, estimated before inferred; a capped one's detail says so."""
+    fills = [p for p in parts.values() if p.fills]
+    if not fills:
+        return
+    left = sum(ctx.free_by_module.values()) - sum(
+        p.ns for k, p in parts.items() if not p.fills and k not in ctx.span_keys and not p.carved)
+    for p in sorted(fills, key=lambda p: p.evidence != "estimated"):
+        keep = min(1.0, max(0.0, left) / p.ns) if p.ns > 0 else 1.0
+        if keep < 1.0:
+            p.detail += (f"; capped at what the pass's other causes left unexplained ({max(0.0, left) / 1e6:.3f} ms of "
+                         f"{p.ns / 1e6:.3f} ms)")
+            p.ns *= keep
+            p.by_module = {m: ns * keep for m, ns in p.by_module.items()}
+        left -= p.ns
 
 
 def _merge_into(merged: dict[tuple[str, str], Part], p: Part) -> None:

@@ -12,6 +12,7 @@ package metadata for the rest.
 from __future__ import annotations
 
 import glob
+import json
 import os
 import platform as _platform
 import re
@@ -26,6 +27,7 @@ from typing import Any, Callable, Optional
 Runner = Callable[[list, float], Optional[str]]
 
 TOOL_TIMEOUT_S = 2.0
+SYSTEM_PROFILER_TIMEOUT_S = 5.0  # system_profiler's display report takes about a second
 _MAX_READ = 4 << 20
 _GIB = float(1 << 30)
 
@@ -115,7 +117,8 @@ def describe_device(fp: dict[str, Any], device: str = "") -> str:
             return f"{board}{mode}"
         return str(fp.get("gpu") or "CUDA GPU")
     if kind == "mps":
-        return str(fp.get("apple_chip") or "Apple GPU (MPS)")
+        cores = f" ({fp['gpu_cores']}-core GPU)" if fp.get("gpu_cores") else ""
+        return str(fp.get("apple_chip") or "Apple GPU (MPS)") + cores
     cores = f"{fp['cpu_count']} cores" if fp.get("cpu_count") else ""
     detail = ", ".join(x for x in (fp.get("apple_chip") or fp.get("cpu"), cores) if x)
     if board:
@@ -306,14 +309,52 @@ def _igpu(fs: _Files, soc: str) -> dict[str, Any]:
 
 
 def _apple_facts(run: Runner) -> dict[str, Any]:
+    """The Apple chip, its CPU and GPU core counts, memory, Metal support and macOS build, from
+    sysctl, ioreg and system_profiler (each a short query; a tool that fails leaves its facts out)."""
     out: dict[str, Any] = {}
-    chip = (run(["sysctl", "-n", "machdep.cpu.brand_string"], TOOL_TIMEOUT_S) or "").strip()
+
+    def sysctl(name: str) -> str:
+        return (run(["sysctl", "-n", name], TOOL_TIMEOUT_S) or "").strip()
+
+    chip = sysctl("machdep.cpu.brand_string")
     if chip:
         out["apple_chip"] = chip
-    memsize = (run(["sysctl", "-n", "hw.memsize"], TOOL_TIMEOUT_S) or "").strip()
+    memsize = sysctl("hw.memsize")
     if memsize.isdigit():
         out["memory_gb"] = round(int(memsize) / _GIB, 1)
+    for key, name in (("cpu_count", "hw.ncpu"), ("cpu_performance_cores", "hw.perflevel0.physicalcpu"),
+                      ("cpu_efficiency_cores", "hw.perflevel1.physicalcpu")):
+        value = sysctl(name)
+        if value.isdigit() and int(value) > 0:
+            out[key] = int(value)
+    build = (run(["sw_vers", "-buildVersion"], TOOL_TIMEOUT_S) or "").strip()
+    if build:
+        out["os_build"] = build
+    # GPU cores: the AGX accelerator's registry entry, else system_profiler's display report
+    cores = re.search(r'"gpu-core-count"\s*=\s*(\d+)', run(["ioreg", "-rc", "AGXAccelerator", "-d", "1"], TOOL_TIMEOUT_S) or "")
+    if cores:
+        out["gpu_cores"] = int(cores.group(1))
+    gpu = _apple_display(run(["system_profiler", "-json", "SPDisplaysDataType"], SYSTEM_PROFILER_TIMEOUT_S) or "")
+    if gpu.get("sppci_cores", "").isdigit():
+        out.setdefault("gpu_cores", int(gpu["sppci_cores"]))
+    if gpu.get("sppci_model") or gpu.get("_name"):
+        out["gpu"] = gpu.get("sppci_model") or gpu.get("_name")
+    family = gpu.get("spdisplays_mtlgpufamilysupport", "")
+    if family.startswith("spdisplays_metal"):
+        out["metal"] = "Metal " + family.removeprefix("spdisplays_metal")
+    if chip.startswith("Apple"):
+        out["unified_memory"] = True
     return out
+
+
+def _apple_display(text: str) -> dict[str, str]:
+    """The first GPU in `system_profiler -json SPDisplaysDataType`'s output (string fields only)."""
+    try:
+        rows = json.loads(text).get("SPDisplaysDataType") or []
+    except (ValueError, AttributeError):
+        return {}
+    first = rows[0] if rows and isinstance(rows[0], dict) else {}
+    return {k: v for k, v in first.items() if isinstance(v, str)}
 
 
 def _nvidia_smi_facts(fs: _Files, run: Runner) -> dict[str, Any]:

@@ -143,6 +143,47 @@ def test_apple_chip_on_macos():
     assert "apple_chip" not in fingerprint(FIXTURES / "missing", run=Tools(), system="Darwin", runtimes=False)
 
 
+class RecordedTools:
+    """Answers a tool call from a fixture tree's tools/ folder: one file per command line, holding
+    what that command printed on the machine (absent file: the tool failed or is missing)."""
+
+    def __init__(self, tree: str) -> None:
+        self.folder, self.calls = FIXTURES / tree / "tools", []
+
+    def __call__(self, argv: list, timeout_s: float) -> str | None:
+        line = " ".join([os.path.basename(str(argv[0]))] + [str(a) for a in argv[1:]])
+        self.calls.append(line)
+        assert 0 < timeout_s <= 5, "tools run with a short timeout"
+        path = self.folder / line
+        return path.read_text() if path.is_file() else None
+
+
+@pytest.mark.parametrize("tree, expected, title", [
+    ("apple_m4_pro", {"os": "macOS 15.1", "os_build": "24B83", "apple_chip": "Apple M4 Pro", "memory_gb": 48.0,
+                      "cpu_count": 14, "cpu_performance_cores": 10, "cpu_efficiency_cores": 4, "gpu_cores": 20,
+                      "gpu": "Apple M4 Pro", "metal": "Metal 3", "unified_memory": True, "gpu_memory_gb": 48.0},
+     "Apple M4 Pro (20-core GPU)"),
+    # no ioreg answer: the GPU cores come from system_profiler's report
+    ("apple_m1", {"os": "macOS 14.6.1", "os_build": "23G93", "apple_chip": "Apple M1", "memory_gb": 8.0,
+                  "cpu_count": 8, "cpu_performance_cores": 4, "cpu_efficiency_cores": 4, "gpu_cores": 7,
+                  "gpu": "Apple M1", "metal": "Metal 3", "unified_memory": True, "gpu_memory_gb": 8.0},
+     "Apple M1 (7-core GPU)"),
+])
+def test_apple_silicon_fingerprints_from_recorded_tool_output(tree, expected, title):
+    tools = RecordedTools(tree)
+    fp = fingerprint(FIXTURES / tree, run=tools, system="Darwin", runtimes=False)
+    assert fp == expected
+    assert describe_device(fp, "mps") == title
+    assert "ioreg -rc AGXAccelerator -d 1" in tools.calls and "system_profiler -json SPDisplaysDataType" in tools.calls
+
+
+def test_apple_facts_survive_broken_tool_output():
+    tools = Tools(sysctl="not a number\n", system_profiler="{not json", ioreg="garbage", sw_vers="")
+    fp = fingerprint(FIXTURES / "missing", run=tools, system="Darwin", runtimes=False)
+    # the brand string is the one text fact; the numbers that are not numbers are left out
+    assert fp == {"os": "macOS", "apple_chip": "not a number"}
+
+
 def test_live_fingerprint_has_the_process_facts():
     fp = fingerprint()
     assert fp["python"] == ".".join(map(str, sys.version_info[:3]))

@@ -101,6 +101,10 @@ def _instruments(model: Any, device, compiled: bool, op_view: bool = False) -> l
         inst.append(TorchCompile())
     if device.type == "cpu":
         inst.append(OneDNN())
+    if device.type == "mps":
+        from ..instruments.mps import mps_instruments
+
+        inst.extend(mps_instruments({"model": model, "compile_band_ms": _metal_compile_band}))
     if device.type == "cuda":
         try:
             from ..instruments.cuda_set import cuda_instruments
@@ -109,6 +113,16 @@ def _instruments(model: Any, device, compiled: bool, op_view: bool = False) -> l
         except ImportError as e:  # pragma: no cover - CUDA instruments not built in
             inst[0].notes.append(f"CUDA instruments unavailable: {e}")
     return inst
+
+
+def _metal_compile_band() -> tuple[float, float] | None:
+    """The Metal pipeline compile measured on this machine by the native reference probe (low,
+    high ms), for the MPS instruments' inferred compile; None where it cannot run."""
+    try:
+        from ..probes.metal_ref import compile_band_ms
+    except ImportError:
+        return None
+    return compile_band_ms()
 
 
 PASSES = ("first", "seen_rerun")  # the instrumented passes, in order
