@@ -505,6 +505,64 @@ PYBIND11_MODULE(_native, m) {
     d["metal"] = backend_entry(b::metal::compiled(), b::metal::available(), b::metal::unavailable_reason());
     return d;
   }, "backend name -> {compiled, available, reason}; cupti adds path (the libcupti file in use, '' if none)");
+  m.def("metal_probe", [](std::vector<int> lengths, int repeats) {
+    namespace mt = backends::metal;
+    if (lengths.empty()) throw py::value_error("lengths must not be empty");
+    for (size_t i = 0; i < lengths.size(); ++i) {
+      if (lengths[i] < 1 || lengths[i] > mt::kMaxLength)
+        throw py::value_error("each length must be within 1.." + std::to_string(mt::kMaxLength) + ", got " +
+                              std::to_string(lengths[i]));
+      for (size_t j = 0; j < i; ++j)
+        if (lengths[j] == lengths[i])
+          throw py::value_error("lengths must be distinct (" + std::to_string(lengths[i]) + " twice)");
+    }
+    if (repeats < 1 || repeats > mt::kMaxRepeats)
+      throw py::value_error("repeats must be within 1.." + std::to_string(mt::kMaxRepeats) + ", got " +
+                            std::to_string(repeats));
+    if (!mt::available()) throw std::runtime_error(mt::unavailable_reason());
+    mt::ProbeResult r;
+    {
+      py::gil_scoped_release nogil;
+      r = mt::probe(lengths, repeats);
+    }
+    py::list builds, dispatches;
+    for (const mt::Build& b : r.builds) {
+      py::dict e;
+      e["length"] = b.length;
+      e["seen"] = b.seen;
+      e["specialise_ns"] = b.specialise_ns;
+      e["pipeline_ns"] = b.pipeline_ns;
+      builds.append(e);
+    }
+    for (const mt::Dispatch& x : r.dispatches) {
+      py::dict e;
+      e["length"] = x.length;
+      e["index"] = x.index;
+      e["gpu_start_s"] = x.gpu_start_s;
+      e["gpu_end_s"] = x.gpu_end_s;
+      e["host_commit_s"] = x.host_commit_s;
+      e["host_done_s"] = x.host_done_s;
+      e["host_ns"] = x.host_ns;
+      dispatches.append(e);
+    }
+    py::dict row_sums;
+    for (size_t i = 0; i < r.row_sums.size() && i < lengths.size(); ++i) row_sums[py::int_(lengths[i])] = r.row_sums[i];
+    py::dict d;
+    d["device"] = r.device;
+    d["error"] = r.error;
+    d["device_ns"] = r.device_ns;
+    d["library_ns"] = r.library_ns;
+    d["kernel"] = r.kernel;
+    d["rows"] = r.rows;
+    d["builds"] = builds;
+    d["dispatches"] = dispatches;
+    d["row_sums"] = row_sums;
+    return d;
+  }, py::arg("lengths"), py::arg("repeats"),
+     "The Metal reference probe (Apple): the kernel's library compiled once, a pipeline per length "
+     "(function constant), `repeats` dispatches each with their GPU times, each length built again; "
+     "raw figures, error '' unless a stage failed. ValueError for bad arguments, RuntimeError with the "
+     "reason where Metal is unavailable.");
   m.def("cupti_set_search_path", &backends::cupti::set_search_path, py::arg("dirs"),
         "Folders to look for libcupti in, after a copy already in the process and before the sonames.");
   m.def("cupti_start", &backends::cupti::start, "Subscribe to CUPTI; '' on success, else the reason.");

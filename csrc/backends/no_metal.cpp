@@ -1,3 +1,4 @@
+// The Metal stub: every platform but Apple, and an Apple build with WARMPROF_WITH_METAL=OFF.
 #include "backends/metal.h"
 
 namespace warmprof::backends::metal {
@@ -6,10 +7,16 @@ bool compiled() { return false; }
 bool available() { return false; }
 std::string unavailable_reason() {
 #if defined(__APPLE__)
-  return "Metal timestamps are not implemented yet in this build";
+  return "Metal: built without the Metal backend (WARMPROF_WITH_METAL=OFF)";
 #else
-  return "Metal is only available on Apple platforms";
+  return "Metal: not on this platform";
 #endif
+}
+
+ProbeResult probe(const std::vector<int>&, int) {
+  ProbeResult r;
+  r.error = unavailable_reason();
+  return r;
 }
 
 }  // namespace warmprof::backends::metal

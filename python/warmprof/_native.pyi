@@ -57,6 +57,32 @@ class _Backend(TypedDict):
     reason: str
     path: NotRequired[str]  # cupti only: the libcupti file in use, "" if none
 
+class _MetalBuild(TypedDict):
+    length: int
+    seen: bool  # False: the length's first build; True: the re-build of a seen length
+    specialise_ns: int  # newFunctionWithName:constantValues:error:
+    pipeline_ns: int  # newComputePipelineStateWithFunction:error:
+
+class _MetalDispatch(TypedDict):
+    length: int
+    index: int  # 0: the first dispatch after the pipeline was built
+    gpu_start_s: float  # MTLCommandBuffer.GPUStartTime
+    gpu_end_s: float  # MTLCommandBuffer.GPUEndTime
+    host_commit_s: float  # mach time (s) before commit
+    host_done_s: float  # mach time (s) after waitUntilCompleted
+    host_ns: int  # warmprof's clock around commit + waitUntilCompleted
+
+class _MetalProbe(TypedDict):
+    device: str
+    error: str  # '' when every stage ran
+    device_ns: int
+    library_ns: int  # newLibraryWithSource:options:error:
+    kernel: str
+    rows: int
+    builds: list[_MetalBuild]
+    dispatches: list[_MetalDispatch]
+    row_sums: dict[int, float]  # length -> sum of row 0's softmax output
+
 class _TapTaken(TypedDict):
     lines: list[bytes]
     segments: list[int]  # per line: markers removed before it
@@ -166,6 +192,9 @@ def thread_start_ns(trials: int = 9) -> float: ...
 # Backends.
 def backends() -> dict[str, _Backend]:
     """backend name -> {compiled, available, reason}; cupti adds path (the libcupti file in use, '' if none)"""
+
+def metal_probe(lengths: list[int], repeats: int) -> _MetalProbe:
+    """The Metal reference probe (Apple): the kernel's library compiled once, a pipeline per length (function constant), `repeats` dispatches each with their GPU times, each length built again; raw figures, error '' unless a stage failed. ValueError for bad arguments, RuntimeError with the reason where Metal is unavailable."""
 
 def cupti_set_search_path(dirs: list[str]) -> None:
     """Folders to look for libcupti in, after a copy already in the process and before the sonames."""

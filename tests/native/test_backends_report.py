@@ -58,6 +58,18 @@ def test_cuda_backends_without_a_driver_explain_why(name):
 
 @pytest.mark.skipif(sys.platform == "darwin", reason="Metal is real on Apple platforms")
 def test_metal_is_a_stub_off_apple():
-    entry = warmprof.backends()["metal"]
-    assert entry == {"compiled": False, "available": False, "reason": entry["reason"]}
-    assert entry["reason"].strip()
+    assert warmprof.backends()["metal"] == {"compiled": False, "available": False,
+                                            "reason": "Metal: not on this platform"}
+    with pytest.raises(RuntimeError, match="^Metal: not on this platform$"):
+        _native.metal_probe([16, 32], 2)
+
+
+@pytest.mark.parametrize("lengths,repeats,match", [
+    ([], 2, "lengths must not be empty"), ([0], 2, "within 1..8192, got 0"), ([8193], 2, "got 8193"),
+    ([16, 32, 16], 2, "distinct .16 twice"), ([16], 0, "repeats must be within 1..1000"), ([16], 1001, "got 1001"),
+])
+def test_metal_probe_checks_its_arguments_before_anything_else(lengths, repeats, match):
+    # On every platform: a bad argument is a ValueError, before the backend is asked (the stub's
+    # RuntimeError would otherwise hide it off Apple).
+    with pytest.raises(ValueError, match=match):
+        _native.metal_probe(lengths, repeats)
