@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include <dirent.h>
-#include <sys/syscall.h>
 
 #include <atomic>
 #include <mutex>
@@ -18,6 +17,8 @@
 #include <cstring>
 #include <thread>
 #include <vector>
+
+#include "core/os.h"
 
 #include "core/clock.h"
 
@@ -140,7 +141,7 @@ struct ThreadSchedFile {
     fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
     if (fd < 0) {  // kernels before 3.17 have no /proc/thread-self
       char path[64];
-      std::snprintf(path, sizeof(path), "/proc/self/task/%ld/schedstat", long(syscall(SYS_gettid)));
+      std::snprintf(path, sizeof(path), "/proc/self/task/%ld/schedstat", long(os::thread_id()));
       fd = open(path, O_RDONLY | O_CLOEXEC);
     }
     pid = me;
@@ -262,7 +263,9 @@ std::vector<TouchTrial> first_touch_trials(size_t bytes, int trials, bool huge) 
     if (raw == MAP_FAILED) continue;
     char* mem = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(raw) + align - 1) & ~uintptr_t(align - 1));
     // Said either way: with THP "always" an unadvised mapping may get huge pages too.
+#if defined(MADV_HUGEPAGE) && defined(MADV_NOHUGEPAGE)  // Linux THP; macOS has no such advice
     madvise(mem, len, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+#endif
     volatile char* p = mem;
     Faults f0 = faults();
     uint64_t t0 = thread_cpu_ns();

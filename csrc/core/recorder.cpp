@@ -2,7 +2,6 @@
 
 #include <pthread.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,6 +10,8 @@
 #include <memory>
 #include <mutex>
 #include <unordered_map>
+
+#include "core/os.h"
 
 namespace warmprof::recorder {
 
@@ -51,7 +52,9 @@ size_t pages_of(size_t records) { return (records * sizeof(Record) + page_bytes(
 Record* map_records(size_t n) {
   void* p = mmap(nullptr, n * sizeof(Record), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) return nullptr;
+#ifdef MADV_DONTFORK  // Linux; elsewhere a fork while recording is what the atfork handler guards
   madvise(p, n * sizeof(Record), MADV_DONTFORK);
+#endif
   return static_cast<Record*>(p);
 }
 
@@ -156,7 +159,7 @@ ThreadBuffer* register_thread() {
     tb->depth = 0;
     tb->lost_depth = 0;
     set_limits(tb, 0);
-    tb->os_tid = uint64_t(syscall(SYS_gettid));
+    tb->os_tid = os::thread_id();
     tb->generation.store(gen, std::memory_order_release);
   }
   return tb;
