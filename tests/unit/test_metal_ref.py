@@ -326,3 +326,30 @@ def test_off_apple_the_probe_is_a_backend_error_and_leaves_nothing_behind():
     assert threading.active_count() == threads and not _native.enabled()
     if fds is not None:
         assert sorted(os.listdir("/proc/self/fd")) == fds
+
+
+def test_a_probe_report_on_mps_carries_the_measured_metal_compile_beside_its_band(tmp_path):
+    import dataclasses
+
+    from factories import probe_report
+
+    from warmprof.report import load
+
+    r = probe_report()
+    bands = {**r.bands, "compile": {**r.bands["compile"], "metal_reference": {
+        "library_ms": 41.5, "pipeline_lo_ms": 1.2, "pipeline_hi_ms": 96.0, "lengths": [16, 32],
+        "how": "native", "notes": []}}}
+    r = dataclasses.replace(r, device="mps", bands=bands)
+    r.save(tmp_path / "p.json")
+    text = str(load(tmp_path / "p.json"))
+    assert "Metal compile measured here (native reference probe): a new pipeline 1.2" in text and "96" in text
+    failed = dataclasses.replace(r, bands={**r.bands, "compile": {**r.bands["compile"], "metal_reference": {
+        "error": "Metal: not on this platform"}}})
+    assert "Metal compile not measured: Metal: not on this platform" in str(failed)
+
+
+def test_the_probe_asks_the_metal_reference_and_keeps_its_error_as_data():
+    from warmprof.probes.api import _metal_reference
+
+    got = _metal_reference(lambda line: None)
+    assert got == {"error": "Metal: not on this platform"}

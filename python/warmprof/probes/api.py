@@ -5,10 +5,10 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from .. import _native
-from ..errors import InputError
+from ..errors import InputError, WarmprofError
 from ..progress import progress_printer
 from ..platform import cuda_index, fingerprint, oversubscription
 from ..report.probe import ProbeReport
@@ -66,16 +66,20 @@ def probe(
         stall = be.thread_stall_note()
         experiments.run(be, raw, steady_calls, rerun_rounds, say)
         sweep = bucketing.run(be, K, B, say)
+        metal = _metal_reference(say) if be.device_type == "mps" else None
         cache = be.cache_note()
         # Read while the probe's threads are still set: the header's threads and the platform line's
         # torch_threads are one figure (the platform's, when torch is loaded).
         platform = fingerprint(gpu_index=cuda_index(_device_name(device)))
         threads_used = platform["torch_threads"] if "torch_threads" in platform else _torch_threads()
     rows, pairs, summary = judge(raw, {b: bands.for_row(b) for b in bands.alloc_ms_by_bytes})
+    bands_report = bands.to_report()
+    if metal is not None:
+        bands_report["compile"]["metal_reference"] = metal
     wall_s = (_native.now_ns() - start_ns) / 1e9
     load = {"before": load_before, "after": _loadavg(), "cpus": os.cpu_count() or 0}
     return ProbeReport(
-        device=_device_name(device), backend=backend, dtype=dtype, platform=platform, bands=bands.to_report(), ops=rows,
+        device=_device_name(device), backend=backend, dtype=dtype, platform=platform, bands=bands_report, ops=rows,
         shape_vs_size=pairs, bucketing=sweep, predictions=predictions(rows, pairs, sweep), op_summary=summary,
         protocol={
             "what": be.describe(), "steady_calls": steady_calls, "warm_calls": 2, "rerun_rounds": rerun_rounds,
@@ -86,6 +90,24 @@ def probe(
         notes=_notes(be, load) + ([stall] if stall else []) + ([crowded] if crowded else []), wall_s=wall_s, warmprof_version=_native.__version__,
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     )
+
+
+def _metal_reference(say: Callable[[str], None]) -> dict[str, Any]:
+    """On mps, after the probes (it compiles its own kernel, nothing torch's pipelines use): the
+    native Metal reference probe's measured compile of a new shape, beside the compile band."""
+    from .metal_ref import metal_reference
+
+    say("Metal reference probe: a small MSL kernel compiled at run time, one pipeline per length")
+    try:
+        ref = metal_reference()
+    except WarmprofError as e:
+        return {"error": str(e)}
+    band = ref.compile_band_ms
+    return {"library_ms": ref.library_ms, "pipeline_lo_ms": band[0] if band else None,
+            "pipeline_hi_ms": band[1] if band else None, "lengths": [s.length for s in ref.shapes],
+            "how": "newLibraryWithSource once, then per length a function-constant specialisation and "
+                   "newComputePipelineStateWithFunction, timed natively (warmprof.probes.metal_ref)",
+            "notes": list(ref.notes)}
 
 
 def _device_name(device: str) -> str:

@@ -55,6 +55,14 @@ class ProbeTextRenderer(Renderer):
                 ["compile", f"above {by_size}"]]
         lines = table(["band", "excess over steady (ms)"], rows, rule=True)
         lines += [f"  {name}: {bands[name].get('how', '')}" for name in ("launch", "allocation", "compile")]
+        metal = bands["compile"].get("metal_reference")
+        if metal:
+            if metal.get("pipeline_lo_ms") is not None:
+                lines.append(f"  Metal compile measured here (native reference probe): a new pipeline "
+                             f"{ms_decimals(metal['pipeline_lo_ms'])} - {ms_decimals(metal['pipeline_hi_ms'])} ms, the "
+                             f"library {ms_decimals(metal['library_ms']) if metal.get('library_ms') is not None else '-'} ms")
+            else:
+                lines.append(f"  Metal compile not measured: {metal.get('error') or 'no pipeline compiled'}")
         first = bands["launch"].get("trivial_first_ms")
         if first is not None:
             lines.append(f"  (the trivial op's own first call, the runtime's warm-up on this backend: {duration(first)})")
