@@ -48,9 +48,9 @@ import json, sys
 from warmprof.probes.metal_ref import metal_reference
 lengths = [int(x) for x in sys.argv[1].split(",")]
 result = metal_reference(lengths=lengths, repeats=int(sys.argv[2]))
-print(result.text() if hasattr(result, "text") else result)
+print(result.text())
 with open(sys.argv[3], "w") as f:
-    json.dump(result.to_dict() if hasattr(result, "to_dict") else result, f, indent=1)
+    json.dump(result.to_dict(), f, indent=1)
 """
 
 
