@@ -91,6 +91,9 @@ Calibration calibrate(int pairs, double duration_ms) {
     if (dt > 0) slopes.push_back((ps[i + half].ns - ps[i].ns) / dt);
   }
   cal.ns_per_tick = median(slopes);
+#ifdef WARMPROF_PLANT_BUG_CALIBRATION  // planted bug, defined only by tests/cross/run_aarch64.sh: slope 3x off
+  cal.ns_per_tick *= 3.0;
+#endif
   double p10 = percentile(slopes, 0.1), p90 = percentile(slopes, 0.9);
   cal.spread = cal.ns_per_tick > 0 ? (p90 - p10) / cal.ns_per_tick : 0.0;
   cal.samples = int(slopes.size());

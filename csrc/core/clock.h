@@ -24,6 +24,10 @@ inline uint64_t ticks() {
 #elif defined(__aarch64__)
   uint64_t v;
   asm volatile("mrs %0, cntvct_el0" : "=r"(v));
+#ifdef WARMPROF_PLANT_BUG_CLOCK  // planted bug, defined only by tests/cross/run_aarch64.sh: a read in 16 steps back
+  static thread_local unsigned planted_reads = 0;
+  if ((++planted_reads & 15) == 0) v -= 1024;
+#endif
   return v;
 #endif
   return monotonic_ns();

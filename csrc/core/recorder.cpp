@@ -327,8 +327,10 @@ Drained drain() {
     ++out.threads;
   }
   std::sort(out.own_fault_ticks.begin(), out.own_fault_ticks.end());
+#ifndef WARMPROF_PLANT_BUG_RECORDER  // planted bug, defined only by tests/cross/run_aarch64.sh: no sort
   std::stable_sort(out.records.begin(), out.records.end(),
                    [](const Record& a, const Record& b) { return a.ticks < b.ticks; });
+#endif
   return out;
 }
 
