@@ -167,15 +167,17 @@ def test_thread_count_agrees_with_proc_stat_as_threads_come_and_go():
     after join()) come and go on their own time, so the check is on this test's own threads, by
     id, and on the two counts agreeing, never on a difference of totals (that failed under load)."""
     release = threading.Event()
-    threads = [threading.Thread(target=release.wait) for _ in range(3)]
+    threads = [threading.Thread(target=release.wait, daemon=True) for _ in range(3)]
     counts = [_both_counts()]
-    for t in threads:
-        t.start()
-    mine = {t.native_id for t in threads}
-    counts.append(_both_counts())
-    assert mine <= _tasks()
-    assert counts[1][0] >= len(mine) + 1  # they and this thread at least
-    release.set()
+    try:
+        for t in threads:
+            t.start()
+        mine = {t.native_id for t in threads}
+        counts.append(_both_counts())
+        assert mine <= _tasks()
+        assert counts[1][0] >= len(mine) + 1  # they and this thread at least
+    finally:  # a failed assert must not leave three threads waiting: pytest would hang at exit
+        release.set()
     for t in threads:
         t.join()
     while mine & _tasks():  # join() returns before the OS thread is gone: wait for that state
