@@ -33,12 +33,19 @@ struct DeviceSlot {
   std::string reason;
 };
 
+// An NSString as UTF-8 ("" for nil, or for a string UTF8String cannot convert: it returns NULL then).
+std::string text(NSString* s) {
+  const char* c = s ? [s UTF8String] : nullptr;
+  return c ? std::string(c) : std::string();
+}
+
 DeviceSlot& device_slot() {
   static DeviceSlot slot;
   static std::once_flag once;
   std::call_once(once, [] {
     @autoreleasepool {
       @try {
+        clock::calibration();  // calibrated before t0: its ~20 ms spin is not the device's open time
         const int64_t t0 = clock::to_ns(clock::ticks());
         id<MTLDevice> dev = MTLCreateSystemDefaultDevice();
 #if TARGET_OS_OSX
@@ -53,15 +60,13 @@ DeviceSlot& device_slot() {
           slot.reason = "Metal: no Metal device (MTLCreateSystemDefaultDevice returned nil and MTLCopyAllDevices is empty)";
       } @catch (NSException* e) {
         slot.device = nil;
-        slot.reason = std::string("Metal: opening the device raised ") + [e.name UTF8String] + ": " +
-                      (e.reason ? [e.reason UTF8String] : "");
+        slot.reason = "Metal: opening the device raised " + text(e.name) + ": " + text(e.reason);
       }
     }
   });
   return slot;
 }
 
-std::string text(NSString* s) { return s ? std::string([s UTF8String]) : std::string(); }
 
 // "Metal: <stage> failed: <NSError's description> (domain code)".
 std::string failure(const std::string& stage, NSError* err) {
@@ -188,8 +193,12 @@ bool dispatch(id<MTLCommandQueue> queue, id<MTLComputePipelineState> pipe, id<MT
         return false;
       }
       d.host_ns = elapsed_ns(t0, t1);
-      d.gpu_start_s = cb.GPUStartTime;
-      d.gpu_end_s = cb.GPUEndTime;
+      // guarded: a build whose deployment target is below 10.15 (an x86_64 or universal2 python.org
+      // interpreter passes its own) would warn; there the GPU times stay 0 and the parser says so
+      if (@available(macOS 10.15, iOS 10.3, *)) {
+        d.gpu_start_s = cb.GPUStartTime;
+        d.gpu_end_s = cb.GPUEndTime;
+      }
       r->dispatches.push_back(d);
     }
   }
@@ -276,7 +285,7 @@ ProbeResult probe(const std::vector<int>& lengths, int repeats) {
     @try {
       run(slot.device, lengths, repeats, &r);
     } @catch (NSException* e) {
-      r.error = std::string("Metal: ") + [e.name UTF8String] + ": " + (e.reason ? [e.reason UTF8String] : "");
+      r.error = "Metal: " + text(e.name) + ": " + text(e.reason);
     }
   }
   return r;
