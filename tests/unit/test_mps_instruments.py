@@ -246,3 +246,17 @@ def test_the_trace_runs_the_mps_instruments_on_an_mps_device():
 
     names = [i.name for i in _instruments(torch.nn.Linear(2, 2), torch.device("mps"), compiled=False)]
     assert {"mps_events", "mps_allocator", "mps_compile_shader"} <= set(names) and "onednn" not in names
+
+
+def test_on_a_compiled_model_the_allocator_sets_no_module_hooks_and_keeps_the_pass_growth():
+    mps, hooks = FakeMps(), Hooks()
+    alloc = MpsAllocator(mps=mps, hooks=(hooks.register("pre"), hooks.register("post")), per_module=False)
+    with alloc:
+        assert hooks.pre == [] and hooks.post == []
+        alloc.mark_pass("first")
+        mps.driver += 4 << 20
+        alloc.end_pass("first")
+    assert alloc.passes["first"]["driver_grown"] == 4 << 20 and "by_module" not in alloc.passes["first"]
+    alloc.alloc_cost = {"bytes": float(4 << 20), "ms": 1.0}
+    (fig,) = alloc.inferred("first")
+    assert fig["module"] == "" and fig["ms"] == pytest.approx(1.0)

@@ -195,9 +195,12 @@ class MpsAllocator(Instrument):
 
     name = "mps_allocator"
 
-    def __init__(self, mps: Any = None, hooks: Any = None) -> None:
+    def __init__(self, mps: Any = None, hooks: Any = None, per_module: bool = True) -> None:
         super().__init__()
         self._mps = mps if mps is not None else _torch_mps()
+        # per_module=False (a compiled model: global hooks would be traced into its graph): the
+        # pass's growth only
+        self._per_module = per_module
         self.reason = mps_reason(self._mps)
         self._hooks_api = hooks  # (register_pre, register_post) for tests; torch's global hooks otherwise
         self._handles: list[Any] = []
@@ -244,7 +247,7 @@ class MpsAllocator(Instrument):
             pass
 
     def __enter__(self) -> "MpsAllocator":
-        if self.reason:
+        if self.reason or not self._per_module:
             return self
         try:
             if self._hooks_api is None:
@@ -391,10 +394,11 @@ class MpsShaderCompile(Instrument):
 
 def mps_instruments(options: dict) -> list[Instrument]:
     """The instruments a trace on device="mps" runs. Options: "mps" (a torch.mps stand-in for
-    tests), "model" (to name modules in the memory figures), "compile_band_ms" (the Metal
-    pipeline compile measured here, (low, high) ms)."""
+    tests), "model" (to name modules in the memory figures), "compiled" (no per-module hooks:
+    they would be traced into the graph), "compile_band_ms" (the Metal pipeline compile measured
+    here, (low, high) ms)."""
     mps = options.get("mps")
-    alloc = MpsAllocator(mps=mps)
+    alloc = MpsAllocator(mps=mps, per_module=not options.get("compiled"))
     if options.get("model") is not None:
         alloc.label_modules(options["model"])
     return [MpsEvents(mps=mps, compile_band_ms=options.get("compile_band_ms")), alloc, MpsShaderCompile(mps=mps)]

@@ -104,7 +104,7 @@ def _instruments(model: Any, device, compiled: bool, op_view: bool = False) -> l
     if device.type == "mps":
         from ..instruments.mps import mps_instruments
 
-        inst.extend(mps_instruments({"model": model, "compile_band_ms": _metal_compile_band}))
+        inst.extend(mps_instruments({"model": model, "compiled": compiled, "compile_band_ms": _metal_compile_band}))
     if device.type == "cuda":
         try:
             from ..instruments.cuda_set import cuda_instruments
