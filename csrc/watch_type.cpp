@@ -18,11 +18,11 @@
 #include <cstdint>
 #include <algorithm>
 #include <mutex>
+#include <optional>
 #include <utility>
 #include <vector>
 
 #include "backends/cupti.h"
-#include "core/causes.h"
 #include "core/clock.h"
 #include "core/watch.h"
 
@@ -48,7 +48,9 @@ struct State {
   std::atomic<uint64_t> calls{0};
   std::atomic<uint64_t> errors{0};
   std::atomic<bool> closed{false};
-  std::atomic<bool> cupti{false};  // read the CUPTI handler's thread tally around each call
+  // Cause ids (bit per id) whose CUPTI spans make a call an event; 0: the tally is not read.
+  // Set from Python (live/events.py CUPTI_CAUSES), the one list of what watch books from CUPTI.
+  std::atomic<uint32_t> cupti_causes{0};
   explicit State(size_t max_keys) : table(max_keys) {}
 };
 
@@ -231,9 +233,9 @@ PyObject* call(PyObject* self_obj, PyObject* args, PyObject* kwargs) {
     }
   }
   using warmprof::backends::cupti::CallTally;
-  const bool cupti = st->cupti.load(std::memory_order_relaxed);
-  CallTally tally0;
-  if (cupti) tally0 = warmprof::backends::cupti::thread_tally();
+  const uint32_t cupti = st->cupti_causes.load(std::memory_order_relaxed);
+  std::optional<CallTally> tally0;  // copied only with CUPTI asked for: nothing on the plain path
+  if (cupti) tally0.emplace(warmprof::backends::cupti::thread_tally());
   const uint64_t compiles0 = t_compiles;
   const uint64_t compile_ns0 = t_compile_ns;
   const Usage u0 = usage();
@@ -259,16 +261,14 @@ PyObject* call(PyObject* self_obj, PyObject* args, PyObject* kwargs) {
   bool one_time = false;
   if (cupti) {
     const CallTally& tally1 = warmprof::backends::cupti::thread_tally();
-    if (tally1.seq != tally0.seq) {
+    if (tally1.seq != tally0->seq) {
       booked = PyList_New(0);
       for (int c = 1; booked != nullptr && c < CallTally::kCauses; ++c) {
-        const int64_t spans = tally1.spans[c] - tally0.spans[c], ns = tally1.ns[c] - tally0.ns[c];
+        const int64_t spans = tally1.spans[c] - tally0->spans[c], ns = tally1.ns[c] - tally0->ns[c];
         if (spans == 0 && ns == 0) continue;
-        one_time = one_time || (spans > 0 && (c == warmprof::kJitCompile || c == warmprof::kGraphCapture ||
-                                              c == warmprof::kAllocatorGrowth || c == warmprof::kRuntimeInit ||
-                                              c == warmprof::kAlgorithmSelection));
+        one_time = one_time || (spans > 0 && (cupti >> c & 1u));
         PyObject* row = Py_BuildValue("(iLLL)", c, (long long)spans, (long long)ns,
-                                      (long long)(tally1.bytes[c] - tally0.bytes[c]));
+                                      (long long)(tally1.bytes[c] - tally0->bytes[c]));
         if (row == nullptr || PyList_Append(booked, row) != 0) Py_CLEAR(booked);
         Py_XDECREF(row);
       }
@@ -391,9 +391,11 @@ PyObject* set_on_event(PyObject* self_obj, PyObject* cb) {
   Py_RETURN_NONE;
 }
 
-PyObject* set_cupti(PyObject* self_obj, PyObject* flag) {
+PyObject* set_cupti(PyObject* self_obj, PyObject* mask) {
   WatchCore* self = reinterpret_cast<WatchCore*>(self_obj);
-  if (self->st != nullptr) self->st->cupti.store(PyObject_IsTrue(flag) == 1);
+  const unsigned long bits = PyLong_AsUnsignedLong(mask);
+  if (bits == (unsigned long)-1 && PyErr_Occurred()) return nullptr;
+  if (self->st != nullptr) self->st->cupti_causes.store(uint32_t(bits));
   Py_RETURN_NONE;
 }
 
@@ -448,7 +450,9 @@ PyObject* core_stats(PyObject* self_obj, PyObject*) {
 PyMethodDef methods[] = {
     {"_set_on_event", set_on_event, METH_O, "Set the callable called with each event's tuple (None: none)."},
     {"_set_closed", set_closed, METH_O, "Closed: calls go straight to the watched callable, unrecorded."},
-    {"_set_cupti", set_cupti, METH_O, "Read the CUPTI handler's per-thread tally around each call."},
+    {"_set_cupti", set_cupti, METH_O,
+     "Read the CUPTI handler's per-thread tally around each call: a call during which a span of a cause whose "
+     "bit (1 << cause id) is set closed is an event; 0: off."},
     {"_core_stats", core_stats, METH_NOARGS, "A copy of every key's figures and sketch."},
     {nullptr, nullptr, 0, nullptr},
 };

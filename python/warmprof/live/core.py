@@ -75,7 +75,7 @@ class Watcher(_native.WatchCore):
         if cupti:
             sources.acquire_cupti()  # raises BackendError with the reason; nothing held then
             self._cupti = True
-            self._set_cupti(True)
+            self._set_cupti(_events.cupti_cause_mask())
         self.closed = False
         self._tapped = sources.acquire_compile_tap()
         self._dynamo = sources.DynamoState() if self._tapped else None
@@ -157,7 +157,7 @@ class Watcher(_native.WatchCore):
             sources.release_compile_tap()
             self._tapped = False
         if self._cupti:
-            self._set_cupti(False)
+            self._set_cupti(0)
             self._cupti = False
             sources.release_cupti()
 

@@ -91,7 +91,7 @@ def build(info: tuple, *, index: int, key: str, start_ns: int, idle_ns: int, dyn
     """The event for one kept call (info: the native hot path's tuple, see csrc/watch_type.cpp)."""
     (_key, _key_obj, _args, _kwargs, first, outlier, start, dur, gap, clock, cpu_ns, minflt, majflt, nivcsw,
      compiles, compile_ns, calls_before, median_ns) = info[:18]
-    cupti_rows = info[18] if len(info) > 18 else None
+    cuda_calls = cupti_rows_by_name(info[18]) if len(info) > 18 and info[18] else None
     ms = dur / 1e6
     excess = (dur - median_ns) / 1e6 if outlier and median_ns > 0 else None
     causes: list[dict[str, Any]] = []
@@ -117,7 +117,7 @@ def build(info: tuple, *, index: int, key: str, start_ns: int, idle_ns: int, dyn
         causes.append({"cause": "jit_compile", "ms": compile_ns / 1e6, "evidence": "measured", "source": "dynamo",
                        "count": int(compiles), "detail": detail})
     captured = any(c["cause"] == "graph_capture" for c in causes)
-    causes.extend(_cupti_causes(cupti_rows, outside_ms=max(0.0, (dur - compile_ns) / 1e6), captured=captured))
+    causes.extend(_cupti_causes(cuda_calls or {}, outside_ms=max(0.0, (dur - compile_ns) / 1e6), captured=captured))
     cuda_ms = sum(c["ms"] for c in causes if c["source"] == "cupti")
     # The compiles' and CUDA calls' time is measured; what the estimates below book must fit in the
     # rest of the call (a compile waits on its worker processes and takes faults: that is compile
@@ -168,12 +168,14 @@ def build(info: tuple, *, index: int, key: str, start_ns: int, idle_ns: int, dyn
         "excess_ms": excess, "causes": causes,
         "unattributed_ms": (excess - attributed) if excess is not None else None,
         "recompile_reasons": reasons,
-        "cuda_calls": cupti_rows_by_name(cupti_rows) if cupti_rows else None,
+        "cuda_calls": cuda_calls,
         "clock_mhz": list(clock) if clock is not None else None,
     }
 
 
-_CUPTI_DETAIL = {
+# The causes watch books from CUPTI, each with what its calls are; a call during which one of these
+# closed on its thread is kept (the native hot path gets them as a bit mask: cupti_cause_mask).
+CUPTI_CAUSES = {
     "allocator_growth": "device memory allocations (cudaMalloc / cuMemAlloc / cuMemCreate)",
     "runtime_init": "module loads and CUDA set-up (a kernel's module loaded on its first launch, a context)",
     "jit_compile": "PTX the driver compiled to this GPU's code (no cubin for its architecture)",
@@ -182,16 +184,24 @@ _CUPTI_DETAIL = {
 }
 
 
-def _cupti_causes(rows: Any, *, outside_ms: float, captured: bool) -> list[dict[str, Any]]:
+def cupti_cause_mask() -> int:
+    """CUPTI_CAUSES as the native hot path takes them: bit (1 << recorder id) per cause."""
+    from ..causes import recorded
+
+    ids = {name: cid for cid, name in recorded().items()}
+    return sum(1 << ids[name] for name in CUPTI_CAUSES)
+
+
+def _cupti_causes(by_name: dict[str, dict[str, int]], *, outside_ms: float, captured: bool) -> list[dict[str, Any]]:
     """CUPTI's one-time CUDA calls during the call as causes: measured, or scaled to fit the time
     outside dynamo's compiles (estimated) when they would not."""
-    got = [(name, row) for name, row in cupti_rows_by_name(rows).items() if name in _CUPTI_DETAIL and row["calls"] > 0
+    got = [(name, row) for name, row in by_name.items() if name in CUPTI_CAUSES and row["calls"] > 0
            and not (name == "graph_capture" and captured)]
     total = sum(row["ns"] for _, row in got) / 1e6
     scale = min(1.0, outside_ms / total) if total > 0 else 1.0
     out = []
     for name, row in got:
-        detail = f"{row['calls']} {_CUPTI_DETAIL[name]} on the calling thread, timed by CUPTI"
+        detail = f"{row['calls']} {CUPTI_CAUSES[name]} on the calling thread, timed by CUPTI"
         if row["bytes"]:
             detail += f": {row['bytes'] / 2**20:.1f} MiB"
         if scale < 1.0:
@@ -213,4 +223,4 @@ def _clock(reading: Any) -> tuple[float, float] | None:
     return (mhz, top) if math.isfinite(mhz) and math.isfinite(top) and top > 0 else None
 
 
-__all__ = ["FaultPrice", "build", "describe"]
+__all__ = ["CUPTI_CAUSES", "FaultPrice", "build", "cupti_cause_mask", "describe"]

@@ -118,10 +118,8 @@ def _instruments(model: Any, device, compiled: bool, op_view: bool = False) -> l
 def _metal_compile_band() -> tuple[float, float] | None:
     """The Metal pipeline compile measured on this machine by the native reference probe (low,
     high ms), for the MPS instruments' inferred compile; None where it cannot run."""
-    try:
-        from ..probes.metal_ref import compile_band_ms
-    except ImportError:
-        return None
+    from ..probes.metal_ref import compile_band_ms
+
     return compile_band_ms()
 
 
