@@ -260,3 +260,13 @@ def test_on_a_compiled_model_the_allocator_sets_no_module_hooks_and_keeps_the_pa
     alloc.alloc_cost = {"bytes": float(4 << 20), "ms": 1.0}
     (fig,) = alloc.inferred("first")
     assert fig["module"] == "" and fig["ms"] == pytest.approx(1.0)
+
+
+def test_a_fresh_device_allocation_empties_the_cache_before_each_trial_and_after_the_last():
+    from warmprof.instruments.device_memory import fresh_allocation_ms
+
+    calls = []
+    ms = fresh_allocation_ms(torch, "cpu", 1 << 20, 3, empty_cache=lambda: calls.append("empty"),
+                             sync=lambda: calls.append("sync"))
+    assert ms > 0
+    assert calls == ["empty", "sync", "sync"] * 3 + ["empty"]

@@ -25,11 +25,11 @@ run on Apple hardware yet.
 
 from __future__ import annotations
 
-import statistics
 from typing import Any, Callable
 
 from ..timeline import JIT_COMPILE, begin, counter, end, name_id, now_ns
 from .base import Instrument
+from .device_memory import fresh_allocation_ms
 
 PIPELINE_SOURCE = "mps:pipeline"
 ALLOC_SOURCE = "mps:driver_allocated"
@@ -285,18 +285,9 @@ class MpsAllocator(Instrument):
         try:
             import torch
 
-            samples = []
-            for _ in range(ALLOC_TRIALS):
-                self._mps.empty_cache()
-                self._mps.synchronize()
-                t0 = now_ns()
-                buf = torch.empty(max(1, nbytes), dtype=torch.uint8, device="mps")
-                buf.fill_(1)
-                self._mps.synchronize()
-                samples.append((now_ns() - t0) / 1e6)
-                del buf
-            self._mps.empty_cache()
-            return {"bytes": float(nbytes), "ms": statistics.median(samples)}
+            ms = fresh_allocation_ms(torch, "mps", nbytes, ALLOC_TRIALS, empty_cache=self._mps.empty_cache,
+                                     sync=self._mps.synchronize)
+            return {"bytes": float(nbytes), "ms": ms}
         except Exception as e:
             self.notes.append(f"the fresh-allocation cost on mps could not be measured ({type(e).__name__}: {e})")
             return {}

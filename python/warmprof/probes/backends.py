@@ -17,6 +17,7 @@ from .. import _native
 from ..errors import DeviceError, InputError
 from . import ops as O
 from .compile_env import GRAPH_COUNTER, CompileSession, unique_graphs
+from ..instruments.device_memory import fresh_allocation_ms
 from .timing import stats, time_calls
 
 BACKENDS = ("eager", "compile", "cupy")
@@ -120,18 +121,8 @@ class TorchEager:
         if self.device_type == "cpu":
             return _native.fresh_allocation_ns(max(1, nbytes), ALLOC_TRIALS) / 1e6
         empty_cache = self.torch.cuda.empty_cache if self.device_type == "cuda" else self.torch.mps.empty_cache
-        samples = []
-        for _ in range(ALLOC_TRIALS):
-            empty_cache()
-            self.sync()
-            t0 = _native.now_ns()
-            buf = self.torch.empty(max(1, nbytes), dtype=self.torch.uint8, device=self.device)
-            buf.fill_(1)
-            self.sync()
-            samples.append((_native.now_ns() - t0) / 1e6)
-            del buf
-        empty_cache()
-        return statistics.median(samples)
+        return fresh_allocation_ms(self.torch, self.device, nbytes, ALLOC_TRIALS, empty_cache=empty_cache,
+                                   sync=self.sync)
 
     def describe(self) -> str:
         return f"torch {self.torch.__version__} eager on {self.device}"
