@@ -3,7 +3,8 @@ shapes). Every first call at a new length is an event with jit_compile (measured
 second length on, dynamo's recompile reason. One stall planted inside one call at a seen length is
 flagged as an outlier; every other call flagged at a seen length really was slow, by the test's own
 clock around each call (not watch's), and no call that really was slow at a key with a median went
-unflagged. On a quiet machine the stall is the only such event; on a busy one, a call that waited
+unflagged, by the test's clock inside the watched function (a wait before or after it, in the
+caller, is outside what watch times: seen here once under a CPU hog, a 4 ms preemption there). On a quiet machine the stall is the only such event; on a busy one, a call that waited
 (inductor's compile workers, other work) is slow too, and the test's own clock says so."""
 
 import gc
@@ -25,11 +26,16 @@ def test_a_replayed_stream_flags_each_new_length_with_its_compile_and_the_plante
     model = compiled_demo()
     state = {"i": -1}
     wall: list[float] = []  # the test's own clock around each call, in ms
+    inner: list[float] = []  # and inside the watched function: a part of what watch times
 
     def serve(ids):
-        if state["i"] == stall_at:
-            time.sleep(0.5)  # the planted stall, inside the call: far over any median, even on a loaded machine
-        return model(ids)
+        t0 = time.perf_counter()
+        try:
+            if state["i"] == stall_at:
+                time.sleep(0.5)  # the planted stall, inside the call: far over any median, even on a loaded machine
+            return model(ids)
+        finally:
+            inner.append((time.perf_counter() - t0) * 1e3)
 
     def count(i):
         state["i"] = i
@@ -55,24 +61,24 @@ def test_a_replayed_stream_flags_each_new_length_with_its_compile_and_the_plante
         assert jit["evidence"] == "measured" and jit["ms"] > 0 and jit["ms"] <= e["ms"]
         if k:  # the first length compiles; each later one is a recompile with its guard's reason
             assert e["recompile_reasons"] and "size mismatch" in e["recompile_reasons"][0]
-    assert w.stats()["calls"] == 200 and len(wall) == 200
+    assert w.stats()["calls"] == 200 and len(wall) == 200 and len(inner) == 200
 
     # each event's call, by its key and how many calls that key had before it
     def index_of(e):
         n = int(e["key"].split("x")[1].split()[0])
         return [i for i, m in enumerate(lengths) if m == n][e["calls_before"]]
 
-    def median_before(i):  # this length's calls before i by the test's clock, its compile left out
-        before = [wall[j] for j in range(i) if lengths[j] == lengths[i]][1:]
+    def median_before(i, clock):  # this length's calls before i by one of the test's clocks, its compile left out
+        before = [clock[j] for j in range(i) if lengths[j] == lengths[i]][1:]
         return statistics.median(before) if len(before) >= 8 else None
 
     flagged = {index_of(e): e for e in events if e["outlier"]}
     assert stall_at in flagged and flagged[stall_at]["ms"] >= 500
     for i, e in flagged.items():  # each took as long by the test's clock, and really was slow there
         assert abs(wall[i] - e["ms"]) <= 0.1 * e["ms"] + 0.5, (i, wall[i], e["ms"])
-        med = median_before(i)
+        med = median_before(i, wall)
         assert med is None or wall[i] > 2 * med, (i, wall[i], med)
-    for i in range(200):  # and no call that clearly was slow went unflagged
-        med = median_before(i)
-        if med is not None and wall[i] > 4 * med and wall[i] - med > 1.0:
-            assert i in flagged, (i, wall[i], med)
+    for i in range(200):  # and no call that clearly was slow inside watch's window went unflagged
+        med = median_before(i, inner)
+        if med is not None and inner[i] > 4 * med and inner[i] - med > 1.0:
+            assert i in flagged, (i, inner[i], med)
