@@ -1,0 +1,202 @@
+"""No behaviour change: what trace, warmup and watch were handed by real runs (and synthetic calls at
+each rule's floor), replayed through today's attribution, gives what the code before the shared engine
+gave (tests/fixtures/golden, made by tests/golden/capture.py at commit 4a2fb60).
+
+Fields added since are named in ADDED and left out of the comparison; nothing else may differ."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+GOLDEN = Path(__file__).resolve().parents[1] / "fixtures" / "golden"
+ADDED: dict[str, set[str]] = {"report": set(), "event": set(), "warm_row": set()}
+
+
+def _load(name: str) -> dict[str, Any]:
+    return json.loads((GOLDEN / name).read_text())
+
+
+def _same(got: Any, want: Any, where: str = "") -> None:
+    """Equal, floats to 1e-9 relative (a sum taken in another order); dicts key by key."""
+    if isinstance(want, dict):
+        assert isinstance(got, dict), where
+        assert set(got) == set(want), f"{where}: keys {sorted(set(got) ^ set(want))}"
+        for k in want:
+            _same(got[k], want[k], f"{where}.{k}")
+    elif isinstance(want, (list, tuple)):
+        assert isinstance(got, (list, tuple)) and len(got) == len(want), f"{where}: {got!r} != {want!r}"
+        for i, (g, w) in enumerate(zip(got, want)):
+            _same(g, w, f"{where}[{i}]")
+    elif isinstance(want, float) and not isinstance(want, bool):
+        assert isinstance(got, (int, float)) and math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-12), \
+            f"{where}: {got!r} != {want!r}"
+    else:
+        assert got == want, f"{where}: {got!r} != {want!r}"
+
+
+def _json(x: Any) -> Any:
+    return json.loads(json.dumps(x))
+
+
+# -- trace ----------------------------------------------------------------------------------------
+
+def _timeline(meta: dict[str, Any]):
+    from warmprof.timeline import Timeline
+
+    arrays = np.load(GOLDEN / meta["file"])
+    return Timeline(ts_ns=arrays["ts_ns"], kind=arrays["kind"], cause=arrays["cause"], name=arrays["name"],
+                    value=arrays["value"], thread=arrays["thread"], names=list(meta["names"]),
+                    dropped=meta["dropped"], threads=meta["threads"], os_tids=list(meta["os_tids"]),
+                    thinned=meta["thinned"], own_fault_ns=arrays["own_fault_ns"])
+
+
+def _context_args(kw: dict[str, Any]) -> dict[str, Any]:
+    from warmprof.attribution import Calibration, InstrumentCost
+
+    kw = dict(kw)
+    cal = dict(kw["calibration"])
+    for k in ("touch_ns_per_byte", "huge_touch_ns_per_byte"):
+        cal[k] = tuple(tuple(p) for p in cal[k])
+    kw["calibration"] = Calibration(**cal)
+    if kw.get("window") is not None:
+        kw["window"] = tuple(kw["window"])
+    if kw.get("instrument_cost") is not None:
+        ic = dict(kw["instrument_cost"])
+        ic["instrumented_ms"] = tuple(ic["instrumented_ms"])
+        kw["instrument_cost"] = InstrumentCost(**ic)
+    return kw
+
+
+def _replay_trace(doc: dict[str, Any]) -> dict[str, Any]:
+    from warmprof.attribution import attribute_pass
+    from warmprof.report.trace import RunContext
+    from warmprof.traces.build import InstrumentSummary, TraceFacts, build_report
+
+    timelines = {m["file"]: _timeline(m) for m in doc["timelines"]}
+    passes = {c["pass_name"]: attribute_pass(timelines[c["timeline"]], c["pass_name"], **_context_args(c["kwargs"]))
+              for c in doc["attribute_pass"]}
+    f = dict(doc["facts"])
+    f["timeline"] = timelines[f["timeline"]]
+    f["instruments"] = [InstrumentSummary(**i) for i in f["instruments"]]
+    f["run"] = RunContext(**f["run"])
+    facts = TraceFacts(first=passes["first"], rerun=passes["seen_rerun"], **f)
+    return _json(build_report(facts).to_dict())
+
+
+@pytest.mark.parametrize("name", ["trace_eager", "trace_compiled"])
+def test_a_recorded_trace_builds_the_same_report(name):
+    doc = _load(f"{name}.json")
+    got = _replay_trace(doc)
+    want = doc["report"]
+    for k in ADDED["report"]:
+        got.pop(k, None)
+    _same(got, want, name)
+
+
+def test_the_golden_reports_still_load():
+    from warmprof.report import Report
+
+    for name in ("trace_eager", "trace_compiled"):
+        r = Report.from_dict(_load(f"{name}.json")["report"])
+        assert r.causes and r.first_pass_ms > r.steady_median_ms
+
+
+# -- warmup ---------------------------------------------------------------------------------------
+
+def _book_call(call: dict[str, Any], fault_ns: float, monkeypatch) -> dict[str, Any]:
+    from warmprof import warm
+    from warmprof.instruments.torch_compile import CacheOutcome
+
+    monkeypatch.setattr(warm, "_fault_ns", fault_ns)
+    shape = tuple(call["shape"]) if isinstance(call["shape"], list) else call["shape"]
+    row = warm.WarmRow(shape=shape, ms=0.0)
+    warm._book(row, call["ns"], call["compiles"], CacheOutcome(**call["outcome"]), call["faults"], call["anon"],
+               call["files"], call["reserved"])
+    return _json(row.to_dict())
+
+
+def test_each_warmup_call_books_the_same_row(monkeypatch):
+    doc = _load("warmup.json")
+    assert len(doc["calls"]) >= 15
+    for i, call in enumerate(doc["calls"]):
+        got = _book_call(call, doc["fault_ns"], monkeypatch)
+        for k in ADDED["warm_row"]:
+            got.pop(k, None)
+        _same(got, call["row"], f"call {i}")
+
+
+def test_warmup_results_merge_and_print_the_same(monkeypatch):
+    from warmprof import warm
+
+    doc = _load("warmup.json")
+    monkeypatch.setattr(warm, "_fault_ns", doc["fault_ns"])
+    for result_key, text_key in (("result", "text"), ("grown_result", "grown_text")):
+        want = doc[result_key]
+        rows = []
+        for want_row in want["rows"]:
+            shape = tuple(want_row["shape"]) if isinstance(want_row["shape"], list) else want_row["shape"]
+            calls = [c for c in doc["calls"] if (tuple(c["shape"]) if isinstance(c["shape"], list) else c["shape"]) == shape]
+            calls = calls[:want_row["calls"]]
+            row = warm.WarmRow(shape=shape, ms=0.0)
+            for c in calls:
+                one = warm.WarmRow(shape=shape, ms=0.0)
+                warm._book(one, c["ns"], c["compiles"], warm.CacheOutcome(**c["outcome"]), c["faults"], c["anon"],
+                           c["files"], c["reserved"])
+                warm._merge(row, one)
+            rows.append(row)
+        result = warm.WarmupResult(want["kind"], want["model"], want["device"], rows, list(want["notes"]))
+        _same(_json(result.to_dict()), want, result_key)
+        assert str(result) == doc[text_key]
+
+
+# -- watch ----------------------------------------------------------------------------------------
+
+class _Price:
+    def __init__(self, ns: float) -> None:
+        self._ns = ns
+
+    def ns(self) -> float:
+        return self._ns
+
+
+class _Dynamo:
+    def __init__(self, d: dict[str, Any]) -> None:
+        self.d = d
+
+    def recompile_reasons(self) -> list[str]:
+        return list(self.d["recompile_reasons"])
+
+    def cache(self):
+        text = self.d["cache_text"]
+
+        class _Cache:
+            def text(self) -> str:
+                return text
+        return _Cache()
+
+
+def _watch_event(e: dict[str, Any]) -> dict[str, Any]:
+    from warmprof.live import events
+
+    info = tuple(tuple(v) if isinstance(v, list) and i == 9 else v for i, v in enumerate(e["info"]))
+    reserved = tuple(None if r is None else tuple(r) for r in e["reserved"])
+    side = [tuple(s) for s in e["side"] or []]
+    return _json(events.build(info, index=e["index"], key=e["key"], start_ns=e["start_ns"], idle_ns=e["idle_ns"],
+                              dynamo=None if e["dynamo"] is None else _Dynamo(e["dynamo"]),
+                              prices=_Price(e["fault_ns"]), reserved=reserved, side=side))
+
+
+def test_each_watched_call_builds_the_same_event():
+    doc = _load("watch.json")
+    assert len(doc["events"]) >= 15
+    for i, e in enumerate(doc["events"]):
+        got = _watch_event(e)
+        for k in ADDED["event"]:
+            got.pop(k, None)
+        _same(got, e["event"], f"event {i}")
