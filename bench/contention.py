@@ -31,7 +31,7 @@ cpu, hog_s = int(sys.argv[1]), float(sys.argv[2])
 os.sched_setaffinity(0, {cpu})
 import torch
 import warmprof
-from warmprof.demo import demo_model, DEFAULT_SHAPE
+from warmprof.traces.demo import demo_model, DEFAULT_SHAPE
 
 HOG = ("import os, sys, time; os.sched_setaffinity(0, {%d}); sys.stdin.read(1); "
        "t = time.monotonic() + %f\nwhile time.monotonic() < t: pass") % (cpu, hog_s)

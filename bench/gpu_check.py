@@ -244,7 +244,7 @@ def _stats_delta(before: dict, after: dict) -> dict[str, Any]:
 
 def _cupti_cost_per_pass(torch: Any, native: Any, timeline: Any, passes: int = 30) -> dict[str, Any]:
     """Median demo-LM pass without and with warmprof's CUPTI subscriber (recording on in both)."""
-    from warmprof.demo import demo_model
+    from warmprof.traces.demo import demo_model
 
     model = demo_model().cuda()
     ids = torch.randint(0, model.vocab, (1, 128), device="cuda")
@@ -640,7 +640,7 @@ def run_bounded(cmd: list[str], timeout_s: float, env: dict, log: Path) -> str:
 
 def _fresh_env(tmp: Path) -> dict:
     try:
-        from warmprof.commands.child import fresh_env
+        from warmprof.traces.child import fresh_env
 
         return fresh_env(str(tmp))
     except Exception:  # the caches this script's own ops compile into

@@ -23,7 +23,7 @@ which, mode = sys.argv[1], sys.argv[2]
 if mode == "off":
     api.SELF_COST_MAX_SHARE = api.SELF_COST_ALWAYS_S = 0.0  # the protocol then skips the instrumented steady passes
 if which == "demo":
-    from warmprof.demo import demo_model, DEFAULT_SHAPE
+    from warmprof.traces.demo import demo_model, DEFAULT_SHAPE
     m, shape = demo_model(), DEFAULT_SHAPE
 else:
     import transformers

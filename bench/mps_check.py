@@ -35,7 +35,7 @@ DEFAULT_LENGTHS = (16, 32, 48, 64, 96, 128, 192, 256)
 
 PLATFORM = """
 import json, warmprof
-from warmprof.platform import describe_device, fingerprint
+from warmprof.system.platform import describe_device, fingerprint
 fp = fingerprint()
 print(json.dumps({"device": describe_device(fp, "mps"), **{k: fp[k] for k in sorted(fp) if k in (
     "apple_chip", "cpu_count", "cpu_performance_cores", "cpu_efficiency_cores", "gpu_cores", "memory_gb", "metal",

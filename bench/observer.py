@@ -21,7 +21,7 @@ import time
 CHILD = r"""
 import json, sys, time
 import torch
-from warmprof.demo import demo_model, DEFAULT_SHAPE
+from warmprof.traces.demo import demo_model, DEFAULT_SHAPE
 observer, compiled = sys.argv[1], sys.argv[2] == "compiled"
 model = demo_model()
 x = torch.randint(0, model.vocab, DEFAULT_SHAPE)

@@ -23,7 +23,7 @@ def backends() -> dict[str, dict]:
     "cupti" adds "path", the libcupti file in use ("" when none is loaded), and is available only
     once a trace has subscribed in this process: before, its reason says "loaded, not yet subscribed".
     """
-    from . import cuda_paths
+    from .system import cuda_paths
 
     cuda_paths.install()
     return {name: dict(entry) for name, entry in _native.backends().items()}
@@ -37,14 +37,14 @@ _LAZY = {
     "probe": ("probes", "probe"),
     "probe_ops": ("probes.aten", "probe_ops"),
     "probe_from": ("probes.aten", "probe_from"),
-    "compare": ("comparison", "compare"),
+    "compare": ("report.comparison", "compare"),
     "load": ("report", "load"),
-    "watch": ("live.core", "watch"),
-    "plan_buckets": ("buckets", "plan_buckets"),
-    "warmup": ("warm", "warmup"),
-    "assert_warm": ("warm", "assert_warm"),
-    "costs_from_probe": ("buckets", "costs_from_probe"),
-    "Watcher": ("live.core", "Watcher"),
+    "watch": ("serving.watch.core", "watch"),
+    "plan_buckets": ("serving.buckets", "plan_buckets"),
+    "warmup": ("serving.warmup", "warmup"),
+    "assert_warm": ("serving.warmup", "assert_warm"),
+    "costs_from_probe": ("serving.buckets", "costs_from_probe"),
+    "Watcher": ("serving.watch.core", "Watcher"),
 }
 
 

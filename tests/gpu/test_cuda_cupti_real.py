@@ -219,7 +219,7 @@ def test_watch_with_cupti_keeps_a_call_that_grew_the_device_allocator():
     the allocation timed by CUPTI; the same call at the same shape afterwards (served from torch's
     cache) is not kept."""
     _gate(CUPTI)
-    from warmprof.live import Watcher
+    from warmprof.serving.watch import Watcher
 
     big = [0]
 

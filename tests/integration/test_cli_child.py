@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from warmprof.cli import main
-from warmprof.commands import child
+from warmprof.traces import child
 
 TIMEOUT = 120  # generous: a hang fails the test instead of blocking the suite
 

@@ -99,7 +99,7 @@ def test_inputs_file_in_a_fresh_process(tmp_path):
 @pytest.mark.parametrize("argv, code, message", [
     (["trace"], 2, "nothing to trace"),
     (["trace", "nomodule"], 2, "MODULE:FACTORY"),
-    (["trace", "warmprof.demo:build"], 2, "--shape (or --inputs) is required"),
+    (["trace", "warmprof.traces.demo:build"], 2, "--shape (or --inputs) is required"),
     (["trace", "no_such_module_xyz:build", "--shape", "1,2", "--in-process"], 2, "cannot import"),
     (["trace", "--demo", "--shape", "1,0", "--in-process", "--quiet"], 2, "dimension 0"),
     (["trace", "--demo", "--device", "tpu", "--in-process", "--quiet"], 3, "unknown device"),

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 import warmprof
-from warmprof.demo import demo_model
+from warmprof.traces.demo import demo_model
 from warmprof.report import Report
 
 from .helpers import FirstTouch, Leftovers

@@ -5,7 +5,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import warmprof  # noqa: E402
-from warmprof import opspec  # noqa: E402
+from warmprof import opspec
 from warmprof.errors import InputError, ModelError  # noqa: E402
 
 

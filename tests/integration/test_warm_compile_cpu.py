@@ -9,10 +9,10 @@ import torch
 from torch import nn
 
 import warmprof
-from warmprof.demo import demo_model
+from warmprof.traces.demo import demo_model
 from warmprof.errors import NotWarmError
 from warmprof.probes.compile_env import _clear_inductor_caches
-from warmprof.warm import assert_warm, warmup
+from warmprof.serving.warmup import assert_warm, warmup
 
 from .helpers import Leftovers
 

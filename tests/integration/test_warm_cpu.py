@@ -7,10 +7,10 @@ import pytest
 import torch
 from torch import nn
 
-from warmprof.demo import demo_model
+from warmprof.traces.demo import demo_model
 from warmprof.errors import DeviceError, InputError, ModelError, NotWarmError
 from warmprof.instruments.torch_compile import registered_callbacks
-from warmprof.warm import assert_warm, warmup
+from warmprof.serving.warmup import assert_warm, warmup
 
 from .helpers import Counting, FirstTouch, Leftovers, RaisesOnCall
 

@@ -13,8 +13,8 @@ import time
 
 import torch
 
-from warmprof.live import watch
-from warmprof.live.demo import compiled_demo, replay, stream
+from warmprof.serving.watch import watch
+from warmprof.serving.watch.demo import compiled_demo, replay, stream
 
 
 def test_a_replayed_stream_flags_each_new_length_with_its_compile_and_the_planted_stall():

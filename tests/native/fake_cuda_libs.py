@@ -146,7 +146,7 @@ def fake_cupti(folder: Path, file_name: str, tag: str, *, soname: str | None = N
 
 
 # Prepended to every child: helpers to reach the loaded fake and to list the libcuptis mapped.
-# (_native.backends() loads libcupti without warmprof.cuda_paths, whose folders would replace
+# (_native.backends() loads libcupti without warmprof.system.cuda_paths, whose folders would replace
 # those a test sets with _native.cupti_set_search_path; warmprof.backends() installs them.)
 CHILD_PRELUDE = r"""
 import ctypes, json, os

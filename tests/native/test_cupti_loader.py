@@ -64,7 +64,7 @@ def test_the_wheels_folders_come_before_the_sonames(libs):
 
 
 def test_python_passes_the_wheels_folders_before_the_first_load(libs):
-    # warmprof.backends() installs the folders warmprof.cuda_paths finds on sys.path.
+    # warmprof.backends() installs the folders warmprof.system.cuda_paths finds on sys.path.
     code = f"import sys\nsys.path.insert(0, {str(libs['root'] / 'site')!r})\nBACKENDS = warmprof.backends\n" + REPORT
     out = child(libs, code)
     assert out["tag"] == "wheel"

@@ -15,7 +15,7 @@ import warmprof
 from warmprof import _native
 from warmprof.errors import BackendError
 from warmprof.instruments.torch_compile import registered_callbacks
-from warmprof.live import Watcher, sources
+from warmprof.serving.watch import Watcher, sources
 from warmprof.timeline import ALLOCATOR_GROWTH, GRAPH_CAPTURE, JIT_COMPILE, RUNTIME_INIT, Recording
 
 skip_without_cupti()
@@ -180,7 +180,7 @@ def test_two_watchers_share_one_subscription(stand_in_subscription):
 
 
 def test_cuda_calls_that_would_not_fit_outside_dynamos_compiles_are_scaled_and_estimated():
-    from warmprof.live.events import FaultPrice, build
+    from warmprof.serving.watch.events import FaultPrice, build
 
     price = FaultPrice()
     price._ns = 0.0

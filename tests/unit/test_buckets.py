@@ -1,4 +1,4 @@
-"""warmprof.buckets (plan_buckets, costs_from_probe) and `warmprof buckets`: the plan is the exact
+"""warmprof.serving.buckets (plan_buckets, costs_from_probe) and `warmprof buckets`: the plan is the exact
 optimum (checked against every subset of boundaries), its figures add up, and bad input is refused."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 from factories import probe_report
 
 from warmprof import cli
-from warmprof.buckets import BucketPlan, costs_from_probe, plan_buckets
+from warmprof.serving.buckets import BucketPlan, costs_from_probe, plan_buckets
 from warmprof.errors import InputError, ReportError
 
 

@@ -151,7 +151,7 @@ def test_cli_show_chrome_writes_a_loadable_trace(tmp_path, capsys):
 def test_real_trace_report_exports_well_formed_events(tmp_path):
     pytest.importorskip("torch", reason="a real trace needs torch")
     import warmprof
-    from warmprof.demo import demo_model
+    from warmprof.traces.demo import demo_model
 
     report = warmprof.trace(demo_model(), (1, 16), steady=5)
     saved = report.save(tmp_path / "real.json")

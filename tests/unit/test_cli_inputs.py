@@ -248,8 +248,8 @@ def test_a_factory_name_that_is_not_callable_says_what_it_is(model_file):
 
 
 def test_a_missing_factory_in_a_module_lists_its_callables():
-    with pytest.raises(InputError, match="'warmprof.demo' has no callable 'nope'; the callables it defines: .*demo_model"):
-        load_target("warmprof.demo:nope")
+    with pytest.raises(InputError, match="'warmprof.traces.demo' has no callable 'nope'; the callables it defines: .*demo_model"):
+        load_target("warmprof.traces.demo:nope")
 
 
 # --- 6. --traceback -------------------------------------------------------------------------------

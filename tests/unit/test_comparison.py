@@ -9,7 +9,7 @@ import pytest
 
 import warmprof
 from warmprof.cli import main
-from warmprof.comparison import Comparison, compare
+from warmprof.report.comparison import Comparison, compare
 from warmprof.errors import InputError, ReportError
 from warmprof.render.compare_text import CompareTextRenderer
 from warmprof.render.format import ms_cell
@@ -146,7 +146,7 @@ def test_comparison_json_is_data_and_not_loadable_as_a_report(tmp_path):
 
 def test_two_real_reports_compare_into_their_own_numbers(tmp_path):
     torch = pytest.importorskip("torch", reason="a real trace needs torch")
-    from warmprof.demo import demo_model
+    from warmprof.traces.demo import demo_model
 
     threads = torch.get_num_threads()
     paths = []

@@ -1,4 +1,4 @@
-"""The CUDA wheels' libcupti folders Python hands the native loader (warmprof.cuda_paths)."""
+"""The CUDA wheels' libcupti folders Python hands the native loader (warmprof.system.cuda_paths)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from warmprof import cuda_paths
+from warmprof.system import cuda_paths
 
 CU12 = "nvidia/cuda_cupti/lib"
 CU13 = "nvidia/cu13/lib"

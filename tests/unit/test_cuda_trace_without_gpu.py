@@ -13,7 +13,7 @@ pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is avail
 
 
 def test_trace_on_cuda_refuses_with_the_reason():
-    from warmprof.demo import demo_model
+    from warmprof.traces.demo import demo_model
 
     with pytest.raises(DeviceError) as info:
         warmprof.trace(demo_model(n_layers=1), (1, 8), device="cuda")

@@ -110,7 +110,7 @@ def test_the_golden_reports_still_load():
 # -- warmup ---------------------------------------------------------------------------------------
 
 def _book_call(call: dict[str, Any], fault_ns: float, monkeypatch) -> dict[str, Any]:
-    from warmprof import warm
+    from warmprof.serving import warmup as warm
     from warmprof.instruments.torch_compile import CacheOutcome
 
     monkeypatch.setattr(warm, "_fault_ns", fault_ns)
@@ -132,7 +132,7 @@ def test_each_warmup_call_books_the_same_row(monkeypatch):
 
 
 def test_warmup_results_merge_and_print_the_same(monkeypatch):
-    from warmprof import warm
+    from warmprof.serving import warmup as warm
 
     doc = _load("warmup.json")
     monkeypatch.setattr(warm, "_fault_ns", doc["fault_ns"])
@@ -182,7 +182,7 @@ class _Dynamo:
 
 
 def _watch_event(e: dict[str, Any]) -> dict[str, Any]:
-    from warmprof.live import events
+    from warmprof.serving.watch import events
 
     info = tuple(tuple(v) if isinstance(v, list) and i == 9 else v for i, v in enumerate(e["info"]))
     reserved = tuple(None if r is None else tuple(r) for r in e["reserved"])

@@ -1,4 +1,4 @@
-"""Writing never replaces what is not a regular file (warmprof.fileio's policy), and a failed write
+"""Writing never replaces what is not a regular file (warmprof.system.fileio's policy), and a failed write
 leaves the old file whole. Every device node, FIFO and socket here is made in tmp_path: the
 system's /dev is never touched."""
 
@@ -16,9 +16,9 @@ import pytest
 
 from factories import trace_report
 from warmprof.cli import main
-from warmprof.commands.paths import check_output_path
+from warmprof.system.output_paths import check_output_path
 from warmprof.errors import InputError, ReportError
-from warmprof.fileio import stream_fd, write_output
+from warmprof.system.fileio import stream_fd, write_output
 from warmprof.render.base import Renderer
 from warmprof.render.json import JsonRenderer
 
@@ -325,7 +325,7 @@ def test_a_symlink_to_dev_stdout_is_a_stream_not_the_file_stdout_goes_to(tmp_pat
     link = tmp_path / "out"
     link.symlink_to("/dev/stdout")
     redirected = tmp_path / "printed.txt"
-    code = ("import sys; from warmprof.fileio import write_output; print('before', flush=True); "
+    code = ("import sys; from warmprof.system.fileio import write_output; print('before', flush=True); "
             f"write_output({str(link)!r}, 'report\\n'); print('after', flush=True)")
     with open(redirected, "w") as f:
         subprocess.run([sys.executable, "-c", code], stdout=f, check=True, timeout=120)

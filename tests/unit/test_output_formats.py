@@ -15,7 +15,7 @@ import pytest
 from factories import op_probe_report, op_result, probe_report, trace_report
 from warmprof import render
 from warmprof.cli import main
-from warmprof.comparison import compare
+from warmprof.report.comparison import compare
 from warmprof.errors import InputError, ReportError
 from warmprof.render import format as fmt
 from warmprof.render import registry

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-import warmprof.platform as platform_mod
-from warmprof.platform import describe_device, fingerprint, run_tool
+import warmprof.system.platform as platform_mod
+from warmprof.system.platform import describe_device, fingerprint, run_tool
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "platforms"
 
@@ -194,7 +194,7 @@ def test_live_fingerprint_has_the_process_facts():
 
 
 def test_fingerprint_imports_neither_torch_nor_cupy_and_leaves_cuda_cold():
-    code = ("import sys, warmprof.platform as p; fp = p.fingerprint(); "
+    code = ("import sys, warmprof.system.platform as p; fp = p.fingerprint(); "
             "print(sorted(m for m in ('torch', 'cupy') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip() == "[]"
@@ -222,6 +222,6 @@ def test_a_trace_on_cuda_n_names_that_gpu_not_the_first(monkeypatch):
 
 
 def test_the_cuda_index_read_from_a_device_string():
-    from warmprof.platform import cuda_index
+    from warmprof.system.platform import cuda_index
 
     assert [cuda_index(d) for d in ("cuda:1", "cuda", "cpu", "cpu:0", "mps:0", "cuda:x")] == [1, None, None, None, None, None]

@@ -10,7 +10,7 @@ import pytest
 
 from factories import ORIN, probe_report, trace_report
 from warmprof.cli import main
-from warmprof.comparison import compare
+from warmprof.report.comparison import compare
 from warmprof.errors import InputError, WarmprofError
 
 matplotlib = pytest.importorskip("matplotlib", reason="PNG export needs the plot extra (matplotlib)")
@@ -18,7 +18,7 @@ matplotlib = pytest.importorskip("matplotlib", reason="PNG export needs the plot
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.image import imread  # noqa: E402
 
-from warmprof.render import png  # noqa: E402
+from warmprof.render import png
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -127,7 +127,7 @@ def test_a_first_pass_within_noise_is_too_noisy_to_tell_never_no_warm_up_needed(
 
 
 def test_threads_that_clash_with_the_cpus_get_a_note_and_threads_advice():
-    from warmprof.platform import oversubscription
+    from warmprof.system.platform import oversubscription
     from warmprof.report.trace import Protocol
     from warmprof.traces.advice import advise
 
@@ -143,7 +143,7 @@ def test_threads_that_clash_with_the_cpus_get_a_note_and_threads_advice():
 
 
 def test_the_cpu_budget_reads_affinity_and_the_cgroup_quota():
-    from warmprof.platform import runnable_others, usable_cpus
+    from warmprof.system.platform import runnable_others, usable_cpus
 
     assert usable_cpus(affinity=8, quota_text="150000 100000\n") == (1.5, "8 in its affinity mask, a cgroup quota of 1.5 CPUs")
     assert usable_cpus(affinity=2, quota_text="max 100000\n") == (2.0, "2 in its affinity mask")

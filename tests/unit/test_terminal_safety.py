@@ -9,7 +9,7 @@ import pytest
 
 from factories import DESKTOP, probe_report, trace_report
 from warmprof.cli import main
-from warmprof.comparison import compare
+from warmprof.report.comparison import compare
 from warmprof.errors import ReportError
 from warmprof.render.safe import safe_text
 

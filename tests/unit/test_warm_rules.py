@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from warmprof import warm
+from warmprof.serving import warmup as warm
 from warmprof.errors import NotWarmError, WarmprofError
 from warmprof.instruments.torch_compile import CacheOutcome, cache_outcome
 

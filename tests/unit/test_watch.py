@@ -13,7 +13,7 @@ import warmprof
 from warmprof import _native
 from warmprof.errors import InputError, ReportError
 from warmprof.instruments.torch_compile import registered_callbacks
-from warmprof.live import Watcher, watch
+from warmprof.serving.watch import Watcher, watch
 from warmprof.report import WatchReport, load
 
 
@@ -49,7 +49,7 @@ def _mids():
 def test_sketch_quantiles_are_within_ten_percent():
     import random
 
-    from warmprof.live.core import _quantile
+    from warmprof.serving.watch.core import _quantile
 
     rng = random.Random(1)
     w = Watcher(lambda d: None, key=lambda d: 0, min_calls=10**9)  # never an outlier: only the sketch
@@ -363,7 +363,7 @@ def test_show_png_and_compare_read_watch_reports(tmp_path):
 
 
 def test_the_cuda_allocators_growth_is_said_in_the_allocator_cause():
-    from warmprof.live.events import FaultPrice, build
+    from warmprof.serving.watch.events import FaultPrice, build
 
     info = (1, None, (), None, False, True, 10**9, 5 * 10**6, 0, None, 5 * 10**6, 500, 0, 0, 0, 0, 9, 10**6)
     price = FaultPrice()
@@ -455,7 +455,7 @@ def test_stats_with_many_keys_while_another_thread_serves_do_not_deadlock():
 
 
 def test_estimates_fit_in_an_outliers_excess_and_a_compiles_faults_are_its_own():
-    from warmprof.live.events import FaultPrice, build
+    from warmprof.serving.watch.events import FaultPrice, build
 
     price = FaultPrice()
     price._ns = 1000.0
@@ -510,7 +510,7 @@ def test_default_keys_read_dicts_and_ignore_keyword_order():
 
 
 def test_prometheus_histogram_bounds_are_the_sketchs_bucket_edges():
-    from warmprof.live.export import _upper_edge_s
+    from warmprof.serving.watch.export import _upper_edge_s
 
     assert _upper_edge_s(3) == pytest.approx(128e-9)  # 4 buckets an octave from 64 ns: 64..128 ns
     assert _upper_edge_s(7) == pytest.approx(256e-9)
@@ -519,7 +519,7 @@ def test_prometheus_histogram_bounds_are_the_sketchs_bucket_edges():
 def test_a_cuda_graph_recording_bracketed_by_dynamos_callbacks_is_graph_capture_not_a_compile():
     from torch._dynamo.callback import CallbackArgs, CallbackTrigger
 
-    from warmprof.live import sources
+    from warmprof.serving.watch import sources
 
     def serve(x):
         if x == "record":  # as dynamo's cudagraph trees do on a shape's second call

@@ -32,9 +32,9 @@ def setup(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..buckets import costs_from_probe, plan_buckets
+    from ..serving.buckets import costs_from_probe, plan_buckets
     from ..render.safe import safe_text
-    from .paths import check_output_path
+    from ..system.output_paths import check_output_path
 
     if args.json is not None:
         check_output_path(args.json)
@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
                  f"  compile_ms: {probe_costs.compile_how}\n  per_token_ms: {probe_costs.per_token_how}\n")
     written = None
     if args.json is not None:
-        from ..fileio import write_output
+        from ..system.fileio import write_output
 
         data: dict[str, Any] = plan.to_dict()
         data["costs_from"] = ({"probe": args.from_probe, **probe_costs.to_dict()} if probe_costs is not None
@@ -93,7 +93,7 @@ def _integers(text: str, where: str) -> list[int]:
 
 def _read_lengths_file(path: str) -> Any:
     from ..errors import ReportError
-    from ..fileio import read_regular
+    from ..system.fileio import read_regular
 
     try:
         data = read_regular(path)  # a FIFO or a device is refused, never waited on

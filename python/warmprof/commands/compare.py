@@ -24,8 +24,8 @@ def setup(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from .. import render
-    from ..comparison import compare
-    from .paths import check_output_path
+    from ..report.comparison import compare
+    from ..system.output_paths import check_output_path
 
     paths = {option: getattr(args, option.lstrip("-")) for option, _, _ in OUTPUTS}
     for option, path in paths.items():
@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
             check_output_path(path, option)
     labels, reports = _names(args.label, args.reports)
     comparison = compare(*reports, labels=labels)
-    # warmprof.fileio's policy, like every output; each file is rendered whole before it is written.
+    # warmprof.system.fileio's policy, like every output; each file is rendered whole before it is written.
     written = [render.get(fmt, "comparison").write(comparison, paths[option]) for option, fmt, _ in OUTPUTS if paths[option]]
     sys.stdout.write(str(comparison))  # the "text" format: control characters already made visible
     from ..render.safe import safe_text

@@ -56,7 +56,7 @@ def split_ops(ops: list[str] | None) -> tuple[list[str], list[str]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .paths import check_output_path, save_and_print
+    from ..system.output_paths import check_output_path, save_and_print
 
     if args.json is not None:
         check_output_path(args.json)

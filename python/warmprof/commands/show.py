@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--format {fmt.name} writes binary data, which is not printed to standard output: "
                          f"give a file with -o FILE{fmt.extension}")
     if args.output is not None:
-        from .paths import check_output_path
+        from ..system.output_paths import check_output_path
 
         check_output_path(args.output, "-o")
     report = load(args.report)

@@ -14,9 +14,9 @@ from typing import Any
 
 from ..errors import InputError, WarmprofError
 from ..report.trace import RunContext
-from . import child
-from .paths import check_output_path, save_and_print
-from .targets import check_inputs_spec, load_inputs, load_target
+from ..traces import child
+from ..system.output_paths import check_output_path, save_and_print
+from ..traces.targets import check_inputs_spec, load_inputs, load_target
 
 __all__ = ["HELP", "NAME", "load_target", "run", "setup"]
 
@@ -26,7 +26,7 @@ HELP = "Trace a model's first pass and attribute its excess over a steady pass t
 
 def setup(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("target", nargs="?", help="MODULE:FACTORY or path/to/file.py:FACTORY returning the model")
-    parser.add_argument("--demo", action="store_true", help="trace the built-in demo LM (warmprof.demo, shape 1,128)")
+    parser.add_argument("--demo", action="store_true", help="trace the built-in demo LM (warmprof.traces.demo, shape 1,128)")
     parser.add_argument("--shape", action="append",
                         help="input shape, e.g. 1,128 (token ids if the model starts with an embedding); one per "
                              "trace: run one trace per shape and compare the reports")
@@ -126,7 +126,7 @@ def _one_each(args: argparse.Namespace) -> None:
             raise InputError("--warm-shape runs the model at a --shape; it does not go with --inputs")
         check_inputs_spec(args.inputs)
     if args.model_dtype is not None:
-        from ..inputs import MODEL_DTYPES
+        from ..traces.inputs import MODEL_DTYPES
 
         if args.model_dtype.lower().removeprefix("torch.") not in MODEL_DTYPES:  # checked again by trace()
             raise InputError(f"--model-dtype {args.model_dtype!r}: give a floating dtype "
@@ -169,7 +169,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _repeat(args: argparse.Namespace) -> int:
     """--repeat N: N runs of this trace, each a fresh process (traces/repeat.py), in one report."""
-    from ..supervise import Terminated, sigterm_raises
+    from ..system.supervise import Terminated, sigterm_raises
     from ..traces.repeat import check_repeat, cli_argv, run_repeats
 
     check_repeat(args.repeat)
@@ -201,7 +201,7 @@ def _trace_here(args: argparse.Namespace, status: child.Status) -> int:
         torch.set_num_threads(args.threads)
     status.write("loading the model")
     if args.demo:
-        from ..demo import DEFAULT_SHAPE, demo_model
+        from ..traces.demo import DEFAULT_SHAPE, demo_model
 
         model, shape = demo_model(), args.shape or (None if args.inputs is not None else DEFAULT_SHAPE)
     else:
@@ -254,7 +254,7 @@ def _run_context(args: argparse.Namespace) -> RunContext:
 def _warm_run(torch: Any, model: Any, shape: str, dtype: str | None, device: str,
               model_dtype: str | None = None) -> None:
     """One pass at `shape` before the trace (no grad), as a server that already ran other inputs."""
-    from ..inputs import cast_model, make_inputs, parse_device, parse_model_dtype
+    from ..traces.inputs import cast_model, make_inputs, parse_device, parse_model_dtype
 
     dev = parse_device(device)
     if dev.type != "cpu" and isinstance(model, torch.nn.Module):

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from ..errors import InputError
-from .paths import check_output_path, save_and_print
+from ..system.output_paths import check_output_path, save_and_print
 
 NAME = "watch"
 HELP = ("Replay a stream of requests through the compiled demo LM under warmprof.watch: each outlier and "
@@ -32,8 +32,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json is not None:
         check_output_path(args.json)
     from ..render.watch_text import event_line
-    from ..live import watch
-    from ..live.demo import compiled_demo, replay, stream
+    from ..serving.watch import watch
+    from ..serving.watch.demo import compiled_demo, replay, stream
 
     lengths = stream(args.requests, seed=args.seed)
     say = (lambda e: None) if args.quiet else (lambda e: print(event_line(e), file=sys.stderr, flush=True))

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import _native, cuda_paths
+from .. import _native
+from ..system import cuda_paths
 from ..timeline import CUPTI_CALLBACKS, PROFILER_OVERHEAD, counter, name_id, now_ns, record_span_ns
 from .base import Instrument
 

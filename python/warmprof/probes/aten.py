@@ -19,8 +19,8 @@ from typing import Any, Callable
 
 from .. import _native, opspec
 from ..errors import InputError, ReportError
-from ..platform import cuda_index, fingerprint
-from ..progress import progress_printer
+from ..system.platform import cuda_index, fingerprint
+from ..system.progress import progress_printer
 from ..report.op_probe import OpProbeReport, OpResult
 from ..report.trace import warm_left_ms
 from .aten_table import call_for, split_names

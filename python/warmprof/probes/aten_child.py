@@ -49,7 +49,7 @@ def measure(job: dict[str, Any]) -> dict[str, Any]:
     import torch
 
     from .. import opspec
-    from ..inputs import parse_device
+    from ..traces.inputs import parse_device
     from .backends import TorchEager
 
     from ..instruments.onednn import OneDNN

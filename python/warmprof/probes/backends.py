@@ -331,7 +331,7 @@ def open_backend(device: str, backend: str, dtype: str, cold_cache: bool = True)
         import torch  # noqa: F401
     except ImportError:
         raise DeviceError(f"the {backend} backend needs torch, which is not installed (pip install warmprof[torch])") from None
-    from ..inputs import parse_device, parse_dtype
+    from ..traces.inputs import parse_device, parse_dtype
 
     dev = parse_device(device)
     tdtype = parse_dtype(dtype)

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ..fileio import write_output
+from ..system.fileio import write_output
 from .safe import safe_text
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Container
 from typing import Any
 
-from ..platform import describe_device
+from ..system.platform import describe_device
 from .safe import one_line
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Callable, ClassVar
 
 from ..errors import ReportError
-from ..fileio import read_regular, write_output
+from ..system.fileio import read_regular, write_output
 from . import schema
 
 # 2: a trace report's torch_compile figures are a field of their own (1 kept them in
@@ -103,7 +103,7 @@ class ReportBase:
             raise ReportError(f"{origin}: malformed {kind} report ({type(e).__name__}: {e})") from e
 
     def save(self, path: str | os.PathLike) -> Path:
-        """Write the report as JSON (see warmprof.fileio: a file is replaced atomically, a device
+        """Write the report as JSON (see warmprof.system.fileio: a file is replaced atomically, a device
         or FIFO written in place, a directory refused)."""
         return write_output(path, self.to_json() + "\n")
 

@@ -21,13 +21,13 @@ import numpy as np
 from .. import _native
 from ..attribution import InstrumentCost, attribute_pass, steady_stats
 from ..errors import InputError, ModelError, WarmprofError
-from ..inputs import cast_model, check_model, dtype_mismatch_hint, make_inputs, parse_device, parse_model_dtype
+from .inputs import cast_model, check_model, dtype_mismatch_hint, make_inputs, parse_device, parse_model_dtype
 from ..instruments.host import HostCounters
 from ..instruments.modules import ModuleHooks
 from ..instruments.python_imports import PythonImports
-from ..platform import cuda_index, fingerprint, oversubscription
-from ..process_state import ProcessState
-from ..progress import progress_printer
+from ..system.platform import cuda_index, fingerprint, oversubscription
+from ..system.process_state import ProcessState
+from ..system.progress import progress_printer
 from ..report import Report
 from ..report.trace import RunContext, inputs_label
 from ..timeline import BEGIN, STRUCTURE, Recording, Timeline, begin, begin_section, end, name_id

@@ -16,10 +16,10 @@ from typing import Any, Callable
 
 from .. import errors
 from ..errors import InputError, ModelError, WarmprofError
-from ..progress import progress_printer, say_on_stderr
+from ..system.progress import progress_printer, say_on_stderr
 from ..report.base import load
 from ..report.repeat import RepeatReport
-from ..supervise import die_with, stop
+from ..system.supervise import die_with, stop
 from .advice import advise
 
 MAX_REPEAT = 100

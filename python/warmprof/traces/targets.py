@@ -177,7 +177,7 @@ def _unpickler_says(message: str) -> str:
 
 
 def _warn(line: str) -> None:
-    from ..progress import say_on_stderr
+    from ..system.progress import say_on_stderr
 
     say_on_stderr(f"warmprof: {line}")
 
@@ -186,7 +186,7 @@ def check_inputs_value(value: Any, origin: str) -> None:
     """Refuse what cannot be a call of a model, naming where it came from."""
     import torch
 
-    from ..inputs import _holds_tensor
+    from .inputs import _holds_tensor
 
     if isinstance(value, dict):
         bad = [k for k in value if not isinstance(k, str)]

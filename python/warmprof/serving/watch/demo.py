@@ -41,7 +41,7 @@ def recompile_limit(n: int) -> Iterator[None]:
 def compiled_demo() -> Any:
     import torch
 
-    from ..demo import demo_model
+    from ...traces.demo import demo_model
 
     return torch.compile(demo_model(**SMALL), dynamic=False)
 

@@ -28,7 +28,7 @@ import stat
 import sys
 from pathlib import Path
 
-from .errors import ReportError
+from ..errors import ReportError
 
 _KINDS = {stat.S_IFREG: "file", stat.S_IFCHR: "character device", stat.S_IFIFO: "FIFO",
           stat.S_IFDIR: "directory", stat.S_IFBLK: "block device", stat.S_IFSOCK: "socket"}

@@ -13,9 +13,10 @@ import threading
 import time
 from typing import Any, Callable
 
-from .. import _native, cuda_paths
-from ..errors import BackendError
-from ..instruments.torch_compile import (
+from ... import _native
+from ...system import cuda_paths
+from ...errors import BackendError
+from ...instruments.torch_compile import (
     CacheOutcome, _trigger_cause, cache_outcome, compilation_metrics_mark, compile_counters, counters_since,
     recompile_reasons,
 )
@@ -121,7 +122,7 @@ def release_cupti() -> None:
 
 def cupti_rows(rows: list[tuple[int, int, int, int]] | None) -> dict[str, dict[str, int]]:
     """The native hot path's CUPTI rows for one call, (cause id, spans, ns, bytes), by cause name."""
-    from ..causes import recorded
+    from ...causes import recorded
 
     names = recorded()
     out: dict[str, dict[str, int]] = {}

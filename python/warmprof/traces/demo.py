@@ -93,5 +93,5 @@ def demo_model(**kwargs):
 
 
 def build():
-    """Factory for `warmprof trace warmprof.demo:build`."""
+    """Factory for `warmprof trace warmprof.traces.demo:build`."""
     return demo_model()

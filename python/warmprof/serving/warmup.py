@@ -47,10 +47,10 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
-from . import _native, causes as causes_table
-from .errors import InputError, ModelError, NotWarmError, WarmprofError
-from .inputs import check_model, dtype_mismatch_hint, make_inputs, parse_device, parse_dtype, parse_shape
-from .instruments.torch_compile import CacheOutcome, CompileEvents, cache_outcome, compile_counters, counters_since
+from .. import _native, causes as causes_table
+from ..errors import InputError, ModelError, NotWarmError, WarmprofError
+from ..traces.inputs import check_model, dtype_mismatch_hint, make_inputs, parse_device, parse_dtype, parse_shape
+from ..instruments.torch_compile import CacheOutcome, CompileEvents, cache_outcome, compile_counters, counters_since
 
 ALLOC_MIN_BYTES = 1 << 20  # anonymous growth below 1 MiB in a call is noise (Python arenas, churn)
 ALLOC_MIN_FAULTS = 8  # ...and growth with fewer faults is not the call's own (khugepaged collapses)
@@ -244,7 +244,7 @@ def fault_ns() -> float:
     else measured once (CALIBRATION_BYTES of fresh memory, about 10 ms) and kept."""
     global _fault_ns
     if _fault_ns is None:
-        from .traces import calibrate
+        from ..traces import calibrate
 
         cached = calibrate.cached()
         cost = getattr(cached, "fault_cost_ns", 0.0) if cached is not None else 0.0

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import InputError
+from ...errors import InputError
 
 OCTAVE_BUCKETS = 4  # the sketch's buckets per octave (csrc/core/watch.h)
 

@@ -19,13 +19,13 @@ import tempfile
 from typing import Any, Callable, Mapping
 
 from ..errors import ModelError, WarmprofError
-from ..fileio import classify, stream_fd
-from ..progress import say_on_stderr
-from ..supervise import GRACE_S, STOPPING, Terminated  # noqa: F401  (part of this module's interface)
-from ..supervise import die_with as _die_with
-from ..supervise import signals_held as _signals_held
-from ..supervise import sigterm_raises as _sigterm_raises
-from ..supervise import stop as _stop
+from ..system.fileio import classify, stream_fd
+from ..system.progress import say_on_stderr
+from ..system.supervise import GRACE_S, STOPPING, Terminated  # noqa: F401  (part of this module's interface)
+from ..system.supervise import die_with as _die_with
+from ..system.supervise import signals_held as _signals_held
+from ..system.supervise import sigterm_raises as _sigterm_raises
+from ..system.supervise import stop as _stop
 
 # Every on-disk cache a first pass may find warm, by the variable that moves it: what it holds, and
 # where it is when the variable is unset ({tmp}: the temp folder, {home}: ~, {xdg}: XDG_CACHE_HOME,

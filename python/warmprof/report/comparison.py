@@ -14,11 +14,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from .causes import EVIDENCE
-from .errors import InputError, ReportError
-from .platform import describe_device
-from .report import SCHEMA_VERSION, ReportBase, load
-from .report.trace import inputs_label
+from ..causes import EVIDENCE
+from ..errors import InputError, ReportError
+from ..system.platform import describe_device
+from . import SCHEMA_VERSION, ReportBase, load
+from .trace import inputs_label
 
 # Report settings that are part of the configuration being compared (shown when they differ).
 _TRACE_SETTINGS = ("device", "dtype", "compile")
@@ -83,7 +83,7 @@ class Comparison:
         return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
 
     def __str__(self) -> str:
-        from .report.base import as_text
+        from .base import as_text
 
         return as_text(self)  # the "text" format, as for str() of a report
 

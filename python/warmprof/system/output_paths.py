@@ -1,7 +1,7 @@
 """The commands' outputs: the paths every command checks before it does any work (trace, probe,
 show, compare), and a report saved then printed (trace, probe).
 
-The same classification as the writer (warmprof.fileio): a device, a FIFO or /dev/stdout is
+The same classification as the writer (warmprof.system.fileio): a device, a FIFO or /dev/stdout is
 written in place and accepted as it is; a directory, block device, socket or dangling symlink is
 refused; a file or a new name needs a writable folder that exists.
 """
@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError, WarmprofError
-from ..fileio import REFUSED, WRITTEN_IN_PLACE, classify, refusal, stream_fd
-from ..progress import say_on_stderr
+from .fileio import REFUSED, WRITTEN_IN_PLACE, classify, refusal, stream_fd
+from .progress import say_on_stderr
 
 
 def check_output_path(path: str, option: str = "--json") -> None:

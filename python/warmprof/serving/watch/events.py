@@ -77,7 +77,7 @@ class FaultPrice:
 
     def ns(self) -> float:
         if self._ns is None:
-            from ..warm import fault_ns
+            from ..warmup import fault_ns
 
             try:
                 self._ns = fault_ns()
@@ -186,7 +186,7 @@ CUPTI_CAUSES = {
 
 def cupti_cause_mask() -> int:
     """CUPTI_CAUSES as the native hot path takes them: bit (1 << recorder id) per cause."""
-    from ..causes import recorded
+    from ...causes import recorded
 
     ids = {name: cid for cid, name in recorded().items()}
     return sum(1 << ids[name] for name in CUPTI_CAUSES)

@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import InputError
+from ..errors import InputError
 
 
 @dataclass(frozen=True)
@@ -108,7 +108,7 @@ class BucketPlan:
         }
 
     def __str__(self) -> str:
-        from .render.format import ms, table
+        from ..render.format import ms, table
 
         lo, hi = self.buckets[0].lower, self.boundaries[-1]
         cap = f", at most {self.max_buckets} buckets" if self.max_buckets is not None else ""
@@ -212,7 +212,7 @@ def costs_from_probe(report: Any, *, compile_ms: float | None = None, per_token_
     none shows one, compile_ms is 0 (new shapes cost nothing measurable: bucketing gains nothing)
     and compile_how says so. A report with none of these figures is refused with an InputError.
     """
-    from .report.probe import ProbeReport
+    from ..report.probe import ProbeReport
 
     if isinstance(report, (str, os.PathLike)):
         report = ProbeReport.load(report)  # a corrupt file or another kind: ReportError, naming the file
@@ -521,7 +521,7 @@ def _per_token(v: float) -> str:
 
 
 def _ms_cell(v: float) -> str:
-    from .render.format import cause_ms
+    from ..render.format import cause_ms
 
     return cause_ms(v)
 

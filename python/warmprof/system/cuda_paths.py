@@ -17,7 +17,7 @@ import os
 import sys
 from collections.abc import Iterable
 
-from . import _native
+from .. import _native
 
 WHEEL_LIB_DIRS = {13: os.path.join("nvidia", "cu13", "lib"), 12: os.path.join("nvidia", "cuda_cupti", "lib")}
 

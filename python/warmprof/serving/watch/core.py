@@ -27,8 +27,8 @@ import threading
 import time
 from typing import Any, Callable
 
-from .. import _native
-from ..errors import InputError
+from ... import _native
+from ...errors import InputError
 from . import events as _events
 from . import export, sources
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from .errors import DeviceError, InputError, WarmprofError
+from ..errors import DeviceError, InputError, WarmprofError
 
 _DTYPES = {
     "float32": "float32", "float": "float32", "fp32": "float32", "float16": "float16", "half": "float16",
@@ -156,7 +156,7 @@ def parse_device(device: Any):
         return dev
     if dev.type == "cuda":
         if not torch.cuda.is_available():
-            from . import backends
+            from .. import backends
 
             why = backends().get("cuda_events", {}).get("reason", "")
             raise DeviceError(

@@ -5,9 +5,9 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from .. import __version__, _native
-from ..platform import fingerprint
-from ..report.watch import WatchReport
+from ... import __version__, _native
+from ...system.platform import fingerprint
+from ...report.watch import WatchReport
 
 
 def build_report(w: Any) -> WatchReport:
