@@ -1,0 +1,57 @@
+"""Page-fault pricing, the one place: a step's faults split by what grew (anonymous memory, file-backed
+pages, huge pages) and priced at the first-touch cost calibrated for that size."""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple, Sequence
+
+from .parts import Calibration
+
+
+def per_byte_at(points: Sequence[tuple[int, float]], nbytes: float) -> float:
+    """ns per byte of a first touch of `nbytes`, from calibrated (bytes, ns per byte) points sorted
+    by size: interpolated on log(bytes) between points, the end point's outside them; 0 without points."""
+    if not points:
+        return 0.0
+    if nbytes <= points[0][0]:
+        return points[0][1]
+    for (b0, c0), (b1, c1) in zip(points, points[1:]):
+        if nbytes <= b1:
+            w = (math.log(nbytes) - math.log(b0)) / (math.log(b1) - math.log(b0))
+            return c0 + w * (c1 - c0)
+    return points[-1][1]
+
+
+class FaultSplit(NamedTuple):
+    """One fault step priced by kind: anonymous (small and huge pages) and file-backed."""
+
+    anon_faults: float
+    anon_ns: float
+    file_faults: float
+    file_ns: float
+    huge_faults: float
+
+
+def split_faults(faults: int, anon_bytes: int, file_bytes: int, cal: Calibration) -> FaultSplit:
+    """Prices one fault step from what it grew. File-backed bytes are priced at the page-cache
+    mapping cost and take the faults that mapping takes per byte (at most the step's); the other
+    faults are anonymous: as many huge-page faults as the anonymous bytes need beyond one small page
+    a fault, the rest small pages, each kind at the first-touch cost per byte for the bytes it
+    touched. Faults with no growth (memory given back and touched again) are small pages too."""
+    file_bytes = max(0, file_bytes)
+    anon_bytes = max(0, anon_bytes)
+    file_faults = min(float(faults), file_bytes * cal.file_faults_per_byte)
+    anon_faults = faults - file_faults
+    ps, hs = cal.page_bytes, cal.huge_page_bytes
+    huge = 0.0
+    if cal.huge_touch_ns_per_byte and anon_bytes > anon_faults * ps and hs > ps:
+        huge = min(anon_faults, (anon_bytes - anon_faults * ps) / (hs - ps))
+    small_bytes = (anon_faults - huge) * ps
+    huge_bytes = huge * hs
+    if cal.touch_ns_per_byte:
+        anon_ns = small_bytes * per_byte_at(cal.touch_ns_per_byte, small_bytes)
+    else:
+        anon_ns = (anon_faults - huge) * cal.fault_cost_ns
+    anon_ns += huge_bytes * per_byte_at(cal.huge_touch_ns_per_byte, huge_bytes)
+    return FaultSplit(anon_faults, anon_ns, file_faults, file_bytes * cal.file_ns_per_byte, huge)
