@@ -88,8 +88,24 @@ CLOCK_RAMP = _id("clock_ramp")
 PROFILER_OVERHEAD = _id("profiler_overhead")
 CPU_CONTENTION = _id("cpu_contention")
 
-UNATTRIBUTED = "unattributed"  # computed: the excess less what the causes explain
-OWN = "profiler_overhead"  # warmprof's own cost: reported, never advised on
+class Name:
+    """Each cause's name as a constant, for code that books or tests a cause: outside this table no
+    file spells out cause names (a test checks each constant is a row's name)."""
+
+    JIT_COMPILE = "jit_compile"
+    ALGORITHM_SELECTION = "algorithm_selection"
+    GRAPH_CAPTURE = "graph_capture"
+    ALLOCATOR_GROWTH = "allocator_growth"
+    RUNTIME_INIT = "runtime_init"
+    DATA_TRANSFER = "data_transfer"
+    CLOCK_RAMP = "clock_ramp"
+    PROFILER_OVERHEAD = "profiler_overhead"
+    CPU_CONTENTION = "cpu_contention"
+    UNATTRIBUTED = "unattributed"
+
+
+UNATTRIBUTED = Name.UNATTRIBUTED  # computed: the excess less what the causes explain
+OWN = Name.PROFILER_OVERHEAD  # warmprof's own cost: reported, never advised on
 
 # How a report knows a figure, strongest first.
 EVIDENCE = ("measured", "estimated", "inferred", "residual")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from warmprof.serving import warmup as warm
+from warmprof.traces import calibrate
 from warmprof.errors import NotWarmError, WarmprofError
 from warmprof.instruments.torch_compile import CacheOutcome, cache_outcome
 
@@ -15,7 +16,7 @@ COLD = cache_outcome({"stats.unique_graphs": 1, "inductor.fxgraph_cache_miss": 1
 
 @pytest.fixture(autouse=True)
 def fault_cost(monkeypatch):
-    monkeypatch.setattr(warm, "_fault_ns", 1000.0)  # 1 us a fault: no calibration in unit tests
+    monkeypatch.setattr(calibrate, "_call_fault_ns", 1000.0)  # 1 us a fault: no calibration in unit tests
 
 
 def book(compiles=(), outcome=CacheOutcome(), faults=0, anon=0, files=0, reserved=None, ns=5_000_000):

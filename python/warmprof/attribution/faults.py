@@ -55,3 +55,26 @@ def split_faults(faults: int, anon_bytes: int, file_bytes: int, cal: Calibration
         anon_ns = (anon_faults - huge) * cal.fault_cost_ns
     anon_ns += huge_bytes * per_byte_at(cal.huge_touch_ns_per_byte, huge_bytes)
     return FaultSplit(anon_faults, anon_ns, file_faults, file_bytes * cal.file_ns_per_byte, huge)
+
+
+# One call's page faults (a warm-up call, a watched call) are noise below these floors: Python's
+# small-object arenas, a freed tensor's pages handed back and faulted in again, khugepaged collapsing
+# pages (memory that appears without faults). A trace's pass needs no floor: it takes a steady pass's
+# faults off instead.
+NOISE_FAULTS = 8
+NOISE_BYTES = 1 << 20  # anonymous (or file-backed) growth under 1 MiB in a call, where bytes are read
+FAULT_AROUND_PAGES = 16  # file faults map this many pages each (the kernel's default fault_around_bytes, 64 KiB)
+
+
+def call_calibration(fault_cost_ns: float, page_bytes: int) -> Calibration:
+    """The unit costs one call's faults are priced with: the first-touch cost of one small-page fault
+    (a trace's calibration when one ran in the process, else measured once) and the kernel's
+    fault-around for file pages; no per-size first-touch curve (a call's bytes are the process's)."""
+    return Calibration(fault_cost_ns=fault_cost_ns, page_bytes=page_bytes,
+                       file_faults_per_byte=1.0 / (page_bytes * FAULT_AROUND_PAGES))
+
+
+def is_growth(faults: int, grown_bytes: int | None) -> bool:
+    """One call's faults are growth, not churn: at least NOISE_FAULTS, and NOISE_BYTES grown where the
+    bytes are known."""
+    return faults >= NOISE_FAULTS and (grown_bytes is None or grown_bytes >= NOISE_BYTES)

@@ -11,17 +11,13 @@ deltas around each call (no recorder, no module hooks, no CUPTI):
 - page faults, anonymous and file-backed resident memory of the process, outside the compiles.
 - on CUDA, the caching allocator's reserved bytes (torch.cuda.memory_reserved).
 
-A cause fires on a call when (the same rule for warmup's rows and assert_warm's check):
-- jit_compile: dynamo compiled (a compile callback, or dynamo's unique_graphs counter moved);
-- graph_capture / algorithm_selection: a CUDA-graph recording / Triton autotuning callback ran;
-- allocator_growth: the process's anonymous resident memory grew by ALLOC_MIN_BYTES or more outside
-  the compiles, with at least ALLOC_MIN_FAULTS page faults (a new anonymous page is resident only
-  once faulted in; memory that appears without faults, as when khugepaged collapses pages, is not
-  the call's), or, on CUDA, the caching allocator reserved more (a cudaMalloc of a new segment);
-- runtime_init: file-backed resident memory (library code and data paged in) grew by
-  FILE_MIN_BYTES or more outside the compiles, with at least ALLOC_MIN_FAULTS faults.
-Below those floors a warm call's own churn (Python's small-object arenas, a freed tensor's pages
-handed back and faulted in again) is noise, not a one-time cost.
+Each call's deltas are booked by attribution's rules for one call (attribution/calls.py, the same
+rules watch books a live call by): a compile (a callback, or dynamo's unique_graphs counter moved) is
+jit_compile, a CUDA-graph recording graph_capture, Triton autotuning algorithm_selection; faults
+outside the compiles are allocator_growth (anonymous) or runtime_init (file-backed) above one noise
+floor (attribution/faults.py: 8 faults and 1 MiB), priced at the calibrated cost of one first-touch
+fault and capped at the call's time outside its compiles; on CUDA, more caching-allocator reserve
+is allocator_growth too.
 
 How many calls. Some one-time costs take two calls at a new shape: glibc serves a large block with
 mmap the first time, raises its mmap threshold when it is freed, and serves the same size from its
@@ -35,9 +31,8 @@ when that call fires it too. A warm process's heap sometimes shrinks and regrows
 block (the demo: +1-2 MiB, ~500 faults, on one call in a few), and a single call cannot tell that
 from a last one-time growth. A memory cause seen on the check call alone is a note in the result.
 
-Figures: a compile's ms is measured (its callbacks' span); allocator_growth's ms is estimated (the
-faults outside the compiles, less the file-backed ones at one fault per FAULT_AROUND_PAGES pages, at
-the calibrated cost of one first-touch fault); the others have evidence but no ms.
+Figures: a compile's ms is measured (its callbacks' span); allocator_growth's ms is estimated; the
+others have evidence but no ms.
 """
 
 from __future__ import annotations
@@ -48,21 +43,21 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
 from .. import _native, causes as causes_table
+from ..attribution.calls import SOURCES, Bracketed, CallFacts, CallPart, attribute_call, outside_bracketed
+from ..attribution.compiles import is_compile
+from ..attribution.faults import NOISE_BYTES, NOISE_FAULTS
+from ..causes import Name
+from ..traces import calibrate
 from ..errors import InputError, ModelError, NotWarmError, WarmprofError
 from ..traces.inputs import check_model, dtype_mismatch_hint, make_inputs, parse_device, parse_dtype, parse_shape
 from ..instruments.torch_compile import CacheOutcome, CompileEvents, cache_outcome, compile_counters, counters_since
 
-ALLOC_MIN_BYTES = 1 << 20  # anonymous growth below 1 MiB in a call is noise (Python arenas, churn)
-ALLOC_MIN_FAULTS = 8  # ...and growth with fewer faults is not the call's own (khugepaged collapses)
-FILE_MIN_BYTES = 1 << 20  # file-backed pages paged in: a library's code and data first used
-FAULT_AROUND_PAGES = 16  # file faults map this many pages each (the kernel's default fault_around_bytes, 64 KiB)
-CALIBRATION_BYTES = 8 << 20  # the first-touch fault cost, measured once per process when first needed
+ALLOC_MIN_BYTES = NOISE_BYTES  # anonymous growth below 1 MiB in a call is noise (Python arenas, churn)
+ALLOC_MIN_FAULTS = NOISE_FAULTS  # ...and growth with fewer faults is not the call's own (khugepaged collapses)
+FILE_MIN_BYTES = NOISE_BYTES  # file-backed pages paged in: a library's code and data first used
 WARMUP_MAX_CALLS = 3  # warmup's default: calls per shape until one pays nothing, at most this many
-MEMORY_CAUSES = ("allocator_growth", "runtime_init")  # fail it when a confirming call fires them too
+MEMORY_CAUSES = (Name.ALLOCATOR_GROWTH, Name.RUNTIME_INIT)  # fail it when a confirming call fires them too
 
-_COMPILE_TRIGGERS = {"torch.compile:compile": "jit_compile", "torch.compile:lazy_backward": "jit_compile",
-                     "cudagraphs:record": "graph_capture", "triton:autotune": "algorithm_selection"}
-_fault_ns: float | None = None
 
 
 @dataclass
@@ -239,19 +234,6 @@ def _host() -> tuple[int, int, int]:
     return _native.faults()[0], _native.rss_bytes(), _native.file_bytes()
 
 
-def fault_ns() -> float:
-    """ns of one first-touch page fault here: a trace's calibration when one ran in this process,
-    else measured once (CALIBRATION_BYTES of fresh memory, about 10 ms) and kept."""
-    global _fault_ns
-    if _fault_ns is None:
-        from ..traces import calibrate
-
-        cached = calibrate.cached()
-        cost = getattr(cached, "fault_cost_ns", 0.0) if cached is not None else 0.0
-        _fault_ns = cost if cost > 0 else float(_native.calibrate_fault_cost(CALIBRATION_BYTES, 3)["ns_per_fault"])
-    return _fault_ns
-
-
 class _Sources:
     """The cheap sources, open for the whole run (dynamo's callbacks registered once, always removed)."""
 
@@ -316,33 +298,52 @@ class _Sources:
         return row
 
 
+def call_facts(ns: int, compiles: list[dict[str, Any]], outcome: CacheOutcome, faults: int, anon: int, files: int,
+               reserved: int | None) -> CallFacts:
+    """One call's deltas as attribution reads them: each stretch dynamo bracketed (CompileEvents' entries,
+    their own faults and memory), the process's faults and resident growth, the CUDA reserve's growth."""
+    bracketed = tuple(Bracketed(str(c.get("trigger", "")), float(c.get("span_ms", 0.0)) * 1e6,
+                                compile_id=str(c.get("compile_id", "")),
+                                recompile_reason=str(c.get("recompile_reason") or ""),
+                                faults=int(c.get("faults", 0)),
+                                anon_bytes=int(c.get("rss_bytes", 0)) - int(c.get("file_bytes", 0)),
+                                file_bytes=int(c.get("file_bytes", 0)))
+                      for c in compiles)
+    return CallFacts(ns=ns, bracketed=bracketed, faults=faults, anon_bytes=anon, file_bytes=files,
+                     cuda_reserved_bytes=reserved, compiled_graphs=outcome.graphs)
+
+
 def _book(row: WarmRow, ns: int, compiles: list[dict[str, Any]], outcome: CacheOutcome, faults: int,
           anon: int, files: int, reserved: int | None) -> None:
-    """One call's deltas, judged by the rules in the module docstring, booked in `row` (a fresh row
-    per call, added to the shape's by _merge; pure but for the one-time fault calibration)."""
+    """One call's deltas, booked in `row` by attribution's rules for one call (attribution/calls.py;
+    a fresh row per call, added to the shape's by _merge; pure but for the one-time fault calibration)."""
+    facts = call_facts(ns, compiles, outcome, faults, anon, files, reserved)
+    got = attribute_call(facts, calibrate.call_costs())
     row.calls += 1
     row.ms += ns / 1e6
-    in_faults = sum(int(c.get("faults", 0)) for c in compiles)
-    in_files = sum(int(c.get("file_bytes", 0)) for c in compiles)
-    in_anon = sum(int(c.get("rss_bytes", 0)) - int(c.get("file_bytes", 0)) for c in compiles)
-    out_faults, out_anon, out_files = max(0, faults - in_faults), anon - in_anon, files - in_files
+    out_faults, out_anon, out_files = outside_bracketed(facts) or (faults, anon, files)
     row.faults += faults
-    row.anon_bytes += out_anon
-    row.file_bytes += out_files
+    row.anon_bytes += out_anon or 0
+    row.file_bytes += out_files or 0
     if reserved is not None:
         row.cuda_reserved_bytes = (row.cuda_reserved_bytes or 0) + reserved
+    jit = [b for b in facts.bracketed if is_compile(b.source)]
+    for part in sorted(got.parts, key=lambda p: p.cause != Name.JIT_COMPILE):  # the compiles first
+        _add(row, part.cause, part.ms, _evidence(part, jit, outcome, row))
+    if row.cache or outcome.counter or outcome.graphs:
+        merged = (CacheOutcome(**row.cache) if row.cache else CacheOutcome()) + outcome
+        row.cache = merged.to_dict()
 
-    by_cause: dict[str, list[dict[str, Any]]] = {}
-    for c in compiles:
-        by_cause.setdefault(_COMPILE_TRIGGERS.get(c.get("trigger", ""), "jit_compile"), []).append(c)
-    jit = by_cause.pop("jit_compile", [])
-    if jit or outcome.graphs:
+
+def _evidence(part: CallPart, jit: list[Bracketed], outcome: CacheOutcome, row: WarmRow) -> str:
+    """What a warm-up row says of one part."""
+    f = part.figures
+    if part.cause == Name.JIT_COMPILE:
         row.compiles += len(jit)
-        reasons = [c["recompile_reason"] for c in jit if c.get("recompile_reason")]
+        reasons = [b.recompile_reason for b in jit if b.recompile_reason]
         row.recompile_reasons.extend(reasons)
-        ms = sum(float(c.get("span_ms", 0.0)) for c in jit)
         if jit:
-            ids = ", ".join(str(c.get("compile_id", "")) for c in jit)
+            ids = ", ".join(b.compile_id for b in jit)
             text = f"{len(jit)} dynamo compile{'s' if len(jit) != 1 else ''} ({ids})"
         else:
             text = f"dynamo's unique_graphs counter moved by {outcome.graphs} (no compile callback seen)"
@@ -350,29 +351,20 @@ def _book(row: WarmRow, ns: int, compiles: list[dict[str, Any]], outcome: CacheO
             text += "; recompile reason: " + " | ".join(reasons)
         if outcome.text():
             text += "; " + outcome.text()
-        _add(row, "jit_compile", ms if jit else None, text)
-    for cause, found in by_cause.items():
-        ms = sum(float(c.get("span_ms", 0.0)) for c in found)
-        what = "CUDA graph recording" if cause == "graph_capture" else "Triton autotuning"
-        _add(row, cause, ms, f"{len(found)} {what} callback{'s' if len(found) != 1 else ''} of dynamo, {ms:.1f} ms")
-    if row.cache or outcome.counter or outcome.graphs:
-        merged = (CacheOutcome(**row.cache) if row.cache else CacheOutcome()) + outcome
-        row.cache = merged.to_dict()
-
-    host_growth = out_anon >= ALLOC_MIN_BYTES and out_faults >= ALLOC_MIN_FAULTS
-    if host_growth:
-        page = _native.page_size()
-        file_faults = min(out_faults, max(0, out_files) // (page * FAULT_AROUND_PAGES)) if out_files > 0 else 0
-        anon_faults = out_faults - file_faults
-        cost = fault_ns()
-        _add(row, "allocator_growth", anon_faults * cost / 1e6,
-             f"{_mib(out_anon)} anonymous resident memory outside compiles, {out_faults} page faults "
-             f"(estimated: {anon_faults} anonymous faults x {cost:.0f} ns)")
-    if reserved:
-        _add(row, "allocator_growth", None, f"CUDA caching allocator reserved {_mib(reserved)} (new segments)")
-    if out_files >= FILE_MIN_BYTES and out_faults >= ALLOC_MIN_FAULTS:
-        _add(row, "runtime_init", None, f"{_mib(out_files)} of file-backed pages (library code and data) paged in "
-                                        "outside compiles")
+        return text
+    if part.source == SOURCES["faults"]:
+        text = (f"{_mib(int(f['anon_bytes']))} anonymous resident memory outside compiles, {int(f['faults'])} page faults "
+                f"(estimated: {f['anon_faults']:.0f} anonymous faults x {calibrate.call_costs().fault_cost_ns:.0f} ns)")
+        if "capped_from_ns" in f:
+            text += f"; capped at the call's time outside its compiles (the faults priced {f['capped_from_ns'] / 1e6:.1f} ms)"
+        return text
+    if part.source == SOURCES["cuda_reserved"]:
+        return f"CUDA caching allocator reserved {_mib(int(f['bytes']))} (new segments)"
+    if part.source == SOURCES["files"]:
+        return f"{_mib(int(f['file_bytes']))} of file-backed pages (library code and data) paged in outside compiles"
+    what = "CUDA graph recording" if part.cause == Name.GRAPH_CAPTURE else "Triton autotuning"
+    ms = part.ms or 0.0
+    return f"{part.count} {what} callback{'s' if part.count != 1 else ''} of dynamo, {ms:.1f} ms"
 
 
 def _merge(total: WarmRow, one: WarmRow) -> None:
@@ -531,11 +523,11 @@ def not_warm_message(result: WarmupResult, failing: list[tuple[WarmRow, list[str
                          for c in fired)
         lines.append(f"  {r.label}: {paid}")
     hints = {c for _, fired in failing for c in fired}
-    if "jit_compile" in hints:
+    if Name.JIT_COMPILE in hints:
         lines.append("  warm these shapes at start-up (warmprof.warmup(model, shapes)), or pad them to warmed buckets")
-    if "graph_capture" in hints:
+    if Name.GRAPH_CAPTURE in hints:
         lines.append("  cudagraph trees record a shape's CUDA graph on its 2nd call: warm with passes=3")
-    if "allocator_growth" in hints:
+    if Name.ALLOCATOR_GROWTH in hints:
         lines.append("  memory grew on two calls in a row: a leak, or an allocator still growing (glibc's heap can keep "
                      "growing for a few calls at a new large shape: warm with more passes=); "
                      "ignore=('allocator_growth',) to accept it")
@@ -543,4 +535,4 @@ def not_warm_message(result: WarmupResult, failing: list[tuple[WarmRow, list[str
 
 
 __all__ = ["ALLOC_MIN_BYTES", "ALLOC_MIN_FAULTS", "FILE_MIN_BYTES", "WARMUP_MAX_CALLS", "WarmRow", "WarmupResult",
-           "assert_warm", "fault_ns", "not_warm_message", "warmup"]
+           "assert_warm", "call_facts", "not_warm_message", "warmup"]

@@ -23,6 +23,7 @@ import numpy as np
 
 from .. import _native
 from ..attribution import Calibration
+from ..attribution.faults import call_calibration
 from ..errors import InputError
 from ..instruments.modules import ModuleHooks
 from ..timeline import COUNTER
@@ -320,5 +321,20 @@ def cached() -> MachineCosts | None:
     return _calibration
 
 
-__all__ = ["MAX_SPREAD", "MachineCosts", "Spread", "busy", "cached", "calibrate", "cupti_handler_cost",
+CALL_FAULT_BYTES = 8 << 20  # one call's fault cost, measured once per process when first needed (about 10 ms)
+_call_fault_ns: float | None = None
+
+
+def call_costs() -> Calibration:
+    """The unit costs warmup, assert_warm and watch price one call's faults with (attribution.faults
+    .call_calibration): the first-touch cost of one fault from a trace's calibration when one ran in
+    this process, else measured once here (CALL_FAULT_BYTES of fresh memory) and kept."""
+    global _call_fault_ns
+    if _call_fault_ns is None:
+        cost = getattr(_calibration, "fault_cost_ns", 0.0) if _calibration is not None else 0.0
+        _call_fault_ns = cost if cost > 0 else float(_native.calibrate_fault_cost(CALL_FAULT_BYTES, 3)["ns_per_fault"])
+    return call_calibration(_call_fault_ns, _native.page_size())
+
+
+__all__ = ["CALL_FAULT_BYTES", "MAX_SPREAD", "MachineCosts", "Spread", "busy", "cached", "calibrate", "call_costs", "cupti_handler_cost",
            "file_page_cost", "largest_anonymous_growth", "measure", "spread_of", "touch_point"]

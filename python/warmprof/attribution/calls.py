@@ -1,0 +1,204 @@
+"""One call's facts -> parts: the rules warmup, assert_warm and watch book a call by (a trace's pass
+goes through engine.attribute_pass; both share compiles.py's table and faults.py's pricing).
+
+- What dynamo's callbacks bracketed (Bracketed): each stretch's cause from compiles.cause_of, its time
+  measured; the compiles are one jit_compile part, each other cause one part.
+- CUDA calls CUPTI timed on the calling thread (watch(cupti=True)): measured, scaled to fit the call's
+  time outside its compiles when they would not (then estimated); a stream capture inside a CUDA graph
+  recording dynamo bracketed is that recording's.
+- Page faults outside the bracketed stretches (their own faults are theirs; when a stretch's are not
+  known, none are booked): allocator_growth estimated at faults.split_faults' price when they pass
+  faults.is_growth, file-backed growth as runtime_init (no time: mapping cached pages is cheap); growth
+  of the CUDA caching allocator as allocator_growth with no time.
+- cpu_contention (estimated): wall time less the thread's CPU time, when the thread was preempted.
+- The estimates fit in the call's time outside its measured parts and, for an outlier, in its excess
+  over the key's median less those, allocator growth first (`capped` says when one was cut).
+- clock_ramp (inferred): an outlier after an idle gap with the device clock below CLOCK_LOW of its
+  maximum, or with no clock reading: what the excess leaves after the causes above.
+- residual: the excess (or, with no baseline, the call's time) less every part.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from ..causes import Name
+from .compiles import cause_of
+from .faults import is_growth, split_faults
+from .parts import Calibration
+
+CLOCK_LOW = 0.9  # a device clock below this share of its maximum has not ramped up
+SOURCES = {  # rule -> the source name a part carries
+    "compiles": "dynamo", "counters": "dynamo_counters", "faults": "page_faults", "files": "file_pages", "cuda_reserved": "cuda_caching_allocator",
+    "cupti": "cupti", "off_cpu": "off_cpu", "idle_clock": "idle_clock", "idle_gap": "idle_gap",
+}
+
+
+@dataclass(frozen=True)
+class Bracketed:
+    """One stretch dynamo's callbacks bracketed during the call: a compile, a CUDA graph recording,
+    Triton autotuning (source: compiles.TRIGGERS)."""
+
+    source: str
+    ns: float
+    count: int = 1
+    compile_id: str = ""
+    recompile_reason: str = ""
+    faults: int | None = None  # page faults taken inside it (None: not read)
+    anon_bytes: int = 0  # anonymous resident growth inside it
+    file_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class CudaCalls:
+    """CUPTI's one-time CUDA calls of one cause that closed on the calling thread during the call."""
+
+    calls: int
+    ns: int
+    bytes: int = 0
+
+
+@dataclass(frozen=True)
+class CallFacts:
+    """What one call gave. None: not read by that caller."""
+
+    ns: int  # wall time
+    bracketed: tuple[Bracketed, ...] = ()
+    faults: int = 0  # page faults over the call, the bracketed stretches' included
+    anon_bytes: int | None = None  # anonymous resident growth over the call
+    file_bytes: int | None = None  # file-backed resident growth over the call
+    cuda_reserved_bytes: int | None = None  # growth of the CUDA caching allocator's reserve
+    cpu_ns: int | None = None  # the calling thread's CPU time over the call
+    involuntary_switches: int = 0
+    cuda_calls: Mapping[str, CudaCalls] = field(default_factory=dict)  # CUPTI, by cause
+    compiled_graphs: int = 0  # graphs dynamo's counters say it produced (seen even with no callback)
+    excess_ns: float | None = None  # over its key's median, for an outlier; None: no baseline
+    after_idle_s: float | None = None  # the idle gap before it, when it came after one
+    clock_mhz: tuple[float, float] | None = None  # (MHz, maximum MHz) at its start, where read
+
+
+@dataclass(frozen=True)
+class CallPart:
+    """One cause of one call. ns None: it fired with no time figure (its evidence is the growth)."""
+
+    cause: str
+    source: str
+    evidence: str
+    ns: float | None
+    count: int = 0
+    # what the caller words its detail with: faults, anon_faults, bytes, scale, capped_from_ns ...
+    figures: Mapping[str, float] = field(default_factory=dict)
+
+    @property
+    def ms(self) -> float | None:
+        return None if self.ns is None else self.ns / 1e6
+
+
+@dataclass(frozen=True)
+class CallAttribution:
+    parts: tuple[CallPart, ...]
+    residual_ns: float  # the excess (or the call's time, with no baseline) less every part's time
+
+    def part(self, cause: str, source: str | None = None) -> CallPart | None:
+        return next((p for p in self.parts if p.cause == cause and (source is None or p.source == source)), None)
+
+
+def _bracketed_parts(facts: CallFacts) -> list[CallPart]:
+    by_cause: dict[str, list[Bracketed]] = {}
+    for b in facts.bracketed:
+        by_cause.setdefault(cause_of(b.source), []).append(b)
+    out = []
+    for cause, found in by_cause.items():
+        source = SOURCES["compiles"] if cause == Name.JIT_COMPILE else found[0].source
+        out.append(CallPart(cause, source, "measured", sum(b.ns for b in found), sum(b.count for b in found)))
+    if Name.JIT_COMPILE not in by_cause and facts.compiled_graphs > 0:  # compiled, no callback seen: no time
+        out.insert(0, CallPart(Name.JIT_COMPILE, SOURCES["counters"], "measured", None, facts.compiled_graphs))
+    return out
+
+
+def _cupti_parts(facts: CallFacts, outside_ns: float, captured: bool) -> list[CallPart]:
+    got = [(cause, c) for cause, c in facts.cuda_calls.items()
+           if c.calls > 0 and not (cause == Name.GRAPH_CAPTURE and captured)]
+    total = sum(c.ns for _, c in got)
+    scale = min(1.0, outside_ns / total) if total > 0 else 1.0
+    return [CallPart(cause, SOURCES["cupti"], "measured" if scale >= 1.0 else "estimated", c.ns * scale, c.calls,
+                     {"bytes": c.bytes, "scale": scale}) for cause, c in got]
+
+
+def outside_bracketed(facts: CallFacts) -> tuple[int, int | None, int | None] | None:
+    """Faults, anonymous and file bytes outside the bracketed stretches; None when a stretch's own are
+    not known (then no fault is the call's own)."""
+    if any(b.faults is None for b in facts.bracketed if cause_of(b.source) == Name.JIT_COMPILE):
+        return None
+    inside = [b for b in facts.bracketed if b.faults is not None]
+    faults = max(0, facts.faults - sum(b.faults or 0 for b in inside))
+    anon = None if facts.anon_bytes is None else facts.anon_bytes - sum(b.anon_bytes for b in inside)
+    files = None if facts.file_bytes is None else facts.file_bytes - sum(b.file_bytes for b in inside)
+    return faults, anon, files
+
+
+def _memory_parts(facts: CallFacts, cal: Calibration) -> list[CallPart]:
+    out = []
+    outside = outside_bracketed(facts)
+    if outside is not None:
+        faults, anon, files = outside
+        if is_growth(faults, anon):
+            split = split_faults(faults, max(0, anon or 0), max(0, files or 0), cal)
+            out.append(CallPart(Name.ALLOCATOR_GROWTH, SOURCES["faults"], "estimated", split.anon_ns, faults,
+                                {"faults": faults, "anon_faults": split.anon_faults, "anon_bytes": anon or 0}))
+        if files is not None and is_growth(faults, files):
+            out.append(CallPart(Name.RUNTIME_INIT, SOURCES["files"], "estimated", None, faults, {"file_bytes": files}))
+    if facts.cuda_reserved_bytes:
+        out.append(CallPart(Name.ALLOCATOR_GROWTH, SOURCES["cuda_reserved"], "measured", None, 0,
+                            {"bytes": facts.cuda_reserved_bytes}))
+    return out
+
+
+def _fit(part: CallPart, room: float) -> CallPart:
+    if part.ns is None or part.ns <= room:
+        return part
+    return CallPart(part.cause, part.source, part.evidence, max(0.0, room), part.count,
+                    {**part.figures, "capped_from_ns": part.ns})
+
+
+def _idle_part(facts: CallFacts, left: float) -> CallPart | None:
+    if facts.after_idle_s is None or facts.excess_ns is None or left <= 0:
+        return None
+    if facts.clock_mhz is not None:
+        mhz, top = facts.clock_mhz
+        if top > 0 and mhz < CLOCK_LOW * top:
+            return CallPart(Name.CLOCK_RAMP, SOURCES["idle_clock"], "inferred", left, 1)
+        return None
+    return CallPart(Name.CLOCK_RAMP, SOURCES["idle_gap"], "inferred", left, 1)
+
+
+def attribute_call(facts: CallFacts, cal: Calibration) -> CallAttribution:
+    """The parts of one call, in the order the rules find them (see the module docstring)."""
+    parts = _bracketed_parts(facts)
+    compile_ns = sum(p.ns or 0.0 for p in parts)
+    captured = any(p.cause == Name.GRAPH_CAPTURE for p in parts)
+    outside = max(0.0, facts.ns - compile_ns)
+    parts += _cupti_parts(facts, outside, captured)
+    measured = sum(p.ns or 0.0 for p in parts)
+    room = max(0.0, facts.ns - measured)
+    if facts.excess_ns is not None:
+        room = min(room, max(0.0, facts.excess_ns - measured))
+    for p in _memory_parts(facts, cal):
+        p = _fit(p, room)
+        room -= p.ns or 0.0
+        parts.append(p)
+    off_cpu = facts.ns - facts.cpu_ns if facts.cpu_ns is not None else 0
+    if facts.involuntary_switches > 0 and off_cpu > 0 and room > 0:
+        parts.append(CallPart(Name.CPU_CONTENTION, SOURCES["off_cpu"], "estimated", min(float(off_cpu), room),
+                              facts.involuntary_switches))
+    attributed = sum(p.ns or 0.0 for p in parts)
+    idle = _idle_part(facts, (facts.excess_ns or 0.0) - attributed)
+    if idle is not None:
+        parts.append(idle)
+        attributed += idle.ns or 0.0
+    base = facts.excess_ns if facts.excess_ns is not None else float(facts.ns)
+    return CallAttribution(tuple(parts), base - attributed)
+
+
+__all__ = ["Bracketed", "CallAttribution", "CallFacts", "CallPart", "CudaCalls", "attribute_call", "outside_bracketed"]
