@@ -15,6 +15,7 @@
 #include <sys/resource.h>
 
 #include <atomic>
+#include <initializer_list>
 #include <cstdint>
 #include <algorithm>
 #include <mutex>
@@ -37,6 +38,35 @@ using warmprof::watch::Verdict;
 // model's, is never booked to it).
 thread_local uint64_t t_compiles = 0;
 thread_local uint64_t t_compile_ns = 0;
+
+// A kept call crosses into Python as one WatchCall (a named tuple type): its fields, declared here
+// once; python/warmprof/serving/watch/events.py reads them by name.
+PyStructSequence_Field kCallFields[] = {
+    {"key_hash", "the key's 64-bit hash"},
+    {"key", "what the key function returned (None: the default key, from the arguments)"},
+    {"args", "the call's positional arguments"},
+    {"kwargs", "the call's keyword arguments (None: none)"},
+    {"first", "the key's first call"},
+    {"outlier", "slower than factor x the key's median and floor_ns over it"},
+    {"start_ns", "the call's start, warmprof's clock"},
+    {"dur_ns", "the call's wall time"},
+    {"gap_ns", "the idle gap before it (0: another call was running)"},
+    {"clock", "the clock source's reading at its start (after an idle gap; None: not read)"},
+    {"cpu_ns", "the calling thread's CPU time over the call (getrusage RUSAGE_THREAD)"},
+    {"minflt", "the thread's minor page faults over the call"},
+    {"majflt", "the thread's major page faults over the call"},
+    {"nivcsw", "the thread's involuntary context switches over the call"},
+    {"compiles", "stretches dynamo's compile callbacks ended on this thread during the call"},
+    {"compile_ns", "their summed time, at most the call's"},
+    {"calls_before", "the key's calls before this one"},
+    {"median_ns", "the key's median before this call (0: none yet)"},
+    {"cupti", "CUPTI's rows, (cause id, spans, ns, bytes), that closed on the thread (None: none or off)"},
+    {nullptr, nullptr},
+};
+constexpr int kCallFieldCount = int(sizeof(kCallFields) / sizeof(kCallFields[0])) - 1;
+PyStructSequence_Desc kCallDesc = {"warmprof._native.WatchCall", "One kept call, as watch's hot path hands it over.",
+                                   kCallFields, kCallFieldCount};
+PyTypeObject* WatchCallType = nullptr;
 
 struct State {
   std::mutex mu;
@@ -286,15 +316,31 @@ PyObject* call(PyObject* self_obj, PyObject* args, PyObject* kwargs) {
     if (keep) st->table.mark_event(key);
   }
   if (keep && self->on_event != nullptr) {
-    // (key, key_obj, args, kwargs, first, outlier, start_ns, dur_ns, gap_ns, clock, cpu_ns, minflt,
-    //  majflt, nivcsw, compiles, compile_ns, calls_before, median_ns, cupti rows or None)
-    PyObject* info = Py_BuildValue(
-        "(KOOOOOKKKOLLLLKKKdO)", (unsigned long long)key, key_obj ? key_obj : Py_None, args,
-        kwargs ? kwargs : Py_None, v.first ? Py_True : Py_False, v.outlier ? Py_True : Py_False,
-        (unsigned long long)start, (unsigned long long)dur, (unsigned long long)gap, clock ? clock : Py_None,
-        (long long)(u1.cpu_ns - u0.cpu_ns), (long long)(u1.minflt - u0.minflt), (long long)(u1.majflt - u0.majflt),
-        (long long)(u1.nivcsw - u0.nivcsw), (unsigned long long)compiles, (unsigned long long)compile_ns,
-        (unsigned long long)v.calls, v.median_ns, booked ? booked : Py_None);
+    // one WatchCall, its fields in kCallFields' order (declared there once)
+    PyObject* info = PyStructSequence_New(WatchCallType);
+    PyObject* values[kCallFieldCount] = {
+        PyLong_FromUnsignedLongLong(key), key_obj ? key_obj : Py_None, args, kwargs ? kwargs : Py_None,
+        v.first ? Py_True : Py_False, v.outlier ? Py_True : Py_False, PyLong_FromUnsignedLongLong(start),
+        PyLong_FromUnsignedLongLong(dur), PyLong_FromUnsignedLongLong(gap), clock ? clock : Py_None,
+        PyLong_FromLongLong(u1.cpu_ns - u0.cpu_ns), PyLong_FromLongLong(u1.minflt - u0.minflt),
+        PyLong_FromLongLong(u1.majflt - u0.majflt), PyLong_FromLongLong(u1.nivcsw - u0.nivcsw),
+        PyLong_FromUnsignedLongLong(compiles), PyLong_FromUnsignedLongLong(compile_ns),
+        PyLong_FromUnsignedLongLong(v.calls), PyFloat_FromDouble(v.median_ns), booked ? booked : Py_None};
+    // borrowed ones (objects the call already holds) get a reference of their own; SetItem steals one
+    for (PyObject* borrowed : {key_obj ? key_obj : Py_None, args, kwargs ? kwargs : Py_None, v.first ? Py_True : Py_False,
+                               v.outlier ? Py_True : Py_False, clock ? clock : Py_None, booked ? booked : Py_None}) {
+      Py_INCREF(borrowed);
+    }
+    bool complete = info != nullptr;
+    for (int i = 0; i < kCallFieldCount; ++i) {
+      if (values[i] == nullptr) complete = false;
+      if (info != nullptr && values[i] != nullptr) {
+        PyStructSequence_SetItem(info, i, values[i]);
+      } else {
+        Py_XDECREF(values[i]);
+      }
+    }
+    if (!complete) Py_CLEAR(info);
     if (info != nullptr) {
       PyObject* r = PyObject_CallOneArg(self->on_event, info);
       Py_DECREF(info);
@@ -503,6 +549,11 @@ int warmprof_add_watch(PyObject* module) {
   WatchCoreType.tp_clear = clear;
   WatchCoreType.tp_methods = methods;
   WatchCoreType.tp_dictoffset = offsetof(WatchCore, dict);
+  WatchCallType = PyStructSequence_NewType(&kCallDesc);
+  if (WatchCallType == nullptr || PyModule_AddObject(module, "WatchCall", reinterpret_cast<PyObject*>(WatchCallType)) < 0) {
+    return -1;
+  }
+  Py_INCREF(WatchCallType);  // the module holds one reference, the hot path another
   if (PyType_Ready(&WatchCoreType) < 0) return -1;
   Py_INCREF(&WatchCoreType);
   if (PyModule_AddObject(module, "WatchCore", reinterpret_cast<PyObject*>(&WatchCoreType)) < 0) {

@@ -123,3 +123,21 @@ def op_probe_report(results: list | None = None):
                                                                               steady_ms=None, cold_excess_ms=None)],
                          platform=dict(DESKTOP), protocol={"threads": 1, "steady_calls": 20}, wall_s=1.5,
                          warmprof_version="0.1.0", created="2025-01-01T00:00:00Z")
+
+
+def watch_call(*fields):
+    """A _native.WatchCall (what watch's hot path hands over for a kept call) from its fields in order;
+    the CUPTI rows default to None."""
+    from warmprof import _native
+
+    fields = list(fields) + [None] * (_native.WatchCall.n_fields - len(fields))
+    return _native.WatchCall(fields)
+
+
+def call_costs(fault_ns: float):
+    """watch's unit costs with the first-touch cost of one fault fixed (no calibration in unit tests)."""
+    from warmprof import _native
+    from warmprof.attribution.faults import call_calibration
+    from warmprof.serving.watch.events import CallCosts
+
+    return CallCosts(call_calibration(fault_ns, _native.page_size()))

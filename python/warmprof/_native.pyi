@@ -286,6 +286,32 @@ class _TestingModule:
 _testing: _TestingModule
 
 # warmprof.watch's hot path (csrc/watch_type.cpp); python/warmprof/live/core.py subclasses it.
+class WatchCall(tuple[Any, ...]):
+    """One kept call, as watch's hot path hands it over (fields declared in csrc/watch_type.cpp)."""
+    n_fields: int
+    n_sequence_fields: int
+    n_unnamed_fields: int
+    key_hash: int
+    key: Any
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any] | None
+    first: bool
+    outlier: bool
+    start_ns: int
+    dur_ns: int
+    gap_ns: int
+    clock: Any
+    cpu_ns: int
+    minflt: int
+    majflt: int
+    nivcsw: int
+    compiles: int
+    compile_ns: int
+    calls_before: int
+    median_ns: float
+    cupti: list[tuple[int, int, int, int]] | None
+    def __new__(cls, fields: Any) -> "WatchCall": ...
+
 class WatchCore:
     def __init__(self, fn: Any, key_fn: Any = None, clock_source: Any = None, max_keys: int = 10000,
                  min_calls: int = 8, factor: float = 3.0, floor_ns: int = 50000, idle_ns: int = 1000000000) -> None: ...

@@ -111,6 +111,12 @@ OWN = Name.PROFILER_OVERHEAD  # warmprof's own cost: reported, never advised on
 EVIDENCE = ("measured", "estimated", "inferred", "residual")
 
 
+def id_of(name: str) -> int:
+    """The recorder id of a recorded cause (KeyError for one never recorded)."""
+    ids = {n: cid for cid, n in recorded().items()}
+    return ids[name]
+
+
 def names() -> tuple[str, ...]:
     """Every cause name a report may carry, "unattributed" included."""
     return tuple(c.name for c in _ROWS)

@@ -146,3 +146,11 @@ def test_stub_constants_have_the_module_types():
                 assert type(value).__name__ == "module" and ast.unparse(node.annotation) == TESTING_CLASS
                 continue
             assert type(value).__name__ == ast.unparse(node.annotation), node.target.id
+
+
+def test_the_watch_call_record_is_stubbed_field_by_field():
+    """WatchCall's fields are declared once, in csrc/watch_type.cpp: the stub names them in order."""
+    cls = next(n for n in _stub_tree().body if isinstance(n, ast.ClassDef) and n.name == "WatchCall")
+    stubbed = [n.target.id for n in cls.body if isinstance(n, ast.AnnAssign) and not n.target.id.startswith("n_")]
+    assert tuple(stubbed) == _native.WatchCall.__match_args__
+    assert _native.WatchCall.n_fields == len(stubbed)

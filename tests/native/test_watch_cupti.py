@@ -180,14 +180,14 @@ def test_two_watchers_share_one_subscription(stand_in_subscription):
 
 
 def test_cuda_calls_that_would_not_fit_outside_dynamos_compiles_are_scaled_and_estimated():
-    from warmprof.serving.watch.events import FaultPrice, build
+    from factories import call_costs, watch_call
+    from warmprof.serving.watch.events import build
 
-    price = FaultPrice()
-    price._ns = 0.0
+    price = call_costs(0.0)
     # a 10 ms call, 8 ms of it dynamo's compiles; CUPTI timed 4 ms of module loads (some inside the compile)
-    info = (1, None, (), None, True, False, 10**9, 10 * 10**6, 0, None, 10 * 10**6, 0, 0, 0, 1, 8 * 10**6, 0, 0,
+    info = watch_call(1, None, (), None, True, False, 10**9, 10 * 10**6, 0, None, 10 * 10**6, 0, 0, 0, 1, 8 * 10**6, 0, 0,
             [(RUNTIME_INIT, 3, 4 * 10**6, 0)])
-    e = build(info, index=0, key="k", start_ns=0, idle_ns=10**9, dynamo=None, prices=price, reserved=(None, None))
+    e = build(info, index=0, key="k", start_ns=0, idle_ns=10**9, dynamo=None, costs=price, reserved=(None, None))
     (init,) = [c for c in e["causes"] if c["cause"] == "runtime_init"]
     assert init["evidence"] == "estimated" and init["ms"] == pytest.approx(2.0) and "scaled by 0.50" in init["detail"]
     assert sum(c["ms"] for c in e["causes"]) <= e["ms"] + 1e-9

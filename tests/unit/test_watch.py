@@ -363,12 +363,12 @@ def test_show_png_and_compare_read_watch_reports(tmp_path):
 
 
 def test_the_cuda_allocators_growth_is_said_in_the_allocator_cause():
-    from warmprof.serving.watch.events import FaultPrice, build
+    from factories import call_costs, watch_call
+    from warmprof.serving.watch.events import build
 
-    info = (1, None, (), None, False, True, 10**9, 5 * 10**6, 0, None, 5 * 10**6, 500, 0, 0, 0, 0, 9, 10**6)
-    price = FaultPrice()
-    price._ns = 1000.0
-    e = build(info, index=0, key="k", start_ns=0, idle_ns=10**9, dynamo=None, prices=price,
+    info = watch_call(1, None, (), None, False, True, 10**9, 5 * 10**6, 0, None, 5 * 10**6, 500, 0, 0, 0, 0, 9, 10**6)
+    price = call_costs(1000.0)
+    e = build(info, index=0, key="k", start_ns=0, idle_ns=10**9, dynamo=None, costs=price,
               reserved=((2 << 20, 1), (66 << 20, 3)))
     (alloc,) = [c for c in e["causes"] if c["cause"] == "allocator_growth"]
     assert alloc["ms"] == pytest.approx(0.5) and "grew 64.0 MiB in 2 new segments" in alloc["detail"]
@@ -455,17 +455,17 @@ def test_stats_with_many_keys_while_another_thread_serves_do_not_deadlock():
 
 
 def test_estimates_fit_in_an_outliers_excess_and_a_compiles_faults_are_its_own():
-    from warmprof.serving.watch.events import FaultPrice, build
+    from factories import call_costs, watch_call
+    from warmprof.serving.watch.events import build
 
-    price = FaultPrice()
-    price._ns = 1000.0
+    price = call_costs(1000.0)
     # a 30 ms outlier over a 5 ms median: 6,000 faults (6 ms) and 25 ms off its CPU with one preemption
-    info = (1, None, (), None, False, True, 10**9, 30 * 10**6, 0, None, 5 * 10**6, 6000, 0, 1, 0, 0, 9, 5 * 10**6)
-    e = build(info, index=0, key="k", start_ns=0, idle_ns=10**9, dynamo=None, prices=price, reserved=(None, None))
+    info = watch_call(1, None, (), None, False, True, 10**9, 30 * 10**6, 0, None, 5 * 10**6, 6000, 0, 1, 0, 0, 9, 5 * 10**6)
+    e = build(info, index=0, key="k", start_ns=0, idle_ns=10**9, dynamo=None, costs=price, reserved=(None, None))
     assert sum(c["ms"] for c in e["causes"]) <= e["excess_ms"] + 1e-9 and e["unattributed_ms"] >= -1e-9
     # a call that compiled for 20 ms of its 30: its faults are the compile's, not allocator growth
-    info = (1, None, (), None, True, False, 10**9, 30 * 10**6, 0, None, 30 * 10**6, 10000, 0, 0, 1, 20 * 10**6, 0, 0)
-    e = build(info, index=0, key="k", start_ns=0, idle_ns=10**9, dynamo=None, prices=price, reserved=(None, None))
+    info = watch_call(1, None, (), None, True, False, 10**9, 30 * 10**6, 0, None, 30 * 10**6, 10000, 0, 0, 1, 20 * 10**6, 0, 0)
+    e = build(info, index=0, key="k", start_ns=0, idle_ns=10**9, dynamo=None, costs=price, reserved=(None, None))
     assert [c["cause"] for c in e["causes"]] == ["jit_compile"]
 
 

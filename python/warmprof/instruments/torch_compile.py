@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from .. import _native
+from ..attribution.compiles import cause_of, trigger_source
+from ..causes import id_of
 from ..timeline import (
     ALGORITHM_SELECTION,
     GRAPH_CAPTURE,
@@ -44,15 +46,9 @@ AUTOTUNE_MARKERS = ("autotune", "benchmark_choice", "select_algorithm")
 
 
 def _trigger_cause(args: tuple) -> tuple[int, str]:
-    trig = getattr(args[0], "callback_trigger", None) if args else None
-    name = getattr(trig, "name", "DYNAMO")
-    if name == "CUDAGRAPH_RECORDING":
-        return GRAPH_CAPTURE, "cudagraphs:record"
-    if name == "TRITON_AUTOTUNING":
-        return ALGORITHM_SELECTION, "triton:autotune"
-    if name == "LAZY_BACKWARD":
-        return JIT_COMPILE, "torch.compile:lazy_backward"
-    return JIT_COMPILE, "torch.compile:compile"
+    """(recorder cause id, source) of what dynamo's callback brackets: attribution's trigger table."""
+    source = trigger_source(args)
+    return id_of(cause_of(source)), source
 
 
 def _metric_totals(metrics: dict[str, list[float]], since: dict[str, int]) -> dict[str, float]:

@@ -70,7 +70,7 @@ class Watcher(_native.WatchCore):
         self._outlier_counts: dict[str, int] = {}
         self._started_ns = _native.now_ns()
         self._started_wall = time.time()
-        self._prices = _events.FaultPrice()
+        self._costs = _events.CallCosts()
         self._reserved = sources.cuda_reserved()
         if cupti:
             sources.acquire_cupti()  # raises BackendError with the reason; nothing held then
@@ -83,8 +83,9 @@ class Watcher(_native.WatchCore):
         functools.update_wrapper(self, fn, updated=())
 
     # -- the slow path: one kept call -----------------------------------------------------------
-    def _on_event(self, info: tuple) -> None:
-        key_hash, key_obj, args, kwargs = info[0], info[1], info[2], info[3]
+    def _on_event(self, call: Any) -> None:
+        """The slow path: one kept call (a _native.WatchCall) becomes an event."""
+        key_hash, key_obj, args, kwargs = call.key_hash, call.key, call.args, call.kwargs
         with self._lock:
             name = self._names.get(key_hash)
             if name is None:
@@ -97,9 +98,9 @@ class Watcher(_native.WatchCore):
             reserved = (self._reserved, sources.cuda_reserved())
             self._reserved = reserved[1] if reserved[1] is not None else self._reserved
             self._kept += 1
-            event = _events.build(info, index=self._kept - 1, key=name, start_ns=self._started_ns,
-                                  idle_ns=int(self.idle_s * 1e9), dynamo=self._dynamo, prices=self._prices,
-                                  reserved=reserved, side=sources.take_side_work() if info[14] else [])
+            event = _events.build(call, index=self._kept - 1, key=name, start_ns=self._started_ns,
+                                  idle_ns=int(self.idle_s * 1e9), dynamo=self._dynamo, costs=self._costs,
+                                  reserved=reserved, side=sources.take_side_work() if call.compiles else [])
             self._events.append(event)
             for c in event["causes"]:
                 n, ms = self._cause_counts.get((name, c["cause"]), (0, 0.0))

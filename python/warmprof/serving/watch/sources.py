@@ -15,9 +15,10 @@ from typing import Any, Callable
 
 from ... import _native
 from ...system import cuda_paths
+from ...attribution.compiles import trigger_source
 from ...errors import BackendError
 from ...instruments.torch_compile import (
-    CacheOutcome, _trigger_cause, cache_outcome, compilation_metrics_mark, compile_counters, counters_since,
+    CacheOutcome, cache_outcome, compilation_metrics_mark, compile_counters, counters_since,
     recompile_reasons,
 )
 
@@ -25,31 +26,37 @@ _lock = threading.Lock()
 _users = 0
 # dynamo calls the start callback when its process-wide count of compiles in progress goes 0 -> 1 and
 # the end callback when it goes back to 0, on whichever thread that is: one start time, not per thread
-_started: list[tuple[int, str]] = []
-# What dynamo's callbacks bracketed that is not a compile (CUDA graph recording, Triton autotuning),
-# per thread, taken by the next event on that thread: (kind, ns).
+_started: list[tuple[int, str, int]] = []
+# What dynamo's callbacks bracketed (compiles, CUDA graph recordings, Triton autotuning),
+# per thread, taken by the next event on that thread: (source, ns, page faults inside it).
 _side: dict[int, collections.deque] = {}
 
 
 def _on_start(*args: Any) -> None:
-    _started[:] = [(time.monotonic_ns(), _trigger_cause(args)[1])]
+    _started[:] = [(time.monotonic_ns(), trigger_source(args), _process_faults())]
+
+
+def _process_faults() -> int:
+    minor, major = _native.faults()[:2]
+    return int(minor) + int(major)
 
 
 def _on_end(*_args: Any) -> None:
     if not _started:
         return
-    t0, kind = _started.pop()
+    t0, kind, faults0 = _started.pop()
     ns = max(0, time.monotonic_ns() - t0)
     # counted on the thread that ends it (its call's; watch_note_compile is per thread): every kind
-    # makes the call an event; the kinds that are not compiles are told apart here
+    # makes the call an event, and each stretch is kept with the process's page faults inside it, so
+    # an event books only the faults outside its compiles (attribution/calls.py)
     _native.watch_note_compile(ns)
-    if kind.startswith(("cudagraphs:", "triton:")):
-        _side.setdefault(threading.get_ident(), collections.deque(maxlen=64)).append((kind, ns))
+    _side.setdefault(threading.get_ident(), collections.deque(maxlen=64)).append(
+        (kind, ns, max(0, _process_faults() - faults0)))
 
 
-def take_side_work() -> list[tuple[str, int]]:
-    """The CUDA graph recordings and Triton autotuning dynamo's callbacks bracketed on this thread
-    since the last take: (kind, ns)."""
+def take_side_work() -> list[tuple[str, int, int]]:
+    """The stretches dynamo's callbacks bracketed on this thread since the last take (compiles, CUDA
+    graph recordings, Triton autotuning): (source, ns, page faults of the process inside it)."""
     got = _side.pop(threading.get_ident(), None)
     return list(got) if got else []
 
