@@ -7,6 +7,7 @@ import bisect
 from dataclasses import replace
 from typing import Callable
 
+from ..causes import Name
 from ..timeline import CUPTI_CALLBACKS, cause_name, source_of
 from .context import PassContext
 from .faults import split_faults
@@ -72,7 +73,7 @@ def _imports_in_compiles(ctx: PassContext) -> dict[tuple[str, str], str]:
     n = len(_imports_inside_compiles(ctx.spans))
     if not n:
         return {}
-    return {("jit_compile", "torch.compile"): (f"includes {n} Python imports the compiler ran inside its compile "
+    return {(Name.JIT_COMPILE, "torch.compile"): (f"includes {n} Python imports the compiler ran inside its compile "
                                                "span (counted in the compile, as torch's own timers count them)")}
 
 
@@ -84,8 +85,8 @@ def host_faults(ctx: PassContext) -> list[Part]:
     taken off the anonymous time in proportion; each part is placed in the modules its steps were in.
     Without memory samples (ctx.fault_bytes empty) every fault is anonymous at fault_cost_ns."""
     cal = ctx.calibration
-    anon = Part("allocator_growth", "host_faults", "estimated")
-    files = Part("runtime_init", "file_pages", "estimated")
+    anon = Part(Name.ALLOCATOR_GROWTH, "host_faults", "estimated")
+    files = Part(Name.RUNTIME_INIT, "file_pages", "estimated")
     anon_faults = huge_faults = 0.0
     file_faults = 0.0
     file_bytes = 0
@@ -145,7 +146,7 @@ def thread_starts(ctx: PassContext) -> list[Part]:
     why = ctx.calibration.unusable.get("thread_start")
     if cost <= 0 and why is None:
         return []
-    p = Part("runtime_init", "thread_pool", "estimated")
+    p = Part(Name.RUNTIME_INIT, "thread_pool", "estimated")
     for step in ctx.thread_steps:
         if step.delta > 0 and step.cause_span is None:
             p.add(step.module, step.delta * max(cost, 0.0))
@@ -170,7 +171,7 @@ def module_hook_cost(ctx: PassContext) -> list[Part]:
             calls[mod] = calls.get(mod, 0) + 1
     if not calls:
         return []
-    p = Part("profiler_overhead", "module_hooks", "estimated")
+    p = Part(Name.PROFILER_OVERHEAD, "module_hooks", "estimated")
     for mod, n in calls.items():
         p.add(mod, n * cost)
         p.count += n
@@ -185,7 +186,7 @@ def op_view_first_dispatch(ctx: PassContext) -> list[Part]:
     cost = ctx.calibration.op_view_cold_ns
     if cost <= 0 or ctx.pass_span.name != "pass:first" or not ctx.op_spans:
         return []
-    p = Part("profiler_overhead", "op_view", "estimated",
+    p = Part(Name.PROFILER_OVERHEAD, "op_view", "estimated",
              detail="the op view's first dispatch of each distinct op, calibrated on ops the model did not run")
     seen: set[str] = set()
     for (mod, op), _ in sorted(ctx.op_sites.items(), key=lambda kv: kv[1][0]):
@@ -211,7 +212,7 @@ def cupti_callback_cost(ctx: PassContext) -> list[Part]:
         return []
     detail = (f"{n} CUPTI callbacks x {cost:.0f} ns, warmprof's handler cost per callback measured here; "
               "CUPTI's own dispatch per callback is not included (measurable only on a GPU)")
-    return [Part("profiler_overhead", "cupti_callbacks", "estimated", ns=n * cost, count=n,
+    return [Part(Name.PROFILER_OVERHEAD, "cupti_callbacks", "estimated", ns=n * cost, count=n,
                  by_module={"": n * cost}, detail=detail)]
 
 
@@ -259,7 +260,7 @@ def cpu_contention(ctx: PassContext) -> list[Part]:
         return []
     a = max(0, bisect.bisect_right(ts, t0) - 1)
     b = min(len(ts) - 1, bisect.bisect_left(ts, t1))
-    free = Part("cpu_contention", "run_queue", "measured")
+    free = Part(Name.CPU_CONTENTION, "run_queue", "measured")
     carved: dict[str, Part] = {}  # by the source of the cause spans the waits fell in
     lowered: dict[tuple[str, str, str], float] = {}  # (cause, source, module) -> ns taken out of its span
     total = 0.0
@@ -281,7 +282,7 @@ def cpu_contention(ctx: PassContext) -> list[Part]:
                 src = source_of(cause_span.name)
                 into = carved.get(src)
                 if into is None:
-                    into = carved[src] = Part("cpu_contention", f"run_queue_in:{src}", "measured", carved=True)
+                    into = carved[src] = Part(Name.CPU_CONTENTION, f"run_queue_in:{src}", "measured", carved=True)
                 into.add(mod, ns)
                 key = (cause_name(cause_span.cause), src, mod)
                 lowered[key] = lowered.get(key, 0.0) + ns
@@ -351,7 +352,7 @@ def instrument_cost(ctx: PassContext) -> list[Part]:
     else:
         head = (f"{n} steady passes with every instrument on (after one uncounted warm-up pass): median "
                 f"{instrumented:.3f} ms, clean steady median {clean:.3f} ms, so {measured / 1e6:.3f} ms per pass")
-    p = Part("profiler_overhead", "instrumented_steady", "estimated", count=n)
+    p = Part(Name.PROFILER_OVERHEAD, "instrumented_steady", "estimated", count=n)
     # Never more than this pass took over a clean steady pass: the instruments' cost is part of it (a
     # busy machine can slow the instrumented passes far more than the clean ones).
     over_clean = ctx.pass_span.dur_ns - cost.clean_median_ms * 1e6

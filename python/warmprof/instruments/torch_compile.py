@@ -26,7 +26,6 @@ from ..attribution.compiles import cause_of, trigger_source
 from ..causes import id_of
 from ..timeline import (
     ALGORITHM_SELECTION,
-    GRAPH_CAPTURE,
     JIT_COMPILE,
     begin,
     end,

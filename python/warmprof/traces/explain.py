@@ -25,11 +25,13 @@ import json
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
+from ..attribution import Calibration, split_faults
+from ..causes import Name
 from ..opspec import short_op
 from ..report.trace import warm_left_ms
 
 SOURCE = "probe"
-FOLDABLE = ("runtime_init", "jit_compile", "algorithm_selection", "allocator_growth")
+FOLDABLE = (Name.RUNTIME_INIT, Name.JIT_COMPILE, Name.ALGORITHM_SELECTION, Name.ALLOCATOR_GROWTH)
 
 
 @dataclass
@@ -70,10 +72,10 @@ def booked_by_trace_ms(first_call: Mapping[str, Any] | None, prices: Prices) -> 
     (measured there as here), file-backed growth and the other faults at the trace's prices."""
     if not first_call:
         return 0.0
-    file_bytes = float(first_call.get("file_bytes") or 0)
-    anon_faults = max(0.0, float(first_call.get("faults") or 0) - file_bytes * prices.file_faults_per_byte)
-    return (float(first_call.get("onednn_create_ms") or 0.0) + file_bytes * prices.file_ns_per_byte / 1e6
-            + anon_faults * prices.fault_ns / 1e6)
+    cal = Calibration(fault_cost_ns=prices.fault_ns, file_ns_per_byte=prices.file_ns_per_byte,
+                      file_faults_per_byte=prices.file_faults_per_byte)
+    split = split_faults(int(first_call.get("faults") or 0), 0, int(first_call.get("file_bytes") or 0), cal)
+    return float(first_call.get("onednn_create_ms") or 0.0) + (split.file_ns + split.anon_ns) / 1e6
 
 
 def _shape_figure(v: Mapping[str, Any], prices: Prices) -> float | None:
@@ -120,9 +122,9 @@ def fold(rows: list[dict[str, Any]], verdicts: Iterable[Mapping[str, Any]], pric
             seen.add(sig)
             # what a warm process already booked as paid once per process is not the probe's to add again
             cold_here = max(0.0, cold - r.get("warm_process_ms", 0.0))
-            if cause == "runtime_init":
+            if cause == Name.RUNTIME_INIT:
                 figure = cold_here if first else 0.0
-            elif cause in ("jit_compile", "algorithm_selection"):
+            elif cause in (Name.JIT_COMPILE, Name.ALGORITHM_SELECTION):
                 figure = (cold_here if first else (shape if shape is not None else 0.0)) if new_sig else 0.0
             else:  # allocator_growth
                 figure = cold_here if new_sig else 0.0
@@ -270,7 +272,7 @@ def fold_warm_processes(report: Any, same: Any | None, other: Any | None) -> lis
     budget = max(0.0, report.unattributed_ms)
     here_free = _free_excess_ms(report)
     out: list[Folded] = []
-    for cause, source, warm in (("profiler_overhead", OWN_SOURCE, same), ("runtime_init", WARM_SOURCE, other)):
+    for cause, source, warm in ((Name.PROFILER_OVERHEAD, OWN_SOURCE, same), (Name.RUNTIME_INIT, WARM_SOURCE, other)):
         if warm is None:
             continue
         theirs = {_row_key(w): w for w in warm.unattributed_where}
@@ -278,25 +280,25 @@ def fold_warm_processes(report: Any, same: Any | None, other: Any | None) -> lis
         for w in rows:
             c = float(w.get("ms", 0.0))
             t = theirs.get(_row_key(w), {})
-            if cause == "profiler_overhead":
+            if cause == Name.PROFILER_OVERHEAD:
                 second_call = max(0.0, float(w.get("rerun_ms", 0.0)) - float(t.get("rerun_ms", 0.0)))
                 f = min(c, float(t.get("ms", 0.0)) - second_call)
             else:
                 f = min(c - w.get("warm_own_ms", 0.0), c - float(t.get("ms", 0.0)))
             if f > 0:
                 per_row.append((w, f))
-        signed = _free_excess_ms(warm) if cause == "profiler_overhead" else here_free - _free_excess_ms(warm)
-        booked = _spread(per_row, min(max(0.0, signed), budget), "warm_own_ms" if cause == "profiler_overhead"
+        signed = _free_excess_ms(warm) if cause == Name.PROFILER_OVERHEAD else here_free - _free_excess_ms(warm)
+        booked = _spread(per_row, min(max(0.0, signed), budget), "warm_own_ms" if cause == Name.PROFILER_OVERHEAD
                          else "warm_process_ms")
         if booked <= 0:
             continue
         budget -= booked
-        field_name = "warm_own_ms" if cause == "profiler_overhead" else "warm_process_ms"
+        field_name = "warm_own_ms" if cause == Name.PROFILER_OVERHEAD else "warm_process_ms"
         by_module: dict[str, float] = {}
         for w, _ in per_row:
             by_module[w["module"]] = by_module.get(w["module"], 0.0) + w.get(field_name, 0.0)
         shape = "x".join(str(d) for d in (warm.shape or []))
-        if cause == "profiler_overhead":
+        if cause == Name.PROFILER_OVERHEAD:
             detail = (f"the same trace in a fresh process that first ran the model once at this very shape ({shape}) "
                       f"still paid {booked:.2f} ms over its re-run at these rows ({len(per_row)} of {len(rows)}; at most "
                       f"that trace's whole first pass over its re-run, {signed:.2f} ms): with the model warm, that is "
