@@ -25,6 +25,7 @@ from .. import _native
 from ..attribution import Calibration
 from ..errors import InputError
 from ..instruments.modules import ModuleHooks
+from ..stats import median, summarize
 from ..timeline import COUNTER
 
 # One trace or calibration at a time per process: they share the native recorder. Another thread,
@@ -75,12 +76,9 @@ class Spread:
 
 
 def spread_of(samples: Sequence[float]) -> Spread:
-    """The low figure (p10; the minimum under 10 samples), median and p90 of `samples`."""
-    a = np.asarray([x for x in samples if x > 0], dtype=float)
-    if a.size == 0:
-        return Spread(0.0, 0.0, 0.0, 0)
-    low = float(a.min()) if a.size < 10 else float(np.percentile(a, 10))
-    return Spread(low, float(np.median(a)), float(np.percentile(a, 90)), int(a.size))
+    """The low figure (p10; the minimum under 10 samples), median and p90 of the positive `samples`."""
+    s = summarize(x for x in samples if x > 0)
+    return Spread(s.low, s.median, s.p90, s.n)
 
 
 def thp_mode() -> str:
@@ -160,7 +158,7 @@ def file_page_cost(nbytes: int = FILE_BYTES, trials: int = FILE_TRIALS, path: st
             faults_per_byte.append((f1 - f0) / nbytes)
     sp = spread_of(per_byte)
     return {"path": path, "bytes": nbytes, "ns_per_byte": sp.low, "median": sp.median, "p90": sp.p90,
-            "trials": sp.n, "faults_per_byte": float(np.median(faults_per_byte)) if faults_per_byte else 0.0,
+            "trials": sp.n, "faults_per_byte": median(faults_per_byte) if faults_per_byte else 0.0,
             "reliable": sp.reliable}
 
 
