@@ -26,7 +26,7 @@ from ..attribution import Calibration
 from ..errors import InputError
 from ..instruments.modules import ModuleHooks
 from ..stats import median, summarize
-from ..timeline import COUNTER
+from ..timeline import COUNTER, FILE_COUNTER, RSS_COUNTER
 
 # One trace or calibration at a time per process: they share the native recorder. Another thread,
 # or a trace started from inside a trace (by the model, by a progress callable), is refused at
@@ -294,7 +294,7 @@ def largest_anonymous_growth(tl: Any) -> int:
     """The most anonymous memory (RSS less file-backed bytes) grown between two consecutive memory
     samples of a recorded timeline: the size a first touch in it reached at most."""
     names = {n: i for i, n in enumerate(tl.names)}
-    rss, files = names.get("host:rss_bytes"), names.get("host:file_bytes")
+    rss, files = names.get(RSS_COUNTER), names.get(FILE_COUNTER)
     if rss is None or files is None or len(tl) == 0:
         return 0
     rv = tl.value[(tl.kind == COUNTER) & (tl.name == rss)]
