@@ -50,6 +50,20 @@ THINNED = "warmprof:thinned"
 # callbacks warmprof's CUPTI handler has taken so far (attribution books them as its overhead).
 CUPTI_CALLBACKS = "cupti:callbacks"
 
+# Host counters, sampled natively at pass and module boundaries (sample_host, module_enter/exit) under
+# the names csrc/bindings.cpp interns; tests/native/test_host_counter_names.py holds the two together.
+MINOR_FAULTS_COUNTER = "host:minor_faults"
+MAJOR_FAULTS_COUNTER = "host:major_faults"
+FAULT_COUNTERS = (MINOR_FAULTS_COUNTER, MAJOR_FAULTS_COUNTER)
+RSS_COUNTER = "host:rss_bytes"
+THREAD_COUNTER = "host:threads"
+FILE_COUNTER = "host:file_bytes"  # resident file-backed (and shared) bytes: RSS less this is anonymous
+# The sampling thread's own run-queue delay (ns runnable, waiting for a CPU: schedstat) and its
+# involuntary context switches; per-thread counters, read on the pass thread only.
+RUN_DELAY_COUNTER = "host:run_delay_ns"
+INVOLUNTARY_COUNTER = "host:involuntary_switches"
+HOST_COUNTERS = (*FAULT_COUNTERS, RSS_COUNTER, THREAD_COUNTER, FILE_COUNTER, RUN_DELAY_COUNTER, INVOLUNTARY_COUNTER)
+
 _name_ids: dict[str, int] = {}
 
 

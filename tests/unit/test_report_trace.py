@@ -245,22 +245,6 @@ def test_writing_a_rendering_where_no_file_can_be_written_is_a_report_error(tmp_
     assert str(target) in str(info.value) and isinstance(info.value.__cause__, FileNotFoundError)
 
 
-def test_report_layer_does_not_import_the_render_layer():
-    """report/ sits below render/: str(report) goes through a registry that render/ fills."""
-    import ast
-    from pathlib import Path
-
-    import warmprof.report
-
-    for source in Path(warmprof.report.__file__).parent.glob("*.py"):
-        for node in ast.walk(ast.parse(source.read_text())):
-            if isinstance(node, ast.ImportFrom):
-                assert "render" not in (node.module or ""), f"{source.name} imports {node.module}"
-                assert not any("render" in a.name for a in node.names), f"{source.name} imports render"
-            elif isinstance(node, ast.Import):
-                assert not any("render" in a.name for a in node.names), f"{source.name} imports render"
-
-
 def test_str_of_a_loaded_report_works_after_importing_only_warmprof_report(tmp_path):
     import subprocess
     import sys

@@ -10,8 +10,8 @@ recording -> graph_capture, Triton autotuning -> algorithm_selection.
 Per compile it also keeps what was compiled from scratch and what was loaded from inductor's / AOT
 autograd's cache (dynamo's counters, cache_outcome) and dynamo's recompile reason (its compilation
 metrics, recompile_reasons). CompileEvents is the callback bookkeeping without the recorder, shared
-with warmup/assert_warm (warm.py); compile_counters/counters_since/cache_outcome are what a caller
-reads around any stretch of work (watch).
+with warmup/assert_warm (serving/warmup.py); compile_counters/counters_since/cache_outcome are what
+a caller reads around any stretch of work (watch).
 """
 
 from __future__ import annotations

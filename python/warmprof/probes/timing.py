@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import statistics
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
 from .. import _native
+from ..stats import summarize
 
 now_ns = _native.now_ns
 
@@ -40,16 +40,8 @@ class Stats:
 def stats(samples: list[float]) -> Stats:
     if not samples:
         raise ValueError("no samples")
-    s = sorted(samples)
-    return Stats(statistics.median(s), _pct(s, 0.10), _pct(s, 0.90), s[-1], len(s))
-
-
-def _pct(sorted_samples: list[float], q: float) -> float:
-    """Linear-interpolated percentile of already sorted samples."""
-    pos = q * (len(sorted_samples) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(sorted_samples) - 1)
-    return sorted_samples[lo] + (sorted_samples[hi] - sorted_samples[lo]) * (pos - lo)
+    s = summarize(samples)
+    return Stats(s.median, s.p10, s.p90, s.max, s.n)
 
 
 @contextlib.contextmanager

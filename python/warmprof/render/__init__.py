@@ -1,6 +1,6 @@
-"""Renderers over reports and comparisons: text, JSON, Chrome/Perfetto trace, PNG; found by format
-name and kind in one registry (registry.py). Importing this package loads no renderer module; it
-makes str() of a report or a comparison the registry's "text" format."""
+"""Renderers over reports and comparisons, found by format name and kind in one registry (registry.py).
+Importing this package loads no renderer module; it makes str() of a report or a comparison the
+registry's "text" format."""
 
 from ..report.base import set_text_renderer
 from .base import Renderer

@@ -22,6 +22,7 @@ from typing import Any
 from .. import causes as cause_table
 from ..causes import EVIDENCE
 from ..errors import ReportError
+from ..stats import summarize
 from . import schema as S
 from .base import SCHEMA_VERSION, ReportBase, register_kind
 from .trace import _INPUTS
@@ -51,8 +52,8 @@ class CauseSpread:
         per_run = [sum(c.ms for c in r.causes if c.cause == cause) for r in runs]
         seen = [r for r, ms in zip(runs, per_run) if ms > 0]
         evidence = "+".join(sorted({c.evidence for r in runs for c in r.causes if c.cause == cause}))
-        return cls(cause, statistics.median(per_run), min(per_run), max(per_run), len(seen), len(runs), evidence,
-                   per_run)
+        s = summarize(per_run)
+        return cls(cause, s.median, s.min, s.max, len(seen), len(runs), evidence, per_run)
 
 
 def _key(r: Report) -> tuple:
@@ -61,7 +62,8 @@ def _key(r: Report) -> tuple:
 
 
 def spread(values: list[float]) -> dict[str, float]:
-    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+    s = summarize(values)
+    return {"median": s.median, "min": s.min, "max": s.max}
 
 
 _SPREAD = S.Obj({"median": S.NUM, "min": S.NUM, "max": S.NUM})

@@ -26,7 +26,8 @@ from ..attribution import Calibration
 from ..attribution.faults import call_calibration
 from ..errors import InputError
 from ..instruments.modules import ModuleHooks
-from ..timeline import COUNTER
+from ..stats import median, summarize
+from ..timeline import COUNTER, FILE_COUNTER, RSS_COUNTER
 
 # One trace or calibration at a time per process: they share the native recorder. Another thread,
 # or a trace started from inside a trace (by the model, by a progress callable), is refused at
@@ -76,12 +77,9 @@ class Spread:
 
 
 def spread_of(samples: Sequence[float]) -> Spread:
-    """The low figure (p10; the minimum under 10 samples), median and p90 of `samples`."""
-    a = np.asarray([x for x in samples if x > 0], dtype=float)
-    if a.size == 0:
-        return Spread(0.0, 0.0, 0.0, 0)
-    low = float(a.min()) if a.size < 10 else float(np.percentile(a, 10))
-    return Spread(low, float(np.median(a)), float(np.percentile(a, 90)), int(a.size))
+    """The low figure (p10; the minimum under 10 samples), median and p90 of the positive `samples`."""
+    s = summarize(x for x in samples if x > 0)
+    return Spread(s.low, s.median, s.p90, s.n)
 
 
 def thp_mode() -> str:
@@ -161,7 +159,7 @@ def file_page_cost(nbytes: int = FILE_BYTES, trials: int = FILE_TRIALS, path: st
             faults_per_byte.append((f1 - f0) / nbytes)
     sp = spread_of(per_byte)
     return {"path": path, "bytes": nbytes, "ns_per_byte": sp.low, "median": sp.median, "p90": sp.p90,
-            "trials": sp.n, "faults_per_byte": float(np.median(faults_per_byte)) if faults_per_byte else 0.0,
+            "trials": sp.n, "faults_per_byte": median(faults_per_byte) if faults_per_byte else 0.0,
             "reliable": sp.reliable}
 
 
@@ -297,7 +295,7 @@ def largest_anonymous_growth(tl: Any) -> int:
     """The most anonymous memory (RSS less file-backed bytes) grown between two consecutive memory
     samples of a recorded timeline: the size a first touch in it reached at most."""
     names = {n: i for i, n in enumerate(tl.names)}
-    rss, files = names.get("host:rss_bytes"), names.get("host:file_bytes")
+    rss, files = names.get(RSS_COUNTER), names.get(FILE_COUNTER)
     if rss is None or files is None or len(tl) == 0:
         return 0
     rv = tl.value[(tl.kind == COUNTER) & (tl.name == rss)]
