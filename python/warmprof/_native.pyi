@@ -285,7 +285,7 @@ class _TestingModule:
 
 _testing: _TestingModule
 
-# warmprof.watch's hot path (csrc/watch_type.cpp); python/warmprof/live/core.py subclasses it.
+# warmprof.watch's hot path (csrc/watch_type.cpp); python/warmprof/serving/watch/core.py subclasses it.
 class WatchCall(tuple[Any, ...]):
     """One kept call, as watch's hot path hands it over (fields declared in csrc/watch_type.cpp)."""
     n_fields: int

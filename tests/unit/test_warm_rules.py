@@ -1,4 +1,4 @@
-"""warm.py's rules, on made-up deltas: what fires on a call, with which figures (the real calls are
+"""warmup's rules (attribution/calls.py, booked by serving/warmup.py), on made-up deltas: what fires on a call, with which figures (the real calls are
 tests/integration/test_warm_cpu.py and test_warm_compile_cpu.py)."""
 
 from __future__ import annotations

@@ -9,12 +9,17 @@ from typing import Iterable, Mapping
 
 import numpy as np
 
-from ..timeline import STRUCTURE, Timeline, cause_name, source_of
+from ..timeline import (
+    FAULT_COUNTERS,
+    STRUCTURE,
+    THREAD_COUNTER,
+    Timeline,
+    cause_name,
+    source_of,
+)
 from .parts import Calibration, InstrumentCost, SpanRec
 from .reading import (
-    FAULT_COUNTERS,
     OP_PREFIX,
-    THREAD_COUNTER,
     CounterStep,
     Segment,
     _counter_steps,

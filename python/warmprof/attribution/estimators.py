@@ -8,14 +8,18 @@ from dataclasses import replace
 from typing import Callable
 
 from ..causes import Name
-from ..timeline import CUPTI_CALLBACKS, cause_name, source_of
+from ..timeline import (
+    CUPTI_CALLBACKS,
+    INVOLUNTARY_COUNTER,
+    RUN_DELAY_COUNTER,
+    cause_name,
+    source_of,
+)
 from .context import PassContext
 from .faults import split_faults
 from .parts import Part, SpanRec
 from .reading import (
-    INVOLUNTARY_COUNTER,
     MODULE_PREFIX,
-    RUN_DELAY_COUNTER,
     _counter_change,
     _counter_series,
     _imports_inside_compiles,

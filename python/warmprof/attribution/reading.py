@@ -9,17 +9,19 @@ from typing import Iterable, NamedTuple, Sequence
 
 import numpy as np
 
-from ..timeline import BEGIN, COUNTER, END, JIT_COMPILE, STRUCTURE, Timeline, source_of
+from ..timeline import (
+    BEGIN,
+    COUNTER,
+    END,
+    FILE_COUNTER,
+    JIT_COMPILE,
+    RSS_COUNTER,
+    STRUCTURE,
+    Timeline,
+    source_of,
+)
 from .parts import SpanRec
 
-FAULT_COUNTERS = ("host:minor_faults", "host:major_faults")
-THREAD_COUNTER = "host:threads"
-RSS_COUNTER = "host:rss_bytes"
-FILE_COUNTER = "host:file_bytes"  # resident file-backed (and shared) bytes: RSS less this is anonymous
-# The sampling thread's own run-queue delay (ns runnable, waiting for a CPU: schedstat) and its
-# involuntary context switches; per-thread counters, read on the pass thread only.
-RUN_DELAY_COUNTER = "host:run_delay_ns"
-INVOLUNTARY_COUNTER = "host:involuntary_switches"
 MODULE_PREFIX = "module:"
 OP_PREFIX = "op:"  # the op view's spans (instruments/aten_ops.py): structure, nested in modules
 

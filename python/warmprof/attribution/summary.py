@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
+from ..stats import summarize as summarize_samples
 from .parts import PassAttribution
 
 
@@ -70,12 +69,6 @@ class SteadyStats:
 
 
 def steady_stats(times_ms: list[float]) -> SteadyStats:
-    """Median, p10, p90 and the noise band (p90 - p10, at least the MAD-based spread)."""
-    if not times_ms:
-        return SteadyStats(0.0, 0.0, 0.0, 0.0, 0)
-    a = np.asarray(times_ms, dtype=float)
-    med = float(np.median(a))
-    p10, p90 = (float(x) for x in np.percentile(a, [10, 90]))
-    mad = float(np.median(np.abs(a - med)))
-    band = max(p90 - p10, 2.0 * 1.4826 * mad)
-    return SteadyStats(med, p10, p90, band, int(a.size))
+    """Median, p10, p90 and the noise band (p90 - p10, at least the MAD-based spread): stats.summarize."""
+    s = summarize_samples(times_ms)
+    return SteadyStats(s.median, s.p10, s.p90, s.noise_band, s.n)
