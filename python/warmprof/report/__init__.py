@@ -6,5 +6,6 @@ from .probe import ProbeReport
 from .repeat import RepeatReport
 from .watch import WatchReport
 from .trace import CauseEntry, CounterSample, Report, Span
+from .warmup import WarmRow, WarmupResult
 
-__all__ = ["SCHEMA_VERSION", "CauseEntry", "CounterSample", "OpProbeReport", "ProbeReport", "RepeatReport", "Report", "ReportBase", "WatchReport", "Span", "load"]
+__all__ = ["SCHEMA_VERSION", "CauseEntry", "CounterSample", "OpProbeReport", "ProbeReport", "RepeatReport", "Report", "ReportBase", "WatchReport", "Span", "WarmRow", "WarmupResult", "load"]
