@@ -1,4 +1,4 @@
-"""A report (trace, probe or op probe) or a comparison as JSON: the saved format itself."""
+"""A report (any kind) or a comparison as JSON: the saved format itself."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from .registry import register
 @register
 class JsonRenderer(Renderer):
     format = "json"
-    kinds = ("trace", "probe", "op_probe", "trace_repeat", "watch", "comparison")
+    kinds = ("trace", "probe", "op_probe", "trace_repeat", "watch", "warmup", "buckets", "comparison")
     extension = ".json"
     about = "the saved format itself"
 

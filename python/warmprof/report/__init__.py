@@ -1,10 +1,12 @@
 """Reports are data: versioned JSON with load-time validation; renderers live in warmprof.render."""
 
 from .base import SCHEMA_VERSION, ReportBase, load
+from .buckets import BucketPlan
 from .op_probe import OpProbeReport
 from .probe import ProbeReport
 from .repeat import RepeatReport
 from .watch import WatchReport
 from .trace import CauseEntry, CounterSample, Report, Span
+from .warmup import WarmRow, WarmupResult
 
-__all__ = ["SCHEMA_VERSION", "CauseEntry", "CounterSample", "OpProbeReport", "ProbeReport", "RepeatReport", "Report", "ReportBase", "WatchReport", "Span", "load"]
+__all__ = ["SCHEMA_VERSION", "BucketPlan", "CauseEntry", "CounterSample", "OpProbeReport", "ProbeReport", "RepeatReport", "Report", "ReportBase", "WatchReport", "Span", "WarmRow", "WarmupResult", "load"]

@@ -23,7 +23,8 @@ _text_renderer: Callable[[Any], str] | None = None
 
 
 def register_kind(cls: type["ReportBase"]) -> type["ReportBase"]:
-    _KINDS[cls.KIND] = cls
+    for kind in (cls.KIND, *cls.KIND_ALIASES):
+        _KINDS[kind] = cls
     return cls
 
 
@@ -44,6 +45,7 @@ class ReportBase:
     """A report is data: to_json/from_json/save/load; renderers turn it into text or files."""
 
     KIND: ClassVar[str] = ""
+    KIND_ALIASES: ClassVar[tuple[str, ...]] = ()  # other "kind" values its files hold (warmup's "assert_warm")
     SCHEMA: ClassVar[Any] = None  # the kind's schema.Obj, checked before anything is built
 
     # Each kind is a dataclass; these two name how its nested fields (entries, rows) go to and
@@ -90,7 +92,7 @@ class ReportBase:
     def from_json(cls, text: str, *, origin: str = "<string>") -> "ReportBase":
         data = parse_json(text, origin)
         kind = data["kind"]
-        if cls.KIND and kind != cls.KIND:
+        if cls.KIND and kind not in (cls.KIND, *cls.KIND_ALIASES):
             raise ReportError(f"{origin}: a {kind!r} report, not a {cls.KIND!r} report")
         target = cls if cls.KIND else _KINDS.get(kind)
         if target is None:

@@ -32,101 +32,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..stats import median
 from ..errors import InputError
-
-
-@dataclass(frozen=True)
-class Bucket:
-    """One bucket of a plan: the requests whose length is in lower..upper, padded to upper."""
-
-    upper: int  # the boundary: every request in the bucket is padded to it
-    lower: int  # the shortest length in the bucket
-    lengths: int  # distinct lengths in the bucket
-    requests: int
-    padded_tokens: int  # sum of (upper - length) over the bucket's requests
-
-
-@dataclass(frozen=True)
-class PlanCost:
-    """What a set of boundaries costs over the observed requests."""
-
-    buckets: int
-    padded_tokens: int
-    compile_ms: float  # compile_ms per bucket x buckets
-    padding_ms: float  # per_token_ms x padded tokens
-    cost_ms: float  # the two together
-
-
-@dataclass(frozen=True)
-class BucketPlan:
-    """The cheapest boundaries for the observed lengths, with two baselines to weigh them against:
-    one bucket per distinct length (no padding, a compile each) and one bucket at the longest
-    length (one compile, the most padding). All ms are totals over the observed requests."""
-
-    boundaries: tuple[int, ...]
-    buckets: tuple[Bucket, ...]
-    cost_ms: float
-    compile_ms: float
-    padding_ms: float
-    padded_tokens: int
-    requests: int
-    distinct_lengths: int
-    compile_ms_per_bucket: float  # the inputs the plan was made with
-    per_token_ms: float
-    max_buckets: int | None
-    per_length: PlanCost  # baseline: one bucket per distinct length
-    one_bucket: PlanCost  # baseline: one bucket, the longest length
-
-    @property
-    def vs_per_length(self) -> float | None:
-        """One bucket per length's cost over the plan's (>= 1); None when the plan costs nothing."""
-        return _ratio(self.per_length.cost_ms, self.cost_ms)
-
-    @property
-    def vs_one_bucket(self) -> float | None:
-        """One bucket's cost over the plan's (>= 1); None when the plan costs nothing."""
-        return _ratio(self.one_bucket.cost_ms, self.cost_ms)
-
-    def bucket_for(self, length: int) -> int:
-        """The boundary a request of `length` is padded to; a length above the longest is refused."""
-        n = _length(length, "length")
-        for b in self.boundaries:
-            if b >= n:
-                return b
-        raise InputError(f"length {n} is longer than the plan's longest bucket ({self.boundaries[-1]})")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "boundaries": list(self.boundaries),
-            "cost_ms": self.cost_ms, "compile_ms": self.compile_ms, "padding_ms": self.padding_ms,
-            "padded_tokens": self.padded_tokens, "requests": self.requests, "distinct_lengths": self.distinct_lengths,
-            "inputs": {"compile_ms_per_bucket": self.compile_ms_per_bucket, "per_token_ms": self.per_token_ms,
-                       "max_buckets": self.max_buckets},
-            "buckets": [vars(b).copy() for b in self.buckets],
-            "baselines": {"per_length": vars(self.per_length).copy(), "one_bucket": vars(self.one_bucket).copy()},
-            "ratios": {"per_length_over_plan": self.vs_per_length, "one_bucket_over_plan": self.vs_one_bucket},
-        }
-
-    def __str__(self) -> str:
-        from ..render.format import ms, table
-
-        lo, hi = self.buckets[0].lower, self.boundaries[-1]
-        cap = f", at most {self.max_buckets} buckets" if self.max_buckets is not None else ""
-        out = [f"warmprof buckets: {_n(self.requests, 'request')} at {_n(self.distinct_lengths, 'distinct length')} "
-               f"({lo}-{hi})",
-               f"  costs: {ms(self.compile_ms_per_bucket)} per bucket compiled, {_per_token(self.per_token_ms)} per "
-               f"padded token{cap}", "",
-               f"Plan: {_n(len(self.boundaries), 'bucket')}"]
-        rows = [[f"{b.upper}", f"{b.lower}-{b.upper}" if b.lower != b.upper else f"{b.upper}", f"{b.lengths}",
-                 f"{b.requests}", f"{b.padded_tokens}"] for b in self.buckets]
-        out += table(["bucket <=", "lengths", "distinct", "requests", "padded tokens"], rows, right={0, 2, 3, 4}, rule=True)
-        out += ["", "Cost over the observed requests (ms)"]
-        this = PlanCost(len(self.boundaries), self.padded_tokens, self.compile_ms, self.padding_ms, self.cost_ms)
-        rows = [_cost_row("plan", this, None)]
-        rows.append(_cost_row("one per length", self.per_length, self.vs_per_length))
-        rows.append(_cost_row("one bucket", self.one_bucket, self.vs_one_bucket))
-        out += table(["", "buckets", "compile", "padding", "total", "vs plan"], rows, right={1, 2, 3, 4, 5}, rule=True)
-        return "\n".join(out) + "\n"
+from ..report.buckets import Bucket, BucketPlan, PlanCost, check_length
 
 
 @dataclass(frozen=True)
@@ -244,12 +152,6 @@ def _int_list(x: Any) -> list[int]:
     return list(x)
 
 
-def _median(values: list[float]) -> float:
-    v = sorted(values)
-    mid = len(v) // 2
-    return v[mid] if len(v) % 2 else (v[mid - 1] + v[mid]) / 2
-
-
 def _probe_per_token(report: Any) -> tuple[float, str]:
     b = report.bucketing
     for run, key in (("bucketed", "buckets"), ("distinct", "lengths")):
@@ -312,7 +214,7 @@ def _from_distinct_calls(report: Any, per_token_ms: float) -> tuple[float, str] 
     times = [_number(c) for c in calls]
     if any(t is None for t in times):
         return None
-    excess = _median([t - per_token_ms * n for t, n in zip(times[1:], lens[1:])])
+    excess = median([t - per_token_ms * n for t, n in zip(times[1:], lens[1:])])
     return excess, (f"bucketing.distinct.first_calls_ms: median of call - per_token_ms x length over the "
                     f"{len(lens) - 1} calls at a new length after the first: {excess:.4g} ms")
 
@@ -321,7 +223,7 @@ def _from_new_shape_rows(report: Any, per_token_ms: float) -> tuple[float, str] 
     rows = report.rows("new_shape")
     if not rows:
         return None
-    excess = _median([r.first_ms - r.steady_ms for _, r in rows])
+    excess = median([r.first_ms - r.steady_ms for _, r in rows])
     return excess, (f"median first_ms - steady_ms of {len(rows)} op rows at a new shape of a warm op: "
                     f"{excess:.4g} ms")
 
@@ -435,7 +337,7 @@ def _histogram(lengths: Any) -> list[tuple[int, int]]:
     counts: dict[int, int] = {}
     if isinstance(lengths, Mapping):
         for key, count in lengths.items():
-            n = _length(key, "length")
+            n = check_length(key, "length")
             c = _count(count, n)
             counts[n] = counts.get(n, 0) + c
     else:
@@ -445,27 +347,13 @@ def _histogram(lengths: Any) -> list[tuple[int, int]]:
             raise InputError(f"lengths must be a list of integers or a {{length: count}} mapping, got "
                              f"{type(lengths).__name__}") from None
         for i, x in enumerate(items):
-            n = _length(x, f"lengths[{i}]")
+            n = check_length(x, f"lengths[{i}]")
             counts[n] = counts.get(n, 0) + 1
     hist = sorted((n, c) for n, c in counts.items() if c > 0)
     if not hist:
         raise InputError("no lengths to plan for: give the observed request lengths (a list, or {length: count} "
                          "with a count above 0)")
     return hist
-
-
-def _length(x: Any, what: str) -> int:
-    if isinstance(x, bool):
-        raise InputError(f"{what} is {x!r}, not a length: lengths are positive integers")
-    try:
-        n = operator.index(x)
-    except TypeError:
-        if isinstance(x, numbers.Real) and math.isnan(x):
-            raise InputError(f"{what} is NaN: lengths are positive integers") from None
-        raise InputError(f"{what} = {x!r} is not an integer: lengths are positive integers (token counts)") from None
-    if n <= 0:
-        raise InputError(f"{what} = {n}: lengths are positive integers")
-    return n
 
 
 def _count(x: Any, length: int) -> int:
@@ -503,34 +391,3 @@ def _positive_int(x: Any, name: str) -> int:
     if n < 1:
         raise InputError(f"{name} = {n}: a plan needs at least 1 bucket")
     return n
-
-
-# -- text ------------------------------------------------------------------------------------------
-def _n(count: int, noun: str) -> str:
-    return f"{count} {noun}" + ("" if count == 1 else "s")
-
-
-def _ratio(baseline: float, plan: float) -> float | None:
-    if plan > 0:
-        return baseline / plan
-    return 1.0 if baseline == 0 else None
-
-
-def _per_token(v: float) -> str:
-    return f"{v:.3g} ms"
-
-
-def _ms_cell(v: float) -> str:
-    from ..render.format import cause_ms
-
-    return cause_ms(v)
-
-
-def _cost_row(name: str, c: PlanCost, ratio: float | None) -> list[str]:
-    if name == "plan":
-        vs = ""
-    elif ratio is None:
-        vs = "plan costs 0"
-    else:
-        vs = f"{ratio:.2f}x"
-    return [name, f"{c.buckets}", _ms_cell(c.compile_ms), _ms_cell(c.padding_ms), _ms_cell(c.cost_ms), vs]

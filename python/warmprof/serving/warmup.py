@@ -39,8 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable
 
 from .. import _native, causes as causes_table
 from ..attribution.calls import SOURCES, Bracketed, CallFacts, CallPart, attribute_call, outside_bracketed
@@ -51,132 +50,12 @@ from ..traces import calibrate
 from ..errors import InputError, ModelError, NotWarmError, WarmprofError
 from ..traces.inputs import check_model, dtype_mismatch_hint, make_inputs, parse_device, parse_dtype, parse_shape
 from ..instruments.torch_compile import CacheOutcome, CompileEvents, cache_outcome, compile_counters, counters_since
+from ..report.warmup import WARMUP_MAX_CALLS, WarmRow, WarmupResult, shape_label as _label
 
 ALLOC_MIN_BYTES = NOISE_BYTES  # anonymous growth below 1 MiB in a call is noise (Python arenas, churn)
 ALLOC_MIN_FAULTS = NOISE_FAULTS  # ...and growth with fewer faults is not the call's own (khugepaged collapses)
 FILE_MIN_BYTES = NOISE_BYTES  # file-backed pages paged in: a library's code and data first used
-WARMUP_MAX_CALLS = 3  # warmup's default: calls per shape until one pays nothing, at most this many
 MEMORY_CAUSES = (Name.ALLOCATOR_GROWTH, Name.RUNTIME_INIT)  # fail it when a confirming call fires them too
-
-
-
-@dataclass
-class WarmRow:
-    """What the call(s) at one shape paid."""
-
-    shape: tuple[int, ...] | str  # the shape given, or (inputs=) the call's argument shapes as a label
-    ms: float  # wall time of the call(s), the device synchronised
-    calls: int = 0  # calls made at this shape
-    causes: dict[str, float] = field(default_factory=dict)  # cause -> ms paid (see `evidence` for how known)
-    evidence: dict[str, str] = field(default_factory=dict)  # every cause that fired -> its figures
-    compiles: int = 0  # dynamo compiles (callbacks)
-    recompile_reasons: list[str] = field(default_factory=list)  # dynamo's, one per recompile
-    cache: dict[str, Any] = field(default_factory=dict)  # CacheOutcome.to_dict(): compiled vs loaded from cache
-    faults: int = 0  # minor page faults of the call(s), compiles included
-    anon_bytes: int = 0  # anonymous resident growth outside the compiles
-    file_bytes: int = 0  # file-backed resident growth outside the compiles
-    cuda_reserved_bytes: int | None = None  # growth of torch.cuda.memory_reserved (CUDA only)
-    per_call: list[dict[str, Any]] = field(default_factory=list)  # {"ms", "fired"} for each call, in order
-    not_warm: list[str] = field(default_factory=list)  # assert_warm: the causes that fail the check here
-
-    @property
-    def fired(self) -> list[str]:
-        """The causes that fired, in the order found."""
-        return list(self.evidence)
-
-    @property
-    def label(self) -> str:
-        return _label(self.shape)
-
-    def to_dict(self) -> dict[str, Any]:
-        d = dict(self.__dict__)
-        d["shape"] = list(self.shape) if isinstance(self.shape, tuple) else self.shape
-        return d
-
-
-@dataclass
-class WarmupResult:
-    """warmup's (or assert_warm's) rows, one per shape, in the order given. str() is a table."""
-
-    kind: str  # "warmup" or "assert_warm"
-    model: str
-    device: str
-    rows: list[WarmRow]
-    notes: list[str] = field(default_factory=list)
-
-    def __iter__(self) -> Iterator[WarmRow]:
-        return iter(self.rows)
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def row(self, shape: Any) -> WarmRow:
-        """The row of `shape` ((1, 128), "1,128" or an inputs= label)."""
-        want = shape if isinstance(shape, str) and not shape.replace(",", "").replace(" ", "").isdigit() else None
-        if want is None:
-            want = parse_shape(shape)
-        for r in self.rows:
-            if r.shape == want:
-                return r
-        raise KeyError(shape)
-
-    @property
-    def total_ms(self) -> float:
-        return sum(r.ms for r in self.rows)
-
-    def paid(self) -> dict[str, float]:
-        """cause -> ms over every shape."""
-        out: dict[str, float] = {}
-        for r in self.rows:
-            for c, ms in r.causes.items():
-                out[c] = out.get(c, 0.0) + ms
-        return out
-
-    @property
-    def warm(self) -> bool:
-        """assert_warm: no shape failed the check. warmup: every shape's last call paid nothing."""
-        if self.kind == "assert_warm":
-            return not any(r.not_warm for r in self.rows)
-        return all(r.per_call and not r.per_call[-1]["fired"] for r in self.rows)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "model": self.model, "device": self.device,
-                "rows": [r.to_dict() for r in self.rows], "notes": list(self.notes)}
-
-    def __str__(self) -> str:
-        n = len(self.rows)
-        head = (f"{self.kind} of {self.model} on {self.device}: {n} shape{'s' if n != 1 else ''}, "
-                f"{_ms(self.total_ms)} in all")
-        if self.kind == "assert_warm":
-            head += "; warm (no one-time cost fired)" if self.warm else "; NOT warm"
-        elif not self.warm:
-            head += f"; a shape's last call still paid something (at most {WARMUP_MAX_CALLS} calls by default)"
-        width = max([len(r.label) for r in self.rows] + [5])
-        lines = [head, f"  {'shape':<{width}}  {'calls':>5}  {'ms':>10}  paid"]
-        for r in self.rows:
-            lines.append(f"  {r.label:<{width}}  {r.calls:>5}  {r.ms:>10.1f}  {_paid(r)}")
-        lines.extend(f"  note: {x}" for x in self.notes)
-        return "\n".join(lines)
-
-
-def _ms(ms: float) -> str:
-    return f"{ms / 1e3:.2f} s" if ms >= 1000 else f"{ms:.1f} ms"
-
-
-def _paid(r: WarmRow) -> str:
-    if not r.evidence:
-        return "nothing one-time"
-    parts = []
-    for c in r.evidence:
-        ms = r.causes.get(c)
-        figure = "" if ms is None else f" {'~' if c == 'allocator_growth' else ''}{ms:.1f} ms"
-        parts.append(f"{c}{figure} ({r.evidence[c]})")
-    rest = r.ms - sum(r.causes.values())
-    return "; ".join(parts) + f"; rest {rest:.1f} ms"
-
-
-def _label(shape: Any) -> str:
-    return str(tuple(shape)) if isinstance(shape, tuple) else str(shape)
 
 
 def _mib(n: int) -> str:
