@@ -32,9 +32,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..stats import median
 from ..errors import InputError
 from ..report.buckets import Bucket, BucketPlan, PlanCost, check_length
+from ..stats import median
 
 
 @dataclass(frozen=True)
