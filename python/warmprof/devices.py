@@ -43,12 +43,12 @@ class DeviceKind:
     reserved_bytes: Callable[[Any], "int | None"]  # a caching allocator's reserved bytes; None where none is read
     library_shape_cause: str  # the cause of a per-shape cost in a matmul/conv library op (probes/aten_verdict)
     library_build: str  # what a per-shape jit_compile in such an op is, in the op probe's evidence
+    title: Callable[[dict, str, str], str]  # (fingerprint, Jetson board, power mode) -> the device's name in titles
     op_probe_instrument: str | None = None  # "module:Class" the op probe's child runs around its calls
     probe_reference: str | None = None  # "module:function", say -> a reference experiment run after the probes
     fold_op_probes: bool = False  # --explain folds op-probe verdicts in (the probe reads what the trace books)
     advice_column: str | None = None  # a causes-table column of advice given only on this kind
     gpu_index: bool = False  # kind:N names the GPU the platform fingerprint describes
-    title: Callable[[dict, str, str], str] = lambda fp, board, mode: ""  # (fingerprint, board, mode) -> device name
 
 
 # -- the kinds' functions (each kind's in one place, named by kind) ---------------------------------
