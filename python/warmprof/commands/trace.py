@@ -10,11 +10,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any
 
 from ..errors import InputError, WarmprofError
 from ..report.trace import RunContext
-from ..traces import child
+from ..traces import child, warm_process
 from ..system.output_paths import check_output_path, save_and_print
 from ..traces.targets import check_inputs_spec, load_inputs, load_target
 
@@ -213,7 +212,7 @@ def _trace_here(args: argparse.Namespace, status: child.Status) -> int:
     steady = args.steady if args.steady is not None else (5, 50)
     if args.warm_shape:
         status.write("running the model once at the warm-up shape")
-        _warm_run(torch, model, args.warm_shape, args.dtype, args.device, args.model_dtype)
+        warm_process.warm_run(torch, model, args.warm_shape, args.dtype, args.device, args.model_dtype)
     status.write("setting up the trace")
     import time
 
@@ -228,7 +227,9 @@ def _trace_here(args: argparse.Namespace, status: child.Status) -> int:
     if args.explain:  # the warm processes first: the probes then fold only what those left
         from ..traces.explain import explain_report
 
-        _warm_process(args, report, status, time.monotonic() - started)
+        target_argv, option_argv = _warm_argv(args)
+        warm_process.warm_processes(report, target_argv, option_argv, inputs_given=args.inputs is not None,
+                                    say=status.write, trace_s=time.monotonic() - started)
         status.write("probing the ops that hold the most unexplained time (fresh processes)")
         explain_report(report, top=args.explain_top, threads=args.threads, device=report.device,
                        progress=status.progress(args.quiet))
@@ -251,102 +252,12 @@ def _run_context(args: argparse.Namespace) -> RunContext:
     return RunContext(fresh_process=True, cache=args.cache, threads=args.threads, caches=caches)
 
 
-def _warm_run(torch: Any, model: Any, shape: str, dtype: str | None, device: str,
-              model_dtype: str | None = None) -> None:
-    """One pass at `shape` before the trace (no grad), as a server that already ran other inputs."""
-    from ..traces.inputs import cast_model, make_inputs, parse_device, parse_model_dtype
-
-    dev = parse_device(device)
-    if dev.type != "cpu" and isinstance(model, torch.nn.Module):
-        model.to(dev)
-    cast_model(model, parse_model_dtype(model_dtype))  # as the trace will (the same cast again is a no-op)
-    args, kwargs, _ = make_inputs(model, shape, dtype, None, dev)
-    try:
-        with torch.no_grad():
-            model(*args, **kwargs)
-        if dev.type == "cuda":  # its queued work done before the trace's first pass starts
-            torch.cuda.synchronize(dev)
-        elif dev.type == "mps":
-            torch.mps.synchronize()
-    except Exception as e:
-        raise InputError(f"the model raised when run once at the warm-up shape {shape}: {type(e).__name__}: {e}") from e
-
-
-def _warm_process(args: argparse.Namespace, report: Any, status: child.Status, trace_s: float) -> None:
-    """--explain's two more fresh processes: the same trace (op view on) where the model first ran
-    once at this very shape (what is left is warmprof's own first-pass cost), and where it first ran
-    at another shape (what it did not pay again is paid once per process); folded in by
-    traces/explain.fold_warm_processes. A run that fails is left out, with a note saying which."""
-    from ..traces.explain import fold_warm_processes, other_shape
-
-    if args.inputs is not None:
-        report.notes.append("--explain: no warm-process runs (they run the model at a --shape first; this trace "
-                            "ran on --inputs)")
-        return
-    if not report.shape:
-        report.notes.append("--explain: no warm-process runs (the input has no plain shape to give them)")
-        return
-    shape = ",".join(str(d) for d in report.shape)
-    other = ",".join(str(d) for d in other_shape(report.shape))
-    timeout_s = WARM_PROCESS_MARGIN_S + WARM_PROCESS_FACTOR * trace_s
-    runs = {}
-    for what, warm_shape in (("same", shape), ("other", other)):
-        status.write(f"a fresh process: the model once at {warm_shape}, then the trace at {shape}")
-        runs[what] = _traced_after_warm_up(args, shape, warm_shape, report, timeout_s)
-    folded = {f.cause: f.ms for f in fold_warm_processes(report, runs["same"], runs["other"])}
-    said = []
-    if runs["same"] is not None:
-        said.append(f"warm at this shape, its rows still paid {folded.get('profiler_overhead', 0.0):.2f} ms of this "
-                    "trace's (profiler_overhead, source warm_same_shape)")
-    if runs["other"] is not None:
-        said.append(f"warm at {other.replace(',', 'x')}, {folded.get('runtime_init', 0.0):.2f} ms of this trace's rows "
-                    "were not paid again (runtime_init, source warm_process)")
-    if said:
-        report.notes.append("--explain: the same trace in fresh processes that ran the model once first: "
-                            + "; ".join(said) + " (inferred)")
-
-
-def _traced_after_warm_up(args: argparse.Namespace, shape: str, warm_shape: str, report: Any,
-                          timeout_s: float) -> Any | None:
-    """The report of `warmprof trace` in a fresh process with --warm-shape (None, with a note, if it failed)."""
-    import subprocess
-    import tempfile
-
-    from ..report.base import load
-
-    with tempfile.TemporaryDirectory(prefix="warmprof-warm-") as tmp:
-        out = os.path.join(tmp, "warm.json")
-        argv = [sys.executable, "-m", "warmprof", "trace", *([args.target] if args.target else ["--demo"]),
-                "--shape", shape, "--warm-shape", warm_shape, "--op-view", "--json", out, "--quiet",
-                "--cache", args.cache, "--device", args.device]
-        for opt in ("dtype", "model_dtype", "threads", "steady"):
-            if getattr(args, opt) is not None:
-                argv += [f"--{opt.replace('_', '-')}", str(getattr(args, opt))]
-        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        try:
-            _, err = proc.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            proc.terminate()  # warmprof trace stops its own child and removes its folders on SIGTERM
-            try:
-                proc.communicate(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.communicate()
-            report.notes.append(f"--explain: the run warmed at {warm_shape} took over {timeout_s:.0f} s and was "
-                                "stopped; left out")
-            return None
-        if proc.returncode != 0:
-            last = (err.strip().splitlines() or ["no message"])[-1]
-            report.notes.append(f"--explain: the run warmed at {warm_shape} failed (exit {proc.returncode}): {last}; "
-                                "left out")
-            return None
-        try:
-            return load(out)
-        except (WarmprofError, OSError) as e:
-            report.notes.append(f"--explain: the report of the run warmed at {warm_shape} could not be read ({e}); "
-                                "left out")
-            return None
-
-
-# A warm run traces the same model again (plus one pass): allowed this much over the main trace's time.
-WARM_PROCESS_FACTOR, WARM_PROCESS_MARGIN_S = 3.0, 120.0
+def _warm_argv(args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    """What --explain's warm processes are given of this command line: the target (or --demo), and
+    the options a trace of it keeps (traces/warm_process.py adds the shapes, the op view and --json)."""
+    target = [args.target] if args.target else ["--demo"]
+    options = ["--cache", args.cache, "--device", args.device]
+    for opt in ("dtype", "model_dtype", "threads", "steady"):
+        if getattr(args, opt) is not None:
+            options += [f"--{opt.replace('_', '-')}", str(getattr(args, opt))]
+    return target, options

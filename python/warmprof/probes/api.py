@@ -12,6 +12,7 @@ from ..errors import InputError, WarmprofError
 from ..system.progress import progress_printer
 from ..system.platform import cuda_index, fingerprint, oversubscription
 from ..report.probe import ProbeReport
+from ..instruments.device_set import resolve
 from . import bands as bands_mod
 from . import bucketing, experiments
 from . import ops as O
@@ -60,13 +61,14 @@ def probe(
     say(f"probing {be.describe()}: {', '.join(names)}; K={K}, B={B}")
     with be, _threads(threads):
         # the same check as a trace's (platform.oversubscription), before anything runs
-        crowded = oversubscription(_torch_threads() or 1) if be.device_type == "cpu" else ""
+        crowded = oversubscription(_torch_threads() or 1) if be.kind.host else ""
         raw = experiments.plan(names, shapes_per_op, be.element_size)
         bands = bands_mod.calibrate(be, [r.alloc_bytes for r in raw], say)
         stall = be.thread_stall_note()
         experiments.run(be, raw, steady_calls, rerun_rounds, say)
         sweep = bucketing.run(be, K, B, say)
-        metal = _metal_reference(say) if be.device_type == "mps" else None
+        # the kind's reference experiment, after the probes (mps: the native Metal compile probe)
+        reference = resolve(be.kind.probe_reference)(say) if be.kind.probe_reference else None
         cache = be.cache_note()
         # Read while the probe's threads are still set: the header's threads and the platform line's
         # torch_threads are one figure (the platform's, when torch is loaded).
@@ -74,8 +76,8 @@ def probe(
         threads_used = platform["torch_threads"] if "torch_threads" in platform else _torch_threads()
     rows, pairs, summary = judge(raw, {b: bands.for_row(b) for b in bands.alloc_ms_by_bytes})
     bands_report = bands.to_report()
-    if metal is not None:
-        bands_report["compile"]["metal_reference"] = metal
+    if reference is not None:
+        bands_report["compile"]["metal_reference"] = reference
     wall_s = (_native.now_ns() - start_ns) / 1e9
     load = {"before": load_before, "after": _loadavg(), "cpus": os.cpu_count() or 0}
     return ProbeReport(
@@ -153,8 +155,7 @@ def _loadavg() -> list[float] | None:
 
 
 def _sync_note(be: Any) -> str:
-    return {"cpu": "none needed (cpu)", "cuda": "device synchronize around every timed call",
-            "mps": "torch.mps.synchronize() around every timed call"}[be.device_type]
+    return be.kind.sync_how
 
 
 def _notes(be: Any, load: dict[str, Any]) -> list[str]:

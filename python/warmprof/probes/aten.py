@@ -246,13 +246,14 @@ def _trace_report(report_or_path: Any) -> tuple[Any, str]:
 
 
 def _check_device(device: Any) -> str:
+    from .. import devices
     from ..errors import DeviceError
 
-    if not isinstance(device, str) or device.partition(":")[0] not in ("cpu", "cuda", "mps"):
-        raise DeviceError(f"unknown device {device!r}: use cpu, cuda, cuda:N or mps")
+    if not isinstance(device, str) or devices.find(device) is None:
+        raise DeviceError(f"unknown device {device!r}: use {devices.USE}")
     kind, _, index = device.partition(":")
     if index and not index.isdigit():
-        raise DeviceError(f"unknown device {device!r}: use cpu, cuda, cuda:N or mps")
+        raise DeviceError(f"unknown device {device!r}: use {devices.USE}")
     return f"{kind}:{int(index)}" if index else kind
 
 

@@ -52,7 +52,7 @@ def measure(job: dict[str, Any]) -> dict[str, Any]:
     from ..traces.inputs import parse_device
     from .backends import TorchEager
 
-    from ..instruments.onednn import OneDNN
+    from ..instruments.device_set import resolve
     from ..timeline import Recording
 
     if job.get("threads"):
@@ -61,7 +61,7 @@ def measure(job: dict[str, Any]) -> dict[str, Any]:
     be = TorchEager(device, torch.float32)
     # oneDNN's creation lines, read as the trace reads them (on before oneDNN reads its settings):
     # the first call's primitive creation is what a trace books as measured jit_compile.
-    onednn = OneDNN() if device.type == "cpu" else None
+    onednn = resolve(be.kind.op_probe_instrument)() if be.kind.op_probe_instrument else None  # cpu: OneDNN
     with Recording(), (onednn if onednn is not None else contextlib.nullcontext()):
         warmup_ms, trivial = runtime_warmup(be)
         if onednn is not None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
+from .. import devices
 from ..report.op_probe import VERDICTS
 from .verdict import NOISE_WIDTHS, RowBands, Timing, band_of, has_tax, is_cached, noise_floor_ms, too_noisy
 
@@ -93,7 +94,9 @@ def shape_pays(t: OpTiming) -> bool | None:
 
 
 def compile_cause(op: str, device_type: str) -> str:
-    return "algorithm_selection" if device_type != "cpu" and family(op) else "jit_compile"
+    """A per-shape cost's cause: in a matmul/conv library op, the device kind's (devices.py:
+    oneDNN's primitive build on cpu, cuBLAS/cuDNN's selection on a GPU); else a compile."""
+    return devices.of(device_type).library_shape_cause if family(op) else "jit_compile"
 
 
 def judge_op(t: OpTiming, op: str, device_type: str = "cpu") -> tuple[str, str]:
@@ -149,8 +152,7 @@ def _shape_sentence(t: OpTiming) -> str:
 def _compile_sentence(cause: str, op: str, device_type: str, asked: bool) -> str:
     how = ("new shapes of the warm op pay above the allocation band too: keyed on shape" if asked
            else "the shape question could not be asked: named from the op family")
-    what = {"jit_compile": ("a per-shape kernel build (oneDNN primitive creation on cpu)" if family(op) and device_type == "cpu"
-                            else "a per-shape compile"),
+    what = {"jit_compile": devices.of(device_type).library_build if family(op) else "a per-shape compile",
             "algorithm_selection": "per-shape algorithm selection (cuBLAS/cuDNN heuristics or benchmarking)"}[cause]
     return f"{how}; {cause} = {what}, read from the keying, not observed (no compiler event was seen)"
 

@@ -1,6 +1,8 @@
 """Probe backends: how to make inputs, call an op, synchronize, allocate fresh memory, count compiles.
 
-eager (torch on cpu, cuda, mps), compile (torch.compile, static shapes, on cpu or cuda), cupy (cuda).
+eager (torch on cpu, cuda, mps), compile (torch.compile, static shapes, on cpu or cuda), cupy (cuda):
+which runs where, how a device syncs and how its fresh allocation is timed come from the device
+table (devices.py).
 """
 
 from __future__ import annotations
@@ -13,15 +15,15 @@ import statistics
 import tempfile
 from typing import Any, Callable, Iterator
 
-from .. import _native
+from .. import _native, devices
 from ..errors import DeviceError, InputError
 from . import ops as O
 from .compile_env import GRAPH_COUNTER, CompileSession, unique_graphs
-from ..instruments.device_memory import fresh_allocation_ms
 from .timing import stats, time_calls
 
 BACKENDS = ("eager", "compile", "cupy")
-BACKEND_DEVICES = {"eager": ("cpu", "cuda", "mps"), "compile": ("cpu", "cuda"), "cupy": ("cuda",)}
+# backend -> the device kinds it runs on: {"eager": ("cpu", "cuda", "mps"), "compile": ("cpu", "cuda"), "cupy": ("cuda",)}
+BACKEND_DEVICES = {b: tuple(k.name for k in devices.KINDS.values() if b in k.probe_backends) for b in BACKENDS}
 ALLOC_TRIALS = 5
 STALL_FACTOR = 2.0  # N threads slower than this many times one thread: they are waiting for cores
 
@@ -39,10 +41,10 @@ class TorchEager:
 
         self.torch = torch
         self.device = device
-        self.device_type = device.type
+        self.kind = devices.of(device)
         self.dtype = dtype
         self.element_size = torch.empty((), dtype=dtype).element_size()
-        self.sync = _torch_sync(device)
+        self.sync = self.kind.sync(device)
 
     def __enter__(self) -> "TorchEager":
         return self
@@ -82,7 +84,7 @@ class TorchEager:
     def thread_stall_note(self) -> str | None:
         """On a CPU whose cores are taken by other work, intra-op threads wait for each other: say so, measured."""
         n = self.torch.get_num_threads()
-        if self.device_type != "cpu" or n <= 1:
+        if not self.kind.host or n <= 1:
             return None
         x = self.torch.ones(1 << 20, dtype=self.dtype)
         multi = stats(time_calls(O.trivial_add, (x, x), self.sync, 15)).median_ms
@@ -109,20 +111,10 @@ class TorchEager:
     # -- allocation band -----------------------------------------------------------------------
     @property
     def alloc_how(self) -> str:
-        if self.device_type == "cpu":
-            return "native mmap of fresh pages + first touch of every page (median of 5)"
-        if self.device_type == "cuda":
-            return ("torch.cuda.empty_cache(), then torch.empty + fill_ at the size, synchronized "
-                    "(a caching-allocator miss plus a first write; median of 5, best effort)")
-        return ("torch.mps.empty_cache(), then torch.empty + fill_ at the size, synchronized "
-                "(median of 5, best effort)")
+        return self.kind.fresh_allocation_how
 
     def alloc_ms(self, nbytes: int) -> float:
-        if self.device_type == "cpu":
-            return _native.fresh_allocation_ns(max(1, nbytes), ALLOC_TRIALS) / 1e6
-        empty_cache = self.torch.cuda.empty_cache if self.device_type == "cuda" else self.torch.mps.empty_cache
-        return fresh_allocation_ms(self.torch, self.device, nbytes, ALLOC_TRIALS, empty_cache=empty_cache,
-                                   sync=self.sync)
+        return self.kind.fresh_allocation_ms(self.device, nbytes, ALLOC_TRIALS)
 
     def describe(self) -> str:
         return f"torch {self.torch.__version__} eager on {self.device}"
@@ -204,7 +196,7 @@ class CupyBackend:
             raise DeviceError(f"device 'cuda:{index}' requested but only {count} CUDA device(s) exist")
         self.cp = cupy
         self.index = index
-        self.device_type = "cuda"
+        self.kind = devices.KINDS["cuda"]  # CuPy runs on CUDA devices only
         self.dtype = getattr(cupy, dtype_name)
         self.element_size = cupy.dtype(self.dtype).itemsize
         self.cold_cache = cold_cache
@@ -296,29 +288,15 @@ def _restore_env(name: str, value: str | None) -> None:
         os.environ[name] = value
 
 
-def _torch_sync(device: Any) -> Callable[[], None]:
-    import torch
-
-    if device.type == "cuda":
-        return functools.partial(torch.cuda.synchronize, device)
-    if device.type == "mps":
-        return torch.mps.synchronize
-    return _no_sync
-
-
-def _no_sync() -> None:
-    return None
-
-
 def open_backend(device: str, backend: str, dtype: str, cold_cache: bool = True):
     """A backend object for (device, backend), or a clear WarmprofError saying why not."""
     if not isinstance(backend, str) or backend not in BACKENDS:
         raise InputError(f"unknown backend {backend!r}: use one of {', '.join(BACKENDS)}")
     if not isinstance(device, str):
-        raise DeviceError(f"device must be a string like 'cpu', 'cuda', 'cuda:1' or 'mps', got {device!r}")
+        raise DeviceError(f"device must be a string like {devices.EXAMPLES}, got {device!r}")
     kind, _, index = device.partition(":")
-    if kind not in ("cpu", "cuda", "mps"):
-        raise DeviceError(f"unknown device {device!r}: use cpu, cuda, cuda:N or mps")
+    if devices.find(kind) is None:
+        raise DeviceError(f"unknown device {device!r}: use {devices.USE}")
     if kind not in BACKEND_DEVICES[backend]:
         raise InputError(f"the {backend} backend runs on {' or '.join(BACKEND_DEVICES[backend])}, not {kind}")
     if backend == "cupy":

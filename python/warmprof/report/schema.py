@@ -15,6 +15,7 @@ import math
 import re
 from typing import Any, Callable, Iterable
 
+from .. import devices
 from ..errors import ReportError
 
 
@@ -223,8 +224,9 @@ NUM = Num()
 INT = Int()
 NON_NEGATIVE_INT = Int(min=0)
 POSITIVE_INT = Int(min=1)
-DEVICE_KINDS = ("cpu", "cuda", "mps")
-DEVICE = Pattern("device", rf"({'|'.join(DEVICE_KINDS)})(:[0-9]+)?", "cpu, cuda or mps, optionally with an index (cuda:1)")
+DEVICE_KINDS = devices.NAMES  # ("cpu", "cuda", "mps"): the device table's kinds
+DEVICE = Pattern("device", rf"({'|'.join(DEVICE_KINDS)})(:[0-9]+)?",
+                 f"{devices.either(list(DEVICE_KINDS))}, optionally with an index (cuda:1)")
 # The platform fingerprint is free-form; these keys are the ones joined into device names as text.
 PLATFORM = Obj(optional={"jetson": STR, "apple_chip": STR, "cpu": STR})
 

@@ -100,13 +100,9 @@ def _arg_label(args: tuple, kwargs: dict) -> str:
 
 
 def _sync(dev):
-    import torch
+    from .. import devices
 
-    if dev.type == "cuda":
-        return lambda: torch.cuda.synchronize(dev)
-    if dev.type == "mps":
-        return torch.mps.synchronize
-    return lambda: None
+    return devices.sync(dev)
 
 
 def _host() -> tuple[int, int, int]:
@@ -139,11 +135,9 @@ class _Sources:
                 self.events = events
 
     def _reserved(self) -> int | None:
-        if self.dev.type != "cuda":
-            return None
-        import torch
+        from .. import devices
 
-        return int(torch.cuda.memory_reserved(self.dev))
+        return devices.of(self.dev).reserved_bytes(self.dev)  # cuda's caching allocator; None elsewhere
 
     def call(self, model: Any, args: tuple, kwargs: dict, sync, shape: tuple[int, ...] | str) -> WarmRow:
         """One call, and what it paid."""

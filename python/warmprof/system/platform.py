@@ -23,6 +23,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from .. import devices
+
 # run(argv, timeout_s) -> stdout, or None when the tool failed, timed out or is absent.
 Runner = Callable[[list, float], Optional[str]]
 
@@ -63,8 +65,9 @@ _CUPY_DISTS = ("cupy", "cupy-cuda13x", "cupy-cuda12x", "cupy-cuda11x")
 
 def cuda_index(device: str) -> int | None:
     """N of 'cuda:N' (the GPU a fingerprint should name for work on that device); None otherwise."""
-    kind, _, index = str(device).partition(":")
-    return int(index) if kind == "cuda" and index.isascii() and index.isdigit() else None
+    kind = devices.find(str(device))
+    index = str(device).partition(":")[2]
+    return int(index) if kind is not None and kind.gpu_index and index.isascii() and index.isdigit() else None
 
 
 def fingerprint(
@@ -109,21 +112,10 @@ def fingerprint(
 
 def describe_device(fp: dict[str, Any], device: str = "") -> str:
     """A short name for titles: the GPU (or Jetson board and power mode), the Apple chip, or the CPU."""
-    kind = (device or "").split(":")[0]
+    kind = devices.find(device or "") or devices.HOST  # each kind's title is in the device table
     board = _short_board(fp.get("jetson", ""))
     mode = f" ({fp['power_mode']})" if fp.get("power_mode") else ""
-    if kind == "cuda":
-        if board:
-            return f"{board}{mode}"
-        return str(fp.get("gpu") or "CUDA GPU")
-    if kind == "mps":
-        cores = f" ({fp['gpu_cores']}-core GPU)" if fp.get("gpu_cores") else ""
-        return str(fp.get("apple_chip") or "Apple GPU (MPS)") + cores
-    cores = f"{fp['cpu_count']} cores" if fp.get("cpu_count") else ""
-    detail = ", ".join(x for x in (fp.get("apple_chip") or fp.get("cpu"), cores) if x)
-    if board:
-        return f"{board}{mode} CPU" + (f" ({detail})" if detail else "")
-    return detail or str(fp.get("machine") or "CPU")
+    return kind.title(fp, board, mode)
 
 
 def run_tool(argv: list, timeout_s: float = TOOL_TIMEOUT_S) -> str | None:

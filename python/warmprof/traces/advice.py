@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import causes
+from .. import causes, devices
 from ..opspec import short_op
 from ..report.trace import unplaced_ms
 
@@ -37,15 +37,17 @@ _BY_SOURCE = {
 }
 
 
-def _lines(cause: str, source: str, cuda: bool = False) -> list[str]:
-    """The cause's lines: its source's, or its generic line and, when `cuda` (the report's device is CUDA), its CUDA line."""
+def _lines(cause: str, source: str, column: str | None = None) -> list[str]:
+    """The cause's lines: its source's, or its generic line and the line in `column` of the cause table,
+    the report's device kind's own (devices.DeviceKind.advice_column: cuda_advice on CUDA)."""
     if (cause, source) in _BY_SOURCE:
         return _BY_SOURCE[(cause, source)]
     row = causes.get(cause)
     if row is None:
         return []
     if row.advice:
-        return [row.advice] + ([row.cuda_advice] if cuda and row.cuda_advice else [])
+        own = getattr(row, column, "") if column else ""
+        return [row.advice] + ([own] if own else [])
     if row.warmup_fixes:
         return [f"{row.label} is a one-time cost: one pass per served shape at start-up moves it before traffic."]
     return [f"{row.label} is not removed by a warm-up pass: it is paid on each call like this one."]
@@ -94,13 +96,14 @@ def advise(report: Any, share_floor: float = 0.1, max_causes: int = 3) -> list[s
         sources[c.cause][base] = sources[c.cause].get(base, 0.0) + c.ms
     # Shares are of the excess, or of the attributed time when the causes add up to more (see build.overshoot_note).
     whole = "attributed time" if report.shares_of_attributed() else "excess"
-    cuda = str(getattr(report, "device", "") or "").split(":", 1)[0] == "cuda"  # "cuda", "cuda:1"
+    kind = devices.find(str(getattr(report, "device", "") or ""))  # "cuda", "cuda:1"
+    column = kind.advice_column if kind is not None else None
     lines: list[str] = []
     for cause, share in sorted(totals.items(), key=lambda kv: -kv[1])[:max_causes]:
         if share < share_floor:
             continue
         top_source = max(sources[cause], key=sources[cause].get)
-        for i, line in enumerate(_lines(cause, top_source, cuda)):
+        for i, line in enumerate(_lines(cause, top_source, column)):
             head = f"{cause} ({share:.0%} of the {whole}, mostly {top_source})" if i == 0 else f"{cause}, also"
             lines.append(f"{head}: {line}")
     unattributed = report.unattributed_ms

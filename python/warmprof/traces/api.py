@@ -14,11 +14,11 @@ import math
 import sys
 import time
 import weakref
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
-from .. import _native
+from .. import _native, devices
 from ..attribution import InstrumentCost, attribute_pass, steady_stats
 from ..errors import InputError, ModelError, WarmprofError
 from .inputs import cast_model, check_model, dtype_mismatch_hint, make_inputs, parse_device, parse_model_dtype
@@ -36,18 +36,6 @@ from .build import InstrumentSummary, TraceFacts, build_report, steady_fault_med
 from .compile_options import check_compile, compile_label, compile_model
 
 _traced_models: "weakref.WeakSet[Any]" = weakref.WeakSet()
-
-
-def _sync(device) -> Callable[[], None]:
-    if device.type == "cuda":
-        import torch
-
-        return torch.cuda.synchronize
-    if device.type == "mps":
-        import torch
-
-        return torch.mps.synchronize
-    return lambda: None
 
 
 def _warm_reasons(model: Any, compiled: bool) -> list[str]:
@@ -88,7 +76,7 @@ def _parse_steady(steady: Any) -> tuple[int, int]:
 
 
 def _instruments(model: Any, device, compiled: bool, op_view: bool = False) -> list:
-    from ..instruments.onednn import OneDNN
+    from ..instruments.device_set import device_instruments
     from ..instruments.torch_compile import TorchCompile
 
     inst = [HostCounters(), ModuleHooks(model, top_level_only=compiled), PythonImports()]
@@ -99,19 +87,12 @@ def _instruments(model: Any, device, compiled: bool, op_view: bool = False) -> l
     # Also when the model compiles something inside itself (dynamo already imported).
     if compiled or "torch._dynamo" in sys.modules:
         inst.append(TorchCompile())
-    if device.type == "cpu":
-        inst.append(OneDNN())
-    if device.type == "mps":
-        from ..instruments.mps import mps_instruments
-
-        inst.extend(mps_instruments({"model": model, "compiled": compiled, "compile_band_ms": _metal_compile_band}))
-    if device.type == "cuda":
-        try:
-            from ..instruments.cuda_set import cuda_instruments
-
-            inst.extend(cuda_instruments({"device": device, "compiled": compiled}))
-        except ImportError as e:  # pragma: no cover - CUDA instruments not built in
-            inst[0].notes.append(f"CUDA instruments unavailable: {e}")
+    kind = devices.of(device)
+    options = {"device": device, "model": model, "compiled": compiled, "compile_band_ms": _metal_compile_band}
+    try:
+        inst.extend(device_instruments(kind, options))
+    except ImportError as e:  # pragma: no cover - the kind's instruments not built in
+        inst[0].notes.append(f"{kind.label} instruments unavailable: {e}")
     return inst
 
 
@@ -443,7 +424,8 @@ def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, devic
     min_steady, max_steady = _parse_steady(steady)
     check_compile(compile)
 
-    if dev.type != "cpu" and isinstance(model, torch.nn.Module):
+    kind = devices.of(dev)
+    if not kind.host and isinstance(model, torch.nn.Module):
         model = model.to(dev)
     model = cast_model(model, model_dtype)
     args, kwargs, input_desc = make_inputs(model, shape, dtype, inputs, dev)
@@ -453,9 +435,9 @@ def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, devic
     compiled = compile not in (None, False)
     warm = _warm_reasons(model, compiled)
     # read before any pass: /proc and the affinity mask, nothing that warms the runtime
-    crowded = oversubscription(torch.get_num_threads()) if dev.type == "cpu" else ""
+    crowded = oversubscription(torch.get_num_threads()) if kind.host else ""
     runner = compile_model(model, compile)
-    sync = _sync(dev)
+    sync = kind.sync(dev)
 
     instruments = _instruments(runner, dev, compiled, op_view)
     grad_ctx = torch.no_grad() if no_grad else contextlib.nullcontext()

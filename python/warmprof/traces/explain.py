@@ -25,6 +25,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
+from .. import devices
 from ..attribution import Calibration, split_faults
 from ..causes import Name
 from ..opspec import short_op
@@ -165,11 +166,12 @@ def apply(report: Any, verdicts: list[Mapping[str, Any]], wall_s: float | None =
     if "op_probes" in report.instruments:
         raise InputError("this report already has op probe verdicts folded in (instruments.op_probes)")
     calibration = report.protocol.calibration if report.protocol is not None else {}
-    cpu = str(report.device).partition(":")[0] == "cpu"
+    kind = devices.find(str(report.device))
+    folds = kind is not None and kind.fold_op_probes
     # Off the CPU the probe's child does not yet read what the trace's CUDA instruments book in a
     # first call (CUPTI's module loads, cuBLAS set-up), so its excess would be counted twice: kept, not folded.
     folded = fold(report.unattributed_where, verdicts, Prices.of(calibration),
-                  budget_ms=max(0.0, report.unattributed_ms)) if cpu else []
+                  budget_ms=max(0.0, report.unattributed_ms)) if folds else []
     for f in folded:
         report.causes.append(CauseEntry(cause=f.cause, ms=f.ms, share=0.0, evidence="inferred", source=SOURCE,
                                         module=f.module, count=f.sites, detail=f.detail))
@@ -177,7 +179,7 @@ def apply(report: Any, verdicts: list[Mapping[str, Any]], wall_s: float | None =
     _retotal(report, added)
     report.instruments["op_probes"] = {"verdicts": [dict(v) for v in verdicts],
                                        "folded_ms": added, **({"wall_s": wall_s} if wall_s is not None else {})}
-    if not cpu:
+    if not folds:
         report.notes.append(f"--explain on {report.device}: the verdicts are kept under instruments.op_probes but not "
                             "folded in (the probe does not yet read what this trace's CUDA instruments book in a first call)")
     probed = len(verdicts)

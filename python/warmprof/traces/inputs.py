@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ..errors import DeviceError, InputError, WarmprofError
+from .. import devices
+from ..errors import InputError, WarmprofError
 
 _DTYPES = {
     "float32": "float32", "float": "float32", "fp32": "float32", "float16": "float16", "half": "float16",
@@ -145,32 +146,8 @@ def parse_shape(shape: Any) -> tuple[int, ...]:
 
 
 def parse_device(device: Any):
-    """A torch.device that exists here, or a DeviceError saying why not."""
-    import torch
-
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError):  # torch's message lists every device type it knows: not useful here
-        raise DeviceError(f"unknown device {device!r}: use cpu, cuda, cuda:N or mps") from None
-    if dev.type == "cpu":
-        return dev
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            from .. import backends
-
-            why = backends().get("cuda_events", {}).get("reason", "")
-            raise DeviceError(
-                f"device {str(dev)!r} requested but torch.cuda.is_available() is False"
-                + (f" ({why})" if why else "")
-            )
-        if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise DeviceError(f"device {device!r} requested but only {torch.cuda.device_count()} CUDA device(s) exist")
-        return dev
-    if dev.type == "mps":
-        if not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
-            raise DeviceError(f"device {str(dev)!r} requested but torch.backends.mps.is_available() is False")
-        return dev
-    raise DeviceError(f"device type {dev.type!r} is not supported: use cpu, cuda, cuda:N or mps")
+    """A torch.device that exists here, or a DeviceError saying why not (the device table's parse)."""
+    return devices.parse(device)
 
 
 def _embedding_vocab(model: Any) -> int | None:

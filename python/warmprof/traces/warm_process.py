@@ -1,0 +1,114 @@
+"""A model run before its trace: --warm-shape's one pass in this process (warm_run), and --explain's
+two more fresh processes, each tracing the model after one such pass (warm_processes), folded into
+the report by explain.fold_warm_processes. `warmprof trace` (commands/trace.py) reads the command
+line and calls these; the warm processes are that command again, in a child interpreter.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from typing import Any, Callable
+
+from .. import devices
+from ..errors import InputError, WarmprofError
+
+# A warm run traces the same model again (plus one pass): allowed this much over the main trace's time.
+WARM_PROCESS_FACTOR, WARM_PROCESS_MARGIN_S = 3.0, 120.0
+
+
+def warm_run(torch: Any, model: Any, shape: str, dtype: str | None, device: str,
+             model_dtype: str | None = None) -> None:
+    """One pass at `shape` before the trace (no grad), as a server that already ran other inputs."""
+    from .inputs import cast_model, make_inputs, parse_device, parse_model_dtype
+
+    dev = parse_device(device)
+    kind = devices.of(dev)
+    if not kind.host and isinstance(model, torch.nn.Module):
+        model.to(dev)
+    cast_model(model, parse_model_dtype(model_dtype))  # as the trace will (the same cast again is a no-op)
+    args, kwargs, _ = make_inputs(model, shape, dtype, None, dev)
+    try:
+        with torch.no_grad():
+            model(*args, **kwargs)
+        kind.sync(dev)()  # its queued work done before the trace's first pass starts
+    except Exception as e:
+        raise InputError(f"the model raised when run once at the warm-up shape {shape}: {type(e).__name__}: {e}") from e
+
+
+def warm_processes(report: Any, target_argv: list[str], option_argv: list[str], *, inputs_given: bool,
+                   say: Callable[[str], None], trace_s: float) -> None:
+    """--explain's two more fresh processes: the same trace (op view on) where the model first ran
+    once at this very shape (what is left is warmprof's own first-pass cost), and where it first ran
+    at another shape (what it did not pay again is paid once per process); folded in by
+    explain.fold_warm_processes. A run that fails is left out, with a note saying which.
+
+    target_argv: the trace's target on the command line (["pkg.mod:make"] or ["--demo"]);
+    option_argv: the options the warm traces keep (--cache, --device, --dtype, ...)."""
+    from .explain import fold_warm_processes, other_shape
+
+    if inputs_given:
+        report.notes.append("--explain: no warm-process runs (they run the model at a --shape first; this trace "
+                            "ran on --inputs)")
+        return
+    if not report.shape:
+        report.notes.append("--explain: no warm-process runs (the input has no plain shape to give them)")
+        return
+    shape = ",".join(str(d) for d in report.shape)
+    other = ",".join(str(d) for d in other_shape(report.shape))
+    timeout_s = WARM_PROCESS_MARGIN_S + WARM_PROCESS_FACTOR * trace_s
+    runs = {}
+    for what, warm_shape in (("same", shape), ("other", other)):
+        say(f"a fresh process: the model once at {warm_shape}, then the trace at {shape}")
+        runs[what] = traced_after_warm_up(target_argv, option_argv, shape, warm_shape, report, timeout_s)
+    folded = {f.cause: f.ms for f in fold_warm_processes(report, runs["same"], runs["other"])}
+    said = []
+    if runs["same"] is not None:
+        said.append(f"warm at this shape, its rows still paid {folded.get('profiler_overhead', 0.0):.2f} ms of this "
+                    "trace's (profiler_overhead, source warm_same_shape)")
+    if runs["other"] is not None:
+        said.append(f"warm at {other.replace(',', 'x')}, {folded.get('runtime_init', 0.0):.2f} ms of this trace's rows "
+                    "were not paid again (runtime_init, source warm_process)")
+    if said:
+        report.notes.append("--explain: the same trace in fresh processes that ran the model once first: "
+                            + "; ".join(said) + " (inferred)")
+
+
+def traced_after_warm_up(target_argv: list[str], option_argv: list[str], shape: str, warm_shape: str, report: Any,
+                         timeout_s: float) -> Any | None:
+    """The report of `warmprof trace` in a fresh process with --warm-shape (None, with a note, if it failed)."""
+    from ..report.base import load
+
+    with tempfile.TemporaryDirectory(prefix="warmprof-warm-") as tmp:
+        out = os.path.join(tmp, "warm.json")
+        argv = [sys.executable, "-m", "warmprof", "trace", *target_argv,
+                "--shape", shape, "--warm-shape", warm_shape, "--op-view", "--json", out, "--quiet", *option_argv]
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            _, err = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.terminate()  # warmprof trace stops its own child and removes its folders on SIGTERM
+            try:
+                proc.communicate(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()
+            report.notes.append(f"--explain: the run warmed at {warm_shape} took over {timeout_s:.0f} s and was "
+                                "stopped; left out")
+            return None
+        if proc.returncode != 0:
+            last = (err.strip().splitlines() or ["no message"])[-1]
+            report.notes.append(f"--explain: the run warmed at {warm_shape} failed (exit {proc.returncode}): {last}; "
+                                "left out")
+            return None
+        try:
+            return load(out)
+        except (WarmprofError, OSError) as e:
+            report.notes.append(f"--explain: the report of the run warmed at {warm_shape} could not be read ({e}); "
+                                "left out")
+            return None
+
+
+__all__ = ["WARM_PROCESS_FACTOR", "WARM_PROCESS_MARGIN_S", "traced_after_warm_up", "warm_processes", "warm_run"]
