@@ -45,7 +45,7 @@ class DeviceKind:
     library_build: str  # what a per-shape jit_compile in such an op is, in the op probe's evidence
     title: Callable[[dict, str, str], str]  # (fingerprint, Jetson board, power mode) -> the device's name in titles
     op_probe_instrument: str | None = None  # "module:Class" the op probe's child runs around its calls
-    probe_reference: str | None = None  # "module:function", say -> a reference experiment run after the probes
+    probe_reference: str | None = None  # a reference experiment the probes run after theirs (probes/api.REFERENCES)
     fold_op_probes: bool = False  # --explain folds op-probe verdicts in (the probe reads what the trace books)
     advice_column: str | None = None  # a causes-table column of advice given only on this kind
     gpu_index: bool = False  # kind:N names the GPU the platform fingerprint describes
@@ -193,7 +193,7 @@ KINDS: dict[str, DeviceKind] = {k.name: k for k in (
         fresh_allocation_how=("torch.mps.empty_cache(), then torch.empty + fill_ at the size, synchronized "
                               "(median of 5, best effort)"),
         reserved_bytes=_none_reserved, library_shape_cause=_SELECTION, library_build="a per-shape compile",
-        probe_reference="warmprof.probes.api:_metal_reference", title=_mps_title),
+        probe_reference="metal", title=_mps_title),
 )}
 
 NAMES = tuple(KINDS)  # ("cpu", "cuda", "mps"): the report schema's device kinds

@@ -18,7 +18,7 @@ from warmprof import _native
 from warmprof.attribution import attribute_pass
 from warmprof.attribution.calls import CallFacts, attribute_call
 from warmprof.attribution.compiles import TRIGGERS, cause_of
-from warmprof.attribution.faults import NOISE_FAULTS, call_calibration, is_growth
+from warmprof.attribution.faults import NOISE_BYTES, NOISE_FAULTS, call_calibration, is_growth
 from warmprof.causes import Name, names
 from warmprof.instruments.torch_compile import CacheOutcome
 from warmprof.timeline import BEGIN, COUNTER, END, JIT_COMPILE, STRUCTURE, Timeline
@@ -97,11 +97,14 @@ def test_a_watched_call_whose_compile_faults_are_unknown_books_none_of_its_fault
 
 
 def test_one_noise_floor_for_every_caller():
-    assert not is_growth(NOISE_FAULTS - 1, None) and is_growth(NOISE_FAULTS, None)
-    assert not is_growth(NOISE_FAULTS, (1 << 20) - 1) and is_growth(NOISE_FAULTS, 1 << 20)
-    below = attribute_call(CallFacts(ns=10 * MS, faults=NOISE_FAULTS - 1), _cal())
-    at = attribute_call(CallFacts(ns=10 * MS, faults=NOISE_FAULTS), _cal())
-    assert not below.parts and at.part(Name.ALLOCATOR_GROWTH).ns == pytest.approx(NOISE_FAULTS * FAULT_NS)
+    page = _native.page_size()
+    assert not is_growth(NOISE_FAULTS - 1, 64 << 20, page) and is_growth(NOISE_FAULTS, 64 << 20, page)  # huge pages
+    assert not is_growth(NOISE_FAULTS, (1 << 20) - 1, page) and is_growth(NOISE_FAULTS, 1 << 20, page)
+    at = NOISE_BYTES // page  # no bytes read (watch): each fault stands for one small page
+    assert not is_growth(at - 1, None, page) and is_growth(at, None, page)
+    below = attribute_call(CallFacts(ns=10 * MS, faults=at - 1), _cal())
+    got = attribute_call(CallFacts(ns=10 * MS, faults=at), _cal())
+    assert not below.parts and got.part(Name.ALLOCATOR_GROWTH).ns == pytest.approx(at * FAULT_NS)
 
 
 def test_estimates_fit_in_the_calls_time_outside_its_measured_parts():

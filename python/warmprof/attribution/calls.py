@@ -143,11 +143,11 @@ def _memory_parts(facts: CallFacts, cal: Calibration) -> list[CallPart]:
     outside = outside_bracketed(facts)
     if outside is not None:
         faults, anon, files = outside
-        if is_growth(faults, anon):
+        if is_growth(faults, anon, cal.page_bytes):
             split = split_faults(faults, max(0, anon or 0), max(0, files or 0), cal)
             out.append(CallPart(Name.ALLOCATOR_GROWTH, SOURCES["faults"], "estimated", split.anon_ns, faults,
                                 {"faults": faults, "anon_faults": split.anon_faults, "anon_bytes": anon or 0}))
-        if files is not None and is_growth(faults, files):
+        if files is not None and is_growth(faults, files, cal.page_bytes):
             out.append(CallPart(Name.RUNTIME_INIT, SOURCES["files"], "estimated", None, faults, {"file_bytes": files}))
     if facts.cuda_reserved_bytes:
         out.append(CallPart(Name.ALLOCATOR_GROWTH, SOURCES["cuda_reserved"], "measured", None, 0,

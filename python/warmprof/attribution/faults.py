@@ -62,7 +62,7 @@ def split_faults(faults: int, anon_bytes: int, file_bytes: int, cal: Calibration
 # pages (memory that appears without faults). A trace's pass needs no floor: it takes a steady pass's
 # faults off instead.
 NOISE_FAULTS = 8
-NOISE_BYTES = 1 << 20  # anonymous (or file-backed) growth under 1 MiB in a call, where bytes are read
+NOISE_BYTES = 1 << 20  # anonymous (or file-backed) growth under 1 MiB in a call
 FAULT_AROUND_PAGES = 16  # file faults map this many pages each (the kernel's default fault_around_bytes, 64 KiB)
 
 
@@ -74,7 +74,9 @@ def call_calibration(fault_cost_ns: float, page_bytes: int) -> Calibration:
                        file_faults_per_byte=1.0 / (page_bytes * FAULT_AROUND_PAGES))
 
 
-def is_growth(faults: int, grown_bytes: int | None) -> bool:
-    """One call's faults are growth, not churn: at least NOISE_FAULTS, and NOISE_BYTES grown where the
-    bytes are known."""
-    return faults >= NOISE_FAULTS and (grown_bytes is None or grown_bytes >= NOISE_BYTES)
+def is_growth(faults: int, grown_bytes: int | None, page_bytes: int) -> bool:
+    """One call's faults are growth, not churn: NOISE_BYTES grown, with at least NOISE_FAULTS faults.
+    Where the bytes are not read (watch reads the thread's faults only), each fault stands for one
+    small page."""
+    grown = faults * page_bytes if grown_bytes is None else grown_bytes
+    return faults >= NOISE_FAULTS and grown >= NOISE_BYTES

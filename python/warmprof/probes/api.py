@@ -12,7 +12,6 @@ from ..errors import InputError, WarmprofError
 from ..system.progress import progress_printer
 from ..system.platform import cuda_index, fingerprint, oversubscription
 from ..report.probe import ProbeReport
-from ..instruments.device_set import resolve
 from . import bands as bands_mod
 from . import bucketing, experiments
 from . import ops as O
@@ -68,7 +67,7 @@ def probe(
         experiments.run(be, raw, steady_calls, rerun_rounds, say)
         sweep = bucketing.run(be, K, B, say)
         # the kind's reference experiment, after the probes (mps: the native Metal compile probe)
-        reference = resolve(be.kind.probe_reference)(say) if be.kind.probe_reference else None
+        reference = REFERENCES[be.kind.probe_reference](say) if be.kind.probe_reference else None
         cache = be.cache_note()
         # Read while the probe's threads are still set: the header's threads and the platform line's
         # torch_threads are one figure (the platform's, when torch is loaded).
@@ -110,6 +109,10 @@ def _metal_reference(say: Callable[[str], None]) -> dict[str, Any]:
             "how": "newLibraryWithSource once, then per length a function-constant specialisation and "
                    "newComputePipelineStateWithFunction, timed natively (warmprof.probes.metal_ref)",
             "notes": list(ref.notes)}
+
+
+# The reference experiments a device kind names (devices.DeviceKind.probe_reference), run after the probes.
+REFERENCES: dict[str, Callable[[Callable[[str], None]], dict[str, Any]]] = {"metal": _metal_reference}
 
 
 def _device_name(device: str) -> str:
