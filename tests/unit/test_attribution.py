@@ -2,7 +2,7 @@
 
 import pytest
 
-from warmprof.attribution import Calibration, attribute_pass, build_spans, steady_stats, summarize
+from warmprof.attribution import Calibration, Figure, attribute_pass, build_spans, steady_stats, summarize
 from warmprof.timeline import (
     BEGIN, COUNTER, END, JIT_COMPILE, RUNTIME_INIT, STRUCTURE, Timeline,
 )
@@ -135,8 +135,7 @@ def test_steady_stats_band_and_median():
 
 def test_extra_inferred_figures_are_added_as_given():
     tl = TL().span(STRUCTURE, "pass:first", 0, 100).build()
-    att = attribute_pass(tl, "first", inferred=[{"cause": "clock_ramp", "source": "clock:nvml", "ms": 3.0,
-                                              "evidence": "inferred"}])
+    att = attribute_pass(tl, "first", inferred=[Figure("clock_ramp", "clock:nvml", 3.0)])
     (p,) = att.parts
     assert (p.cause, p.source, p.evidence) == ("clock_ramp", "clock:nvml", "inferred")
     assert p.ms == pytest.approx(3.0)

@@ -4,7 +4,7 @@ the loop in attribute_pass (the one place estimators run; an appended estimator 
 import pytest
 
 from warmprof.attribution import (
-    ESTIMATORS, Calibration, CounterStep, InstrumentCost, Part, PassContext, SpanRec, attribute_pass, build_context,
+    ESTIMATORS, Calibration, CounterStep, Figure, InstrumentCost, Part, PassContext, SpanRec, attribute_pass, build_context,
     cause_spans, cupti_callback_cost, host_faults, inferred_figures, instrument_cost, module_hook_cost, thread_starts,
 )
 from warmprof.timeline import BEGIN, COUNTER, CUPTI_CALLBACKS, END, JIT_COMPILE, RUNTIME_INIT, STRUCTURE, Timeline
@@ -143,9 +143,8 @@ def test_cause_spans_says_when_a_module_load_sits_inside_a_compile_span():
 
 
 def test_inferred_figures_are_added_as_given():
-    inferred = ({"cause": "clock_ramp", "source": "clock:nvml", "ms": 3.0},
-                {"cause": "clock_ramp", "source": "clock:nvml", "ms": 1.0, "module": "M", "count": 2},
-                {"cause": "data_transfer", "source": "uvm", "ms": 0.5, "evidence": "estimated"})
+    inferred = (Figure("clock_ramp", "clock:nvml", 3.0), Figure("clock_ramp", "clock:nvml", 1.0, module="M", count=2),
+                Figure("data_transfer", "uvm", 0.5, evidence="estimated"))
     parts = by_key(inferred_figures(context(inferred=inferred)))
     ramp = parts[("clock_ramp", "clock:nvml")]
     assert (ramp.evidence, ramp.count, ramp.ns, ramp.by_module) == ("inferred", 3, 4.0 * MS, {"": 3.0 * MS, "M": 1.0 * MS})

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from warmprof.attribution import attribute_pass
+from warmprof.attribution import Figure, attribute_pass
 from warmprof.instruments.mps import (
     PIPELINE_SOURCE, MpsAllocator, MpsEvents, MpsShaderCompile, mps_instruments,
 )
@@ -82,9 +82,9 @@ def test_gpu_and_host_time_per_pass_and_the_pipeline_compile_inferred_from_their
     assert ev.gpu_ms == {"first": pytest.approx(5.0), "seen_rerun": pytest.approx(5.0)}
     assert ev.host_ms == {"first": pytest.approx(30.0), "seen_rerun": pytest.approx(6.0)}
     (fig,) = ev.inferred("first")
-    assert fig["cause"] == "jit_compile" and fig["source"] == PIPELINE_SOURCE and fig["evidence"] == "inferred"
-    assert fig["ms"] == pytest.approx(24.0) and fig["fills_unexplained"]
-    assert "within the Metal pipeline compile measured here" in fig["detail"]
+    assert fig.cause == "jit_compile" and fig.source == PIPELINE_SOURCE and fig.evidence == "inferred"
+    assert fig.ms == pytest.approx(24.0) and fig.fills_unexplained
+    assert "within the Metal pipeline compile measured here" in fig.detail
     assert ev.inferred("seen_rerun") == []
     summary = ev.summary()
     assert summary["pipeline_compile_inferred_ms"] == pytest.approx(24.0) and summary["compile_band_ms"] == [1.0, 12.0]
@@ -122,7 +122,7 @@ def test_a_band_probe_that_fails_is_a_note_not_an_error():
         _run(ev, mps, "first", host_ms=30.0, gpu_ms=5.0)
         _run(ev, mps, "seen_rerun", host_ms=6.0, gpu_ms=5.0)
     (fig,) = ev.inferred("first")
-    assert "reference probe" not in fig["detail"] and any("no Metal device" in n for n in ev.notes)
+    assert "reference probe" not in fig.detail and any("no Metal device" in n for n in ev.notes)
 
 
 def test_the_inferred_compile_takes_only_what_the_other_causes_left_unexplained():
@@ -131,10 +131,8 @@ def test_the_inferred_compile_takes_only_what_the_other_causes_left_unexplained(
     recs = [(0, BEGIN, STRUCTURE, 0, 0), (40 * MS, END, STRUCTURE, 0, 0),
             (5 * MS, BEGIN, JIT_COMPILE, 1, 0), (25 * MS, END, JIT_COMPILE, 1, 0)]
     tl = Timeline.from_records(recs, names)
-    fig = {"cause": "jit_compile", "source": PIPELINE_SOURCE, "ms": 30.0, "evidence": "inferred",
-           "fills_unexplained": True, "detail": "host over GPU"}
-    alloc = {"cause": "allocator_growth", "source": "mps:driver_allocated", "ms": 5.0, "evidence": "estimated",
-             "module": "", "fills_unexplained": True}
+    fig = Figure("jit_compile", PIPELINE_SOURCE, 30.0, fills_unexplained=True, detail="host over GPU")
+    alloc = Figure("allocator_growth", "mps:driver_allocated", 5.0, evidence="estimated", fills_unexplained=True)
     att = attribute_pass(tl, "first", inferred=[fig, alloc])
     got = {(p.cause, p.source): p for p in att.parts}
     # estimated first (5 ms of the 20 free), then the inferred compile gets the 15 left
@@ -189,8 +187,8 @@ def test_allocator_memory_is_read_at_module_boundaries_and_its_growth_placed_in_
     p = alloc.passes["first"]
     assert p["driver_grown"] == 8 << 20 and p["allocated_grown"] == 1 << 20 and p["by_module"] == {"0": 8 << 20}
     (fig,) = alloc.inferred("first")
-    assert fig["cause"] == "allocator_growth" and fig["evidence"] == "estimated" and fig["module"] == "0"
-    assert fig["ms"] == pytest.approx(2.0) and fig["fills_unexplained"]
+    assert fig.cause == "allocator_growth" and fig.evidence == "estimated" and fig.module == "0"
+    assert fig.ms == pytest.approx(2.0) and fig.fills_unexplained
     tl = rec.drain()
     counters = [tl.name_of(i) for i in range(len(tl)) if tl.name_of(i).startswith("mps:")]
     assert counters.count("mps:driver_allocated") >= 6  # pass start/end and each module's entry/exit
@@ -259,7 +257,7 @@ def test_on_a_compiled_model_the_allocator_sets_no_module_hooks_and_keeps_the_pa
     assert alloc.passes["first"]["driver_grown"] == 4 << 20 and "by_module" not in alloc.passes["first"]
     alloc.alloc_cost = {"bytes": float(4 << 20), "ms": 1.0}
     (fig,) = alloc.inferred("first")
-    assert fig["module"] == "" and fig["ms"] == pytest.approx(1.0)
+    assert fig.module == "" and fig.ms == pytest.approx(1.0)
 
 
 def test_a_fresh_device_allocation_empties_the_cache_before_each_trial_and_after_the_last():

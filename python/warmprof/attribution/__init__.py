@@ -31,7 +31,7 @@ from .estimators import (
     thread_starts,
 )
 from .faults import FaultSplit, per_byte_at, split_faults
-from .parts import Calibration, InstrumentCost, Part, PassAttribution, SpanRec
+from .parts import Calibration, Figure, InstrumentCost, Part, PassAttribution, SpanRec
 from .reading import CounterStep, Segment, build_spans
 from .summary import (
     SteadyStats,
@@ -43,7 +43,7 @@ from .summary import (
 )
 
 __all__ = [
-    "ESTIMATORS", "Calibration", "CounterStep", "Estimator", "FaultSplit", "InstrumentCost", "Part", "PassAttribution",
+    "ESTIMATORS", "Calibration", "CounterStep", "Estimator", "FaultSplit", "Figure", "InstrumentCost", "Part", "PassAttribution",
     "PassContext", "Segment", "SpanRec", "SteadyStats", "Summary", "attribute_pass", "build_context", "build_spans",
     "cause_spans", "cpu_contention", "cupti_callback_cost", "host_faults", "inferred_figures", "instrument_cost",
     "module_hook_cost", "op_view_first_dispatch", "per_byte_at", "split_faults", "steady_stats", "summarize",

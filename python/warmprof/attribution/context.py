@@ -17,7 +17,7 @@ from ..timeline import (
     cause_name,
     source_of,
 )
-from .parts import Calibration, InstrumentCost, SpanRec
+from .parts import Calibration, Figure, InstrumentCost, SpanRec
 from .reading import (
     OP_PREFIX,
     CounterStep,
@@ -58,7 +58,7 @@ class PassContext:
     # ns a clean steady pass's thread waited for a CPU (median; run-queue delay from schedstat)
     steady_run_delay_ns: float = 0.0
     evidence: Mapping[str, str] = field(default_factory=dict)  # source -> evidence of its spans
-    inferred: tuple[Mapping, ...] = ()  # figures no span brackets: {"cause", "source", "ms", ...}
+    inferred: tuple[Figure, ...] = ()  # figures no span brackets
     timeline: Timeline | None = None
     # The instruments' cost per pass measured on this model (instrumented steady passes); when
     # set, it stands in for the per-call and per-callback estimates (module hooks, CUPTI callbacks).
@@ -134,7 +134,7 @@ def build_context(
     steady_faults: float = 0.0,
     steady_run_delay_ns: float = 0.0,
     evidence: Mapping[str, str] | None = None,
-    inferred: Iterable[Mapping] | None = None,
+    inferred: Iterable[Figure] | None = None,
     window: tuple[int, int] | None = None,
     instrument_cost: InstrumentCost | None = None,
 ) -> PassContext | None:

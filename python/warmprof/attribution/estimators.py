@@ -316,18 +316,18 @@ def cpu_contention(ctx: PassContext) -> list[Part]:
 
 
 def inferred_figures(ctx: PassContext) -> list[Part]:
-    """Figures no span brackets (a clock ramp inferred from clock samples), added as given; entries
-    of the same (cause, source) add up."""
+    """Figures no span brackets (parts.Figure: a clock ramp inferred from clock samples), added as
+    given; entries of the same (cause, source) add up."""
     parts: dict[tuple[str, str], Part] = {}
     for e in ctx.inferred:
-        key = (e["cause"], e["source"])
+        key = (e.cause, e.source)
         p = parts.get(key)
         if p is None:
-            p = parts[key] = Part(e["cause"], e["source"], e.get("evidence", "inferred"))
-        p.add(e.get("module", ""), e["ms"] * 1e6)
-        p.count += int(e.get("count", 1))
-        p.fills = p.fills or bool(e.get("fills_unexplained"))
-        p.detail = p.detail or str(e.get("detail", ""))
+            p = parts[key] = Part(e.cause, e.source, e.evidence)
+        p.add(e.module, e.ms * 1e6)
+        p.count += int(e.count)
+        p.fills = p.fills or e.fills_unexplained
+        p.detail = p.detail or e.detail
     return list(parts.values())
 
 

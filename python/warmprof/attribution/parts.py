@@ -89,6 +89,23 @@ class InstrumentCost:
         return self.per_pass_ns <= self.noise_ns
 
 
+@dataclass(frozen=True)
+class Figure:
+    """A figure no span brackets, as an instrument gives it: a clock ramp inferred from clock samples,
+    an MPS pipeline compile read off host-over-GPU time, the Metal driver's growth x a measured
+    allocation. fills_unexplained: it may only take what the pass's other parts left unexplained
+    (attribute_pass caps it there)."""
+
+    cause: str
+    source: str
+    ms: float
+    evidence: str = "inferred"
+    module: str = ""
+    count: int = 1
+    detail: str = ""
+    fills_unexplained: bool = False
+
+
 @dataclass
 class Part:
     """Attributed time of one (cause, source), with where it happened."""

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..attribution.parts import Figure
+
 
 class Instrument:
     name = "instrument"
@@ -52,8 +54,8 @@ class Instrument:
     def end_pass(self, name: str) -> None:
         """Called by the trace at the end of each instrumented pass, after the device sync."""
 
-    def inferred(self, pass_name: str) -> list[dict[str, Any]]:
-        """Figures not bracketed by spans (a clock ramp): [{"cause", "source", "ms", "evidence"}]."""
+    def inferred(self, pass_name: str) -> list[Figure]:
+        """Figures not bracketed by spans (a clock ramp), typed: attribution.Figure."""
         return []
 
     def summary(self) -> dict[str, Any]:

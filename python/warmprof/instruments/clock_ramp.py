@@ -20,6 +20,8 @@ import re
 import threading
 from typing import Any, Callable
 
+from ..attribution.parts import Figure
+from ..causes import Name
 from ..timeline import counter_at, name_id, now_ns
 from .base import Instrument
 
@@ -204,13 +206,13 @@ class ClockRamp(Instrument):
         with self._lock:
             return [s for s in self._samples if t0 <= s[0] <= t1]
 
-    def inferred(self, pass_name: str) -> list[dict[str, Any]]:
+    def inferred(self, pass_name: str) -> list[Figure]:
         if self.reason:
             return []
         ms = self.summary().get("passes", {}).get(pass_name, {}).get("inferred_ms", 0.0)
         if ms <= 0:
             return []
-        return [{"cause": "clock_ramp", "source": f"clock:{self._source}", "ms": ms, "evidence": "inferred"}]
+        return [Figure(Name.CLOCK_RAMP, f"clock:{self._source}", ms)]
 
     def summary(self) -> dict[str, Any]:
         out = super().summary()

@@ -26,7 +26,14 @@ from typing import Any
 
 from .. import _native
 from ..system import cuda_paths
-from ..timeline import CUPTI_CALLBACKS, PROFILER_OVERHEAD, counter, name_id, now_ns, record_span_ns
+from ..timeline import (
+    CUPTI_CALLBACKS,
+    PROFILER_OVERHEAD,
+    counter,
+    name_id,
+    now_ns,
+    record_span_ns,
+)
 from .base import Instrument
 
 NEW_KERNEL_NAMES_KEPT = 20  # per pass, in the summary

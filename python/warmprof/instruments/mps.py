@@ -27,6 +27,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from ..attribution.parts import Figure
+from ..causes import Name
 from ..timeline import JIT_COMPILE, begin, counter, end, name_id, now_ns
 from .base import Instrument
 from .device_memory import fresh_allocation_ms
@@ -146,7 +148,7 @@ class MpsEvents(Instrument):
             return None
         return max(0.0, first - rerun)
 
-    def inferred(self, pass_name: str) -> list[dict[str, Any]]:
+    def inferred(self, pass_name: str) -> list[Figure]:
         if self.reason or pass_name != "first":
             return []
         ms = self.pipeline_compile_ms()
@@ -161,8 +163,7 @@ class MpsEvents(Instrument):
             where = "within" if band[0] <= ms <= band[1] * 4 else ("below" if ms < band[0] else "above")
             detail += (f"; {where} the Metal pipeline compile measured here by the reference probe "
                        f"({band[0]:.2f}-{band[1]:.2f} ms per pipeline)")
-        return [{"cause": "jit_compile", "source": PIPELINE_SOURCE, "ms": ms, "evidence": "inferred",
-                 "fills_unexplained": True, "detail": detail}]
+        return [Figure(Name.JIT_COMPILE, PIPELINE_SOURCE, ms, fills_unexplained=True, detail=detail)]
 
     def _band(self) -> tuple[float, float] | None:
         """The compile band, read once: a callable (the Metal reference probe, run after the passes
@@ -251,7 +252,10 @@ class MpsAllocator(Instrument):
             return self
         try:
             if self._hooks_api is None:
-                from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+                from torch.nn.modules.module import (
+                    register_module_forward_hook,
+                    register_module_forward_pre_hook,
+                )
 
                 self._hooks_api = (register_module_forward_pre_hook, register_module_forward_hook)
             pre, post = self._hooks_api
@@ -307,7 +311,7 @@ class MpsAllocator(Instrument):
         p["driver_grown"] = after[1] - before[1]
         self.current_pass = ""
 
-    def inferred(self, pass_name: str) -> list[dict[str, Any]]:
+    def inferred(self, pass_name: str) -> list[Figure]:
         p = self.passes.get(pass_name, {})
         grown = int(p.get("driver_grown", 0))
         cost = self.alloc_cost
@@ -317,11 +321,11 @@ class MpsAllocator(Instrument):
         out = []
         by = p.get("by_module") or {"": grown}
         for mod, b in by.items():
-            out.append({"cause": "allocator_growth", "source": ALLOC_SOURCE, "ms": b * per_byte, "evidence": "estimated",
-                        "module": mod, "count": 1, "fills_unexplained": True,
-                        "detail": f"the Metal driver's memory for this process grew {grown / 2**20:.1f} MiB in the pass x "
-                                  f"the cost of a fresh {cost['bytes'] / 2**20:.1f} MiB allocation measured here after the "
-                                  f"passes ({cost['ms']:.3f} ms)"})
+            out.append(Figure(Name.ALLOCATOR_GROWTH, ALLOC_SOURCE, b * per_byte, evidence="estimated", module=mod,
+                              fills_unexplained=True,
+                              detail=f"the Metal driver's memory for this process grew {grown / 2**20:.1f} MiB in the "
+                                     f"pass x the cost of a fresh {cost['bytes'] / 2**20:.1f} MiB allocation measured here "
+                                     f"after the passes ({cost['ms']:.3f} ms)"))
         return out
 
     def summary(self) -> dict[str, Any]:
