@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from . import _native
+from . import render as _render  # noqa: F401  (sets the hook str(report) and str(comparison) render through)
 from .errors import (
     BackendError,
     DeviceError,
@@ -12,7 +13,6 @@ from .errors import (
     ReportError,
     WarmprofError,
 )
-from . import render as _render  # noqa: F401  (sets the hook str(report) and str(comparison) render through)
 
 __version__ = _native.__version__
 

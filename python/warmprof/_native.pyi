@@ -6,10 +6,9 @@ its names and parameters equal to the module's; classes here are type-only and s
 
 from typing import Any, TypedDict
 
-from typing_extensions import NotRequired
-
 import numpy as np
 import numpy.typing as npt
+from typing_extensions import NotRequired
 
 __version__: str
 NUM_CAUSES: int

@@ -20,11 +20,11 @@ for mps, nothing for the CPU, whose ops return when done.
 from __future__ import annotations
 
 import functools
-import statistics
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from .errors import DeviceError
+from .stats import median
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,7 @@ def fresh_allocation_ms(torch: Any, device: Any, nbytes: int, trials: int, *, em
         samples.append((_native.now_ns() - t0) / 1e6)
         del buf
     empty_cache()
-    return statistics.median(samples)
+    return median(samples)
 
 
 def _cpu_alloc(device: Any, nbytes: int, trials: int) -> float:

@@ -17,8 +17,18 @@ from . import _native
 # Cause ids come from the one table (causes.py, mirrored from csrc/core/causes.h); re-exported
 # here because instruments record through this module.
 from .causes import (  # noqa: F401
-    ALGORITHM_SELECTION, ALLOCATOR_GROWTH, CLOCK_RAMP, CPU_CONTENTION, DATA_TRANSFER, GRAPH_CAPTURE, JIT_COMPILE,
-    PROFILER_OVERHEAD, RUNTIME_INIT, STRUCTURE, UNATTRIBUTED, recorded,
+    ALGORITHM_SELECTION,
+    ALLOCATOR_GROWTH,
+    CLOCK_RAMP,
+    CPU_CONTENTION,
+    DATA_TRANSFER,
+    GRAPH_CAPTURE,
+    JIT_COMPILE,
+    PROFILER_OVERHEAD,
+    RUNTIME_INIT,
+    STRUCTURE,
+    UNATTRIBUTED,
+    recorded,
 )
 from .errors import WarmprofError
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-import numpy as np
+from ..stats import median
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ class InstrumentCost:
 
     @property
     def instrumented_median_ms(self) -> float:
-        return float(np.median(self.instrumented_ms)) if self.instrumented_ms else 0.0
+        return median(self.instrumented_ms) if self.instrumented_ms else 0.0
 
     @property
     def compared(self) -> tuple[str, float, float]:

@@ -32,8 +32,8 @@ def setup(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..serving.buckets import costs_from_probe, plan_buckets
     from ..render.safe import safe_text
+    from ..serving.buckets import costs_from_probe, plan_buckets
     from ..system.output_paths import check_output_path
 
     if args.json is not None:

@@ -13,8 +13,8 @@ import sys
 
 from ..errors import InputError, WarmprofError
 from ..report.trace import RunContext
-from ..traces import child, warm_process
 from ..system.output_paths import check_output_path, save_and_print
+from ..traces import child, warm_process
 from ..traces.targets import check_inputs_spec, load_inputs, load_target
 
 __all__ = ["HELP", "NAME", "load_target", "run", "setup"]

@@ -9,9 +9,9 @@ from typing import Any, Callable, Iterator
 
 from .. import _native
 from ..errors import InputError, WarmprofError
-from ..system.progress import progress_printer
-from ..system.platform import cuda_index, fingerprint, oversubscription
 from ..report.probe import ProbeReport
+from ..system.platform import cuda_index, fingerprint, oversubscription
+from ..system.progress import progress_printer
 from . import bands as bands_mod
 from . import bucketing, experiments
 from . import ops as O

@@ -19,10 +19,10 @@ from typing import Any, Callable
 
 from .. import _native, opspec
 from ..errors import InputError, ReportError
-from ..system.platform import cuda_index, fingerprint
-from ..system.progress import progress_printer
 from ..report.op_probe import OpProbeReport, OpResult
 from ..report.trace import warm_left_ms
+from ..system.platform import cuda_index, fingerprint
+from ..system.progress import progress_printer
 from .aten_table import call_for, split_names
 from .aten_verdict import OpTiming, VariantTiming, judge_op
 

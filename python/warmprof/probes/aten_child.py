@@ -15,10 +15,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import statistics
 import sys
 from typing import Any, Callable
 
+from ..stats import median
 from .aten_variants import new_sizes, perturbations, variant
 from .bands import ALLOC_MARGIN, LAUNCH_MARGIN
 from .timing import Stats, burst, quiet_gc, time_call
@@ -49,11 +49,10 @@ def measure(job: dict[str, Any]) -> dict[str, Any]:
     import torch
 
     from .. import opspec
-    from ..traces.inputs import parse_device
-    from .backends import TorchEager
-
     from ..instruments.device_set import resolve
     from ..timeline import Recording
+    from ..traces.inputs import parse_device
+    from .backends import TorchEager
 
     if job.get("threads"):
         torch.set_num_threads(int(job["threads"]))
@@ -88,7 +87,7 @@ def measure(job: dict[str, Any]) -> dict[str, Any]:
     launch_hi = LAUNCH_MARGIN * trivial.median_ms
     shape_set = max([v["working_set_bytes"] for v in variants], default=working_set)  # new shapes are larger
     return {
-        "ok": True, "op": spec["op"], "first_ms": first_ms, "steady": _stats(steady), "rerun_ms": statistics.median(reruns),
+        "ok": True, "op": spec["op"], "first_ms": first_ms, "steady": _stats(steady), "rerun_ms": median(reruns),
         "reruns_ms": reruns, "runtime_warmup_ms": warmup_ms, "launch_hi_ms": launch_hi, "alloc_ms": alloc_ms,
         "alloc_hi_ms": launch_hi + ALLOC_MARGIN * alloc_ms, "alloc_how": be.alloc_how, "working_set_bytes": working_set,
         "shape_alloc_hi_ms": launch_hi + ALLOC_MARGIN * be.alloc_ms(shape_set), "variants": variants, "dropped_variants": dropped, "threads": torch.get_num_threads(),

@@ -10,12 +10,21 @@ once is runtime_init.
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass, field
 
 from .. import devices
 from ..report.op_probe import VERDICTS
-from .verdict import NOISE_WIDTHS, RowBands, Timing, band_of, has_tax, is_cached, noise_floor_ms, too_noisy
+from ..stats import median
+from .verdict import (
+    NOISE_WIDTHS,
+    RowBands,
+    Timing,
+    band_of,
+    has_tax,
+    is_cached,
+    noise_floor_ms,
+    too_noisy,
+)
 
 CAUSES = tuple(v for v in VERDICTS if v != "failed")
 # Ops whose CPU kernels go through oneDNN (mkldnn) primitives or, on a GPU, cuBLAS/cuDNN algorithm
@@ -71,11 +80,11 @@ class OpTiming:
         """Median over the new shapes of (first call - that shape's steady); None when none ran."""
         if not self.variants:
             return None
-        return statistics.median(v.timing.excess_ms for v in self.variants)
+        return median(v.timing.excess_ms for v in self.variants)
 
     @property
     def shape_noise_ms(self) -> float:
-        return statistics.median(noise_floor_ms(v.timing) for v in self.variants) if self.variants else 0.0
+        return median(noise_floor_ms(v.timing) for v in self.variants) if self.variants else 0.0
 
 
 def family(op: str) -> str:

@@ -11,12 +11,12 @@ import contextlib
 import functools
 import os
 import shutil
-import statistics
 import tempfile
 from typing import Any, Callable, Iterator
 
 from .. import _native, devices
 from ..errors import DeviceError, InputError
+from ..stats import median
 from . import ops as O
 from .compile_env import GRAPH_COUNTER, CompileSession, unique_graphs
 from .timing import stats, time_calls
@@ -272,7 +272,7 @@ class CupyBackend:
             samples.append((_native.now_ns() - t0) / 1e6)
             del buf
         pool.free_all_blocks()
-        return statistics.median(samples)
+        return median(samples)
 
     def describe(self) -> str:
         return f"CuPy {self.cp.__version__} on cuda:{self.index}"

@@ -6,10 +6,10 @@ steady burst), then the matched-size pairs, then rounds of seen-shape re-runs af
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from ..stats import median
 from . import ops as O
 from .timing import Stats, burst, quiet_gc, time_call
 
@@ -28,7 +28,7 @@ class RawRow:
 
     @property
     def seen_rerun_ms(self) -> float | None:
-        return statistics.median(self.reruns_ms) if self.reruns_ms else None
+        return median(self.reruns_ms) if self.reruns_ms else None
 
 
 def plan(ops: tuple[str, ...], shapes_per_op: int, element_size: int) -> list[RawRow]:

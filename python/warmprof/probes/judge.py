@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import statistics
 from typing import Any
 
 from ..report.probe import ShapeRow
+from ..stats import median
 from . import ops as O
 from .experiments import RawRow
 from .verdict import RowBands, Timing, op_keying, pay_rank, size_keying, verdict
@@ -67,9 +67,9 @@ def _summary(op: str, rows: list[ShapeRow], op_key: str) -> dict[str, Any]:
         verdicts[r.verdict] = verdicts.get(r.verdict, 0) + 1
     return {
         "description": O.DESCRIPTION[op],
-        "median_ratio": statistics.median(ratios), "min_ratio": min(ratios), "max_ratio": max(ratios),
-        "first_median_ms": statistics.median(r.first_ms for r in new),
-        "steady_median_ms": statistics.median(r.steady_ms for r in new),
-        "rerun_share_median": statistics.median(shares) if shares else None,
+        "median_ratio": median(ratios), "min_ratio": min(ratios), "max_ratio": max(ratios),
+        "first_median_ms": median(r.first_ms for r in new),
+        "steady_median_ms": median(r.steady_ms for r in new),
+        "rerun_share_median": median(shares) if shares else None,
         "keyed": op_key, "verdicts": verdicts,
     }

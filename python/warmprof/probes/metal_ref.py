@@ -18,11 +18,11 @@ hardware yet: the figures' meaning is from Apple's documentation, not from a mea
 from __future__ import annotations
 
 import math
-import statistics
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping
 
 from ..errors import BackendError, InputError
+from ..stats import median
 
 DEFAULT_LENGTHS = (16, 32, 48, 64, 96, 128, 192, 256)
 DEFAULT_REPEATS = 5
@@ -239,7 +239,7 @@ def _dispatch(d: Any, where: str, notes: _Notes) -> DispatchRow:
 
 def _median(values: list[float | None]) -> float | None:
     got = [v for v in values if v is not None]
-    return statistics.median(got) if got else None
+    return median(got) if got else None
 
 
 def _sum(*parts: float | None) -> float | None:

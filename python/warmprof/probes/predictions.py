@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import statistics
 from typing import Any
 
 from ..report.probe import Prediction, ShapeRow
+from ..stats import median
 from .verdict import CACHED_FRACTION, PAYS_RATIO
 
 CLAIMS = {
@@ -27,7 +27,7 @@ def p1(ops: dict[str, list[ShapeRow]]) -> Prediction:
         if not ratios:
             holds = False
             continue
-        med = statistics.median(ratios)
+        med = median(ratios)
         holds = holds and med > PAYS_RATIO
         parts.append(f"{op} {_x(med)} ({_x(min(ratios))}-{_x(max(ratios))})")
     return Prediction("P1", CLAIMS["P1"], holds, "median first/steady: " + (", ".join(parts) or "no shapes"))
@@ -41,8 +41,8 @@ def p2(ops: dict[str, list[ShapeRow]]) -> Prediction:
             holds = False
             parts.append(f"{op} no re-run")
             continue
-        med = statistics.median(shares)
-        vs_steady = statistics.median(r.seen_rerun_ms / r.steady_ms for r in rows
+        med = median(shares)
+        vs_steady = median(r.seen_rerun_ms / r.steady_ms for r in rows
                                       if r.seen_rerun_ms is not None and r.steady_ms > 0)
         holds = holds and med <= CACHED_FRACTION
         parts.append(f"{op} {med:.2g}x of first ({_x(vs_steady)} steady)")

@@ -15,7 +15,6 @@ from typing import Any
 from ..system.platform import describe_device
 from .safe import one_line
 
-
 # -- milliseconds --------------------------------------------------------------------------------
 SECONDS_FROM_MS = 10_000.0  # every formatter writes a duration of 10 s or more in seconds: "12.3 s"
 

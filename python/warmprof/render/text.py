@@ -6,9 +6,8 @@ from typing import Any
 
 from .base import Renderer
 from .format import cause_ms as _cause_ms
-from .format import middle
+from .format import middle, subject
 from .format import ms as _ms
-from .format import subject
 from .registry import register
 from .safe import one_line
 

@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 
 from ..causes import EVIDENCE
 from ..errors import InputError, ReportError
+from ..stats import median
 from ..system.platform import describe_device
 from . import SCHEMA_VERSION, ReportBase, load
 from .trace import inputs_label
@@ -185,9 +186,8 @@ def _cause_rows(reports: list[Any]) -> list[Row]:
 
 # -- watch reports -----------------------------------------------------------------------------
 def _median(values: list[float]) -> float | None:
-    import statistics
-
-    return statistics.median(values) if values else None
+    
+    return median(values) if values else None
 
 
 # Each report's figures in ms: its keys' median p50 and largest p99, and what its events' causes took.

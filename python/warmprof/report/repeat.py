@@ -15,19 +15,17 @@ read.
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
 from .. import causes as cause_table
 from ..causes import EVIDENCE
 from ..errors import ReportError
-from ..stats import summarize
+from ..stats import median, summarize
 from . import schema as S
 from .base import SCHEMA_VERSION, ReportBase, register_kind
-from .trace import _INPUTS
+from .trace import _INPUTS, CauseEntry, Report
 from .trace import SCHEMA as TRACE_SCHEMA
-from .trace import CauseEntry, Report
 
 # The figures of every run summarised as {"median", "min", "max"}, in this order.
 FIGURES = (("first pass", "first_pass_ms"), ("seen re-run", "seen_rerun_ms"), ("steady median", "steady_median_ms"),
@@ -162,9 +160,9 @@ class RepeatReport(ReportBase):
                       first_pass_ms=first, seen_rerun_ms=self.median("seen_rerun_ms"), steady_median_ms=steady,
                       noise_band_ms=self.median("noise_band_ms"), excess_ms=excess, attributed_ms=attributed,
                       unattributed_ms=excess - attributed, causes=entries, platform=dict(self.platform),
-                      steady_passes=int(statistics.median([r.steady_passes for r in self.runs])),
-                      steady_p10_ms=statistics.median([r.steady_p10_ms for r in self.runs]),
-                      steady_p90_ms=statistics.median([r.steady_p90_ms for r in self.runs]),
+                      steady_passes=int(median([r.steady_passes for r in self.runs])),
+                      steady_p10_ms=median([r.steady_p10_ms for r in self.runs]),
+                      steady_p90_ms=median([r.steady_p90_ms for r in self.runs]),
                       protocol=self.runs[0].protocol,
                       notes=[f"the median of {len(self.runs)} runs, each a fresh process (warmprof trace --repeat)"],
                       warmprof_version=self.warmprof_version, created=self.created)
@@ -210,7 +208,7 @@ class RepeatReport(ReportBase):
                 raise ReportError(f"causes: unknown cause {c.cause!r}")
             if not c.evidence or any(e not in EVIDENCE for e in c.evidence.split("+")):
                 raise ReportError(f"causes: {c.cause}: unknown evidence {c.evidence!r} (known: {', '.join(EVIDENCE)})")
-            if c.ms and (len(c.ms) != len(self.runs) or abs(statistics.median(c.ms) - c.median_ms) > 1e-6
+            if c.ms and (len(c.ms) != len(self.runs) or abs(median(c.ms) - c.median_ms) > 1e-6
                          or min(c.ms) != c.min_ms or max(c.ms) != c.max_ms):
                 raise ReportError(f"causes: {c.cause}: its per-run ms do not give its median and range")
             if not 0 <= c.min_ms <= c.median_ms <= c.max_ms:

@@ -41,16 +41,38 @@ import contextlib
 import sys
 from typing import Any, Iterable
 
-from .. import _native, causes as causes_table
-from ..attribution.calls import SOURCES, Bracketed, CallFacts, CallPart, attribute_call, outside_bracketed
+from .. import _native
+from .. import causes as causes_table
+from ..attribution.calls import (
+    SOURCES,
+    Bracketed,
+    CallFacts,
+    CallPart,
+    attribute_call,
+    outside_bracketed,
+)
 from ..attribution.compiles import is_compile
 from ..attribution.faults import NOISE_BYTES, NOISE_FAULTS
 from ..causes import Name
-from ..traces import calibrate
 from ..errors import InputError, ModelError, NotWarmError, WarmprofError
-from ..traces.inputs import check_model, dtype_mismatch_hint, make_inputs, parse_device, parse_dtype, parse_shape
-from ..instruments.torch_compile import CacheOutcome, CompileEvents, cache_outcome, compile_counters, counters_since
-from ..report.warmup import WARMUP_MAX_CALLS, WarmRow, WarmupResult, shape_label as _label
+from ..instruments.torch_compile import (
+    CacheOutcome,
+    CompileEvents,
+    cache_outcome,
+    compile_counters,
+    counters_since,
+)
+from ..report.warmup import WARMUP_MAX_CALLS, WarmRow, WarmupResult
+from ..report.warmup import shape_label as _label
+from ..traces import calibrate
+from ..traces.inputs import (
+    check_model,
+    dtype_mismatch_hint,
+    make_inputs,
+    parse_device,
+    parse_dtype,
+    parse_shape,
+)
 
 ALLOC_MIN_BYTES = NOISE_BYTES  # anonymous growth below 1 MiB in a call is noise (Python arenas, churn)
 ALLOC_MIN_FAULTS = NOISE_FAULTS  # ...and growth with fewer faults is not the call's own (khugepaged collapses)

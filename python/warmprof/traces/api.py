@@ -21,19 +21,36 @@ import numpy as np
 from .. import _native, devices
 from ..attribution import InstrumentCost, attribute_pass, steady_stats
 from ..errors import InputError, ModelError, WarmprofError
-from .inputs import cast_model, check_model, dtype_mismatch_hint, make_inputs, parse_device, parse_model_dtype
 from ..instruments.host import HostCounters
 from ..instruments.modules import ModuleHooks
 from ..instruments.python_imports import PythonImports
+from ..report import Report
+from ..report.trace import RunContext, inputs_label
+from ..stats import median, percentile
 from ..system.platform import cuda_index, fingerprint, oversubscription
 from ..system.process_state import ProcessState
 from ..system.progress import progress_printer
-from ..report import Report
-from ..report.trace import RunContext, inputs_label
-from ..timeline import BEGIN, STRUCTURE, Recording, Timeline, begin, begin_section, end, name_id
+from ..timeline import (
+    BEGIN,
+    STRUCTURE,
+    Recording,
+    Timeline,
+    begin,
+    begin_section,
+    end,
+    name_id,
+)
 from . import calibrate as calibration
 from .build import InstrumentSummary, TraceFacts, build_report, steady_fault_median
 from .compile_options import check_compile, compile_label, compile_model
+from .inputs import (
+    cast_model,
+    check_model,
+    dtype_mismatch_hint,
+    make_inputs,
+    parse_device,
+    parse_model_dtype,
+)
 
 _traced_models: "weakref.WeakSet[Any]" = weakref.WeakSet()
 
@@ -510,12 +527,12 @@ def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, devic
         op_view_cold = ops_inst.cold_dispatch_cost({c[0] for c in ops_inst.calls.get("first", [])})
         cal = dataclasses.replace(cal, op_view_cold_ns=op_view_cold["ns"])
     say("attributing")
-    clean_low = (float(np.quantile(steady_net, 1.0 / (len(instrumented_ms) + 1)))
+    clean_low = (percentile(steady_net, 100.0 / (len(instrumented_ms) + 1))
                  if steady_net and instrumented_ms else None)
     own_cost = (InstrumentCost(tuple(instrumented_ms), clean_net.median, clean_net.noise_band * 1e6, module_calls,
                                clean_low)
                 if instrumented_ms else None)
-    steady_wait_ns = float(np.median(steady_waits)) * 1e6 if steady_waits else 0.0
+    steady_wait_ns = median(steady_waits) * 1e6 if steady_waits else 0.0
     first, rerun = (
         attribute_pass(timeline, name, calibration=cal,
                        steady_faults=steady_fault_median(steady_faults), steady_run_delay_ns=steady_wait_ns,

@@ -8,9 +8,16 @@ from typing import Any, Callable
 import numpy as np
 
 from .. import __version__
-from ..attribution import PassAttribution, steady_stats, summarize, unattributed_sites, unattributed_where
+from ..attribution import (
+    PassAttribution,
+    steady_stats,
+    summarize,
+    unattributed_sites,
+    unattributed_where,
+)
 from ..report import CauseEntry, CounterSample, Report, Span
 from ..report.trace import Protocol, RecorderStats, RunContext, TorchCompileFigures
+from ..stats import median
 from ..timeline import COUNTER, INSTANT, THINNED, Timeline, cause_name, source_of
 from .advice import advise
 
@@ -273,7 +280,7 @@ def contention_notes(host: dict[str, Any], steady_waits: list[float], first_cont
             f"on one thread ({workers_ms:.2f} ms in all): not booked, since a worker's wait adds to the pass only "
             "while the pass's thread waits for that worker, and they wait side by side, not one after another")
     if steady_waits and first_contention_ms > 0:
-        out.append(f"cpu contention: the steady passes waited {float(np.median(steady_waits)):.2f} ms each for a CPU "
+        out.append(f"cpu contention: the steady passes waited {median(steady_waits):.2f} ms each for a CPU "
                    f"(median; up to {max(steady_waits):.2f} ms); the first pass's booked wait is what it waited beyond that")
     return out
 
@@ -353,7 +360,7 @@ def build_report(facts: TraceFacts) -> Report:
             run=f.run, instrumented_steady_ms=list(f.instrumented_steady_ms), seen_rerun_residual_ms=residual,
             oversubscription=f.oversubscription,
             steady_run_delay_ms=list(f.steady_run_delay_ms),
-            steady_net_median_ms=float(np.median(net)) if net else None,
+            steady_net_median_ms=median(net) if net else None,
         ),
         instruments=inst,
         torch_compile=TorchCompileFigures.from_summary(inst.get("torch_compile")),

@@ -16,9 +16,9 @@ from typing import Any, Callable
 
 from .. import errors
 from ..errors import InputError, ModelError, WarmprofError
-from ..system.progress import progress_printer, say_on_stderr
 from ..report.base import load
 from ..report.repeat import RepeatReport
+from ..system.progress import progress_printer, say_on_stderr
 from ..system.supervise import die_with, stop
 from .advice import advise
 

@@ -19,10 +19,18 @@ from __future__ import annotations
 from typing import Any
 
 from ...attribution import Calibration
-from ...attribution.calls import SOURCES, Bracketed, CallFacts, CallPart, CudaCalls, attribute_call
+from ...attribution.calls import (
+    SOURCES,
+    Bracketed,
+    CallFacts,
+    CallPart,
+    CudaCalls,
+    attribute_call,
+)
 from ...attribution.compiles import COMPILE_SOURCE, is_compile
 from ...causes import Name
 from .sources import cupti_rows as cupti_rows_by_name
+
 
 def describe(args: tuple, kwargs: dict | None) -> str:
     """A call's arguments as its default key reads them: each tensor's shape and dtype, each other

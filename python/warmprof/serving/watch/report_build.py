@@ -6,8 +6,8 @@ import datetime
 from typing import Any
 
 from ... import __version__, _native
-from ...system.platform import fingerprint
 from ...report.watch import WatchReport
+from ...system.platform import fingerprint
 
 
 def build_report(w: Any) -> WatchReport:

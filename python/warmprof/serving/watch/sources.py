@@ -14,13 +14,17 @@ import time
 from typing import Any, Callable
 
 from ... import _native
-from ...system import cuda_paths
 from ...attribution.compiles import trigger_source
 from ...errors import BackendError
 from ...instruments.torch_compile import (
-    CacheOutcome, cache_outcome, compilation_metrics_mark, compile_counters, counters_since,
+    CacheOutcome,
+    cache_outcome,
+    compilation_metrics_mark,
+    compile_counters,
+    counters_since,
     recompile_reasons,
 )
+from ...system import cuda_paths
 
 _lock = threading.Lock()
 _users = 0
