@@ -23,7 +23,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from .. import devices
+from ... import devices
 
 # run(argv, timeout_s) -> stdout, or None when the tool failed, timed out or is absent.
 Runner = Callable[[list, float], Optional[str]]
