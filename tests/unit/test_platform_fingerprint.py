@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import warmprof.system.platform as platform_mod
+import warmprof.system.platform.files as platform_files
 from warmprof.system.platform import describe_device, fingerprint, run_tool
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "platforms"
@@ -124,7 +125,7 @@ def test_open_refusing_every_file_leaves_them_all_out(monkeypatch):
     def refuse(path, *args, **kwargs):
         raise PermissionError(13, "Permission denied", str(path))
 
-    monkeypatch.setattr(platform_mod, "open", refuse, raising=False)
+    monkeypatch.setattr(platform_files, "open", refuse, raising=False)  # the reader's module: every file goes through it
     assert fingerprint(FIXTURES / "jetson_agx_orin", run=Tools(), runtimes=False) == {}
     assert fingerprint(FIXTURES / "desktop_nvidia", run=Tools(), runtimes=False) == {}
 
