@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from warmprof.instruments.torch_compile import CacheOutcome, TorchCompile, cache_outcome, counters_since
+from warmprof.instruments.torch_compile import CacheOutcome, CompileEvent, TorchCompile, cache_outcome, counters_since
 from warmprof.report import CauseEntry
 from warmprof.traces.build import with_compile_cache
 
@@ -76,11 +76,9 @@ def test_reading_the_counters_does_not_import_dynamo():
 
 def test_instrument_summary_says_compiled_and_loaded_per_pass():
     tc = TorchCompile()
-    tc.compiles = [{"pass": "first", "compile_id": "0/0", "trigger": "torch.compile:compile", "span_ms": 900.0,
-                    "cache": cache_outcome(COLD).to_dict()},
-                   {"pass": "first", "compile_id": "1/0", "trigger": "torch.compile:compile", "span_ms": 40.0,
-                    "cache": cache_outcome(WARM).to_dict()},
-                   {"pass": "seen_rerun", "compile_id": "", "trigger": "cudagraphs:record", "span_ms": 3.0}]
+    tc.compiles = [CompileEvent("0/0", "torch.compile:compile", 900.0, cache=cache_outcome(COLD).to_dict(), pass_="first"),
+                   CompileEvent("1/0", "torch.compile:compile", 40.0, cache=cache_outcome(WARM).to_dict(), pass_="first"),
+                   CompileEvent("", "cudagraphs:record", 3.0, pass_="seen_rerun")]
     tc.cache = {"stats.unique_graphs": 2, "inductor.fxgraph_cache_miss": 1, "inductor.fxgraph_cache_hit": 1}
     tc.cache_outcome = cache_outcome(tc.cache)
     s = tc.summary()

@@ -118,15 +118,16 @@ def test_the_golden_reports_still_load():
 # -- warmup ---------------------------------------------------------------------------------------
 
 def _book_call(call: dict[str, Any], fault_ns: float, monkeypatch) -> dict[str, Any]:
-    from warmprof.instruments.torch_compile import CacheOutcome
+    from warmprof.instruments.torch_compile import CacheOutcome, CompileEvent
     from warmprof.serving import warmup as warm
     from warmprof.traces import calibrate
 
     monkeypatch.setattr(calibrate, "_call_fault_ns", fault_ns)
     shape = tuple(call["shape"]) if isinstance(call["shape"], list) else call["shape"]
     row = warm.WarmRow(shape=shape, ms=0.0)
-    warm._book(row, call["ns"], call["compiles"], CacheOutcome(**call["outcome"]), call["faults"], call["anon"],
-               call["files"], call["reserved"])
+    compiles = [CompileEvent.from_dict(c) for c in call["compiles"]]
+    warm._book(row, call["ns"], compiles, CacheOutcome(**call["outcome"]), call["faults"], call["anon"], call["files"],
+               call["reserved"])
     return _json(row.to_dict())
 
 
@@ -159,6 +160,7 @@ def test_each_warmup_call_books_the_same_row(monkeypatch):
 
 
 def test_warmup_results_merge_and_print_the_same(monkeypatch):
+    from warmprof.instruments.torch_compile import CompileEvent
     from warmprof.serving import warmup as warm
     from warmprof.traces import calibrate
 
@@ -174,8 +176,9 @@ def test_warmup_results_merge_and_print_the_same(monkeypatch):
             row = warm.WarmRow(shape=shape, ms=0.0)
             for c in calls:
                 one = warm.WarmRow(shape=shape, ms=0.0)
-                warm._book(one, c["ns"], c["compiles"], warm.CacheOutcome(**c["outcome"]), c["faults"], c["anon"],
-                           c["files"], c["reserved"])
+                compiles = [CompileEvent.from_dict(x) for x in c["compiles"]]
+                warm._book(one, c["ns"], compiles, warm.CacheOutcome(**c["outcome"]), c["faults"], c["anon"], c["files"],
+                           c["reserved"])
                 warm._merge(row, one)
             rows.append(row)
         result = warm.WarmupResult(want["kind"], want["model"], want["device"], rows, list(want["notes"]))

@@ -20,7 +20,7 @@ from warmprof.attribution.calls import CallFacts, attribute_call
 from warmprof.attribution.compiles import TRIGGERS, cause_of
 from warmprof.attribution.faults import NOISE_BYTES, NOISE_FAULTS, call_calibration, is_growth
 from warmprof.causes import Name, names
-from warmprof.instruments.torch_compile import CacheOutcome
+from warmprof.instruments.torch_compile import CacheOutcome, CompileEvent
 from warmprof.timeline import BEGIN, COUNTER, END, JIT_COMPILE, STRUCTURE, Timeline
 
 MS, MIB = 1_000_000, 1 << 20
@@ -56,8 +56,8 @@ def _warmup_parts(monkeypatch):
     from warmprof.traces import calibrate
 
     monkeypatch.setattr(calibrate, "_call_fault_ns", FAULT_NS)
-    compile_entry = {"trigger": "torch.compile:compile", "span_ms": COMPILE_NS / 1e6, "compile_id": "0/0",
-                     "faults": INSIDE_FAULTS, "rss_bytes": 3 * MIB, "file_bytes": MIB}
+    compile_entry = CompileEvent("0/0", "torch.compile:compile", COMPILE_NS / 1e6, INSIDE_FAULTS, 3 * MIB, MIB)
+    assert compile_entry.cause == Name.JIT_COMPILE  # a compile event carries its cause
     facts = warmup.call_facts(CALL_NS, [compile_entry], CacheOutcome(), INSIDE_FAULTS + OUTSIDE_FAULTS, 10 * MIB, MIB,
                               None)
     got = attribute_call(facts, calibrate.call_costs())

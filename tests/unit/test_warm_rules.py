@@ -8,7 +8,7 @@ import pytest
 from warmprof.serving import warmup as warm
 from warmprof.traces import calibrate
 from warmprof.errors import NotWarmError, WarmprofError
-from warmprof.instruments.torch_compile import CacheOutcome, cache_outcome
+from warmprof.instruments.torch_compile import CacheOutcome, CompileEvent, cache_outcome
 
 MiB = 1 << 20
 COLD = cache_outcome({"stats.unique_graphs": 1, "inductor.fxgraph_cache_miss": 1})
@@ -26,10 +26,7 @@ def book(compiles=(), outcome=CacheOutcome(), faults=0, anon=0, files=0, reserve
 
 
 def compile_entry(ms=2000.0, faults=30000, rss=40 * MiB, files=2 * MiB, reason=None, trigger="torch.compile:compile"):
-    e = {"compile_id": "0/1", "trigger": trigger, "span_ms": ms, "faults": faults, "rss_bytes": rss, "file_bytes": files}
-    if reason:
-        e["recompile_reason"] = reason
-    return e
+    return CompileEvent("0/1", trigger, ms, faults, rss, files, recompile_reason=reason)
 
 
 def test_a_quiet_call_fires_nothing():

@@ -213,6 +213,48 @@ def recompile_reasons(mark: list[Any]) -> dict[str, str]:
     return out
 
 
+@dataclass
+class CompileEvent:
+    """One stretch dynamo's compile callbacks bracketed: its source (a compile, a lazily compiled
+    backward, a CUDA graph recording, Triton autotuning: attribution/compiles.py) and so its cause,
+    its span, the process's page faults and resident growth inside it, and, for a compile, what it
+    built from scratch or loaded from cache and dynamo's recompile reason."""
+
+    compile_id: str
+    source: str
+    span_ms: float
+    faults: int = 0
+    rss_bytes: int = 0
+    file_bytes: int = 0  # of rss_bytes, the file-backed part
+    cache: dict[str, Any] | None = None  # CacheOutcome.to_dict() across it (compiles only)
+    pass_: str | None = None  # the trace's pass it ran in (the trace's instrument only)
+    phases_ms: dict[str, float] | None = None  # torch's timers carved into phases (the trace's instrument)
+    recompile_reason: str | None = None
+
+    @property
+    def cause(self) -> str:
+        return cause_of(self.source)
+
+    def to_dict(self) -> dict[str, Any]:
+        """As the trace's instrument summary keeps it (the source under its old key, "trigger")."""
+        d: dict[str, Any] = {"compile_id": self.compile_id, "trigger": self.source, "span_ms": self.span_ms,
+                             "faults": self.faults, "rss_bytes": self.rss_bytes, "file_bytes": self.file_bytes}
+        for key, value in (("cache", self.cache), ("pass", self.pass_), ("phases_ms", self.phases_ms),
+                           ("recompile_reason", self.recompile_reason)):
+            if value is not None:
+                d[key] = value
+        d["cause"] = self.cause
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "CompileEvent":
+        return cls(compile_id=str(d.get("compile_id", "")), source=str(d.get("trigger", "")),
+                   span_ms=float(d.get("span_ms", 0.0)), faults=int(d.get("faults", 0)),
+                   rss_bytes=int(d.get("rss_bytes", 0)), file_bytes=int(d.get("file_bytes", 0)),
+                   cache=d.get("cache"), pass_=d.get("pass"), phases_ms=d.get("phases_ms"),
+                   recompile_reason=d.get("recompile_reason"))
+
+
 class CompileEvents:
     """dynamo's compile start/end callbacks, registered between open() and close() (both may be
     called in a `with`): one entry per compile in `compiles`, with its trigger, compile id, span
@@ -226,7 +268,7 @@ class CompileEvents:
 
     def __init__(self) -> None:
         self.reason = ""
-        self.compiles: list[dict[str, Any]] = []
+        self.compiles: list[CompileEvent] = []
         self._open: dict[int, tuple[int, str, int, Any, dict[str, int], tuple[int, int, int]]] = {}
         self._lock = threading.Lock()
         self._registered = False
@@ -249,7 +291,7 @@ class CompileEvents:
     def _compile_ending(self, cause: int, name: str) -> None:
         """At a compile's end, before its end time is read."""
 
-    def _compile_ended(self, entry: dict[str, Any], cause: int, t0: int, t1: int, state: Any) -> None:
+    def _compile_ended(self, entry: CompileEvent, cause: int, t0: int, t1: int, state: Any) -> None:
         """After the end time is read, before `entry` is kept."""
 
     # Callbacks take a CallbackArgs in recent torch and nothing in older releases: accept both.
@@ -270,11 +312,10 @@ class CompileEvents:
         self._compile_ending(cause, name)
         t1 = now_ns()
         faults, rss, files = _host()
-        entry: dict[str, Any] = {"compile_id": str(getattr(args[0], "compile_id", "")) if args else "",
-                                 "trigger": name, "span_ms": (t1 - t0) / 1e6,
-                                 "faults": faults - host[0], "rss_bytes": rss - host[1], "file_bytes": files - host[2]}
+        entry = CompileEvent(str(getattr(args[0], "compile_id", "")) if args else "", name, (t1 - t0) / 1e6,
+                             faults - host[0], rss - host[1], files - host[2])
         if cause == JIT_COMPILE:
-            entry["cache"] = cache_outcome(counters_since(counters)).to_dict()
+            entry.cache = cache_outcome(counters_since(counters)).to_dict()
         self._compile_ended(entry, cause, t0, t1, state)
         with self._lock:
             self.compiles.append(entry)
@@ -321,8 +362,8 @@ class CompileEvents:
             return
         with self._lock:
             for entry in self.compiles:
-                if "recompile_reason" not in entry and entry["compile_id"] in reasons:
-                    entry["recompile_reason"] = reasons[entry["compile_id"]]
+                if entry.recompile_reason is None and entry.compile_id in reasons:
+                    entry.recompile_reason = reasons[entry.compile_id]
 
     def outcome(self) -> CacheOutcome:
         """What the compiles since open() compiled from scratch and loaded from cache."""
@@ -357,18 +398,18 @@ class TorchCompile(CompileEvents, Instrument):
     def _compile_ending(self, cause: int, name: str) -> None:
         end(cause, name_id(name))
 
-    def _compile_ended(self, entry: dict[str, Any], cause: int, t0: int, t1: int, snap: Any) -> None:
+    def _compile_ended(self, entry: CompileEvent, cause: int, t0: int, t1: int, snap: Any) -> None:
         sample_host()
-        entry["pass"] = self.current_pass
+        entry.pass_ = self.current_pass
         if cause == JIT_COMPILE:
             totals = _metric_totals(self._utils.compilation_time_metrics, snap)
             cursor = t0
-            entry["phases_ms"] = {}
+            entry.phases_ms = {}
             for pcause, pname, secs in phases(totals, (t1 - t0) / 1e9):
                 dur = int(secs * 1e9)
                 record_span_ns(pcause, pname, cursor, min(cursor + dur, t1))
                 cursor = min(cursor + dur, t1)
-                entry["phases_ms"][pname] = secs * 1e3
+                entry.phases_ms[pname] = secs * 1e3
 
     def __enter__(self) -> "TorchCompile":
         if self.reason:
@@ -391,15 +432,15 @@ class TorchCompile(CompileEvents, Instrument):
         """What the compiles of one pass compiled from scratch and loaded from cache."""
         total = CacheOutcome()
         for c in self.compiles:
-            if c.get("pass") == pass_name and "cache" in c:
-                total = total + CacheOutcome(**c["cache"])
+            if c.pass_ == pass_name and c.cache is not None:
+                total = total + CacheOutcome(**c.cache)
         return total
 
     def summary(self) -> dict[str, Any]:
         out = super().summary()
         if self.reason:
             return out
-        out["compiles"] = self.compiles
+        out["compiles"] = [c.to_dict() for c in self.compiles]
         out["cache"] = self.cache
         out["torch_reported_compile_ms"] = getattr(self, "torch_reported_ms", 0.0)
         inductor = {k: v for k, v in self.cache.items() if k.startswith("inductor.")}
@@ -411,7 +452,7 @@ class TorchCompile(CompileEvents, Instrument):
         out["graphs_from_cache"] = self.cache_outcome.loaded
         out["cache_outcome"] = self.cache_outcome.text()
         # per pass, as the trace's jit_compile entry says it (traces/build.py)
-        by_pass = {c.get("pass", "") for c in self.compiles if "cache" in c}
+        by_pass = {c.pass_ or "" for c in self.compiles if c.cache is not None}
         out["cache_by_pass"] = {name: text for name in sorted(by_pass) if (text := self.outcome_of_pass(name).text())}
         return out
 
@@ -425,5 +466,5 @@ def registered_callbacks() -> int:
     return len(callback_handler.start_callbacks) + len(callback_handler.end_callbacks)
 
 
-__all__ = ["CacheOutcome", "CompileEvents", "TorchCompile", "cache_outcome", "compilation_metrics_mark",
+__all__ = ["CacheOutcome", "CompileEvent", "CompileEvents", "TorchCompile", "cache_outcome", "compilation_metrics_mark",
            "compile_counters", "counters_since", "phases", "recompile_reasons", "registered_callbacks"]

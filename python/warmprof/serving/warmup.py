@@ -57,6 +57,7 @@ from ..causes import Name
 from ..errors import InputError, ModelError, NotWarmError, WarmprofError
 from ..instruments.torch_compile import (
     CacheOutcome,
+    CompileEvent,
     CompileEvents,
     cache_outcome,
     compile_counters,
@@ -179,7 +180,7 @@ class _Sources:
         t1 = _native.now_ns()
         f1, rss1, file1 = _host()
         reserved1 = self._reserved()
-        compiles: list[dict[str, Any]] = []
+        compiles: list[CompileEvent] = []
         if events is not None:
             events.collect_reasons()
             compiles = events.compiles[i0:]
@@ -193,22 +194,19 @@ class _Sources:
         return row
 
 
-def call_facts(ns: int, compiles: list[dict[str, Any]], outcome: CacheOutcome, faults: int, anon: int, files: int,
+def call_facts(ns: int, compiles: list[CompileEvent], outcome: CacheOutcome, faults: int, anon: int, files: int,
                reserved: int | None) -> CallFacts:
-    """One call's deltas as attribution reads them: each stretch dynamo bracketed (CompileEvents' entries,
+    """One call's deltas as attribution reads them: each stretch dynamo bracketed (CompileEvents' events,
     their own faults and memory), the process's faults and resident growth, the CUDA reserve's growth."""
-    bracketed = tuple(Bracketed(str(c.get("trigger", "")), float(c.get("span_ms", 0.0)) * 1e6,
-                                compile_id=str(c.get("compile_id", "")),
-                                recompile_reason=str(c.get("recompile_reason") or ""),
-                                faults=int(c.get("faults", 0)),
-                                anon_bytes=int(c.get("rss_bytes", 0)) - int(c.get("file_bytes", 0)),
-                                file_bytes=int(c.get("file_bytes", 0)))
+    bracketed = tuple(Bracketed(c.source, c.span_ms * 1e6, compile_id=c.compile_id,
+                                recompile_reason=c.recompile_reason or "", faults=c.faults,
+                                anon_bytes=c.rss_bytes - c.file_bytes, file_bytes=c.file_bytes)
                       for c in compiles)
     return CallFacts(ns=ns, bracketed=bracketed, faults=faults, anon_bytes=anon, file_bytes=files,
                      cuda_reserved_bytes=reserved, compiled_graphs=outcome.graphs)
 
 
-def _book(row: WarmRow, ns: int, compiles: list[dict[str, Any]], outcome: CacheOutcome, faults: int,
+def _book(row: WarmRow, ns: int, compiles: list[CompileEvent], outcome: CacheOutcome, faults: int,
           anon: int, files: int, reserved: int | None) -> None:
     """One call's deltas, booked in `row` by attribution's rules for one call (attribution/calls.py;
     a fresh row per call, added to the shape's by _merge; pure but for the one-time fault calibration)."""
