@@ -534,6 +534,9 @@ def test_a_cuda_graph_recording_bracketed_by_dynamos_callbacks_is_graph_capture_
     w("record")  # the key's second call: kept because something fired during it
     w.close()
     (e,) = [e for e in w.events() if not e["first"]]
-    assert [c["cause"] for c in e["causes"]] == ["graph_capture"]
-    (g,) = e["causes"]
+    # a busy machine may preempt the call outside the recording: that is cpu_contention, the machine's
+    own = [c for c in e["causes"] if c["cause"] != "cpu_contention"]
+    assert [c["cause"] for c in own] == ["graph_capture"]
+    (g,) = own
     assert g["evidence"] == "measured" and g["source"] == "cudagraphs:record" and g["ms"] >= 10
+    assert sum(c["ms"] for c in e["causes"]) <= e["ms"] + 1e-9
