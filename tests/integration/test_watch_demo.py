@@ -4,7 +4,9 @@ second length on, dynamo's recompile reason. One stall planted inside one call a
 flagged as an outlier; every other call flagged at a seen length really was slow, by the test's own
 clock around each call (not watch's), and no call that really was slow at a key with a median went
 unflagged, by the test's clock inside the watched function (a wait before or after it, in the
-caller, is outside what watch times: seen here once under a CPU hog, a 4 ms preemption there). On a quiet machine the stall is the only such event; on a busy one, a call that waited
+caller, is outside what watch times: seen here once under a CPU hog, a 4 ms preemption there); each
+flagged call's time lies between the test's clock inside the watched function and its clock around the
+call. On a quiet machine the stall is the only such event; on a busy one, a call that waited
 (inductor's compile workers, other work) is slow too, and the test's own clock says so."""
 
 import gc
@@ -74,8 +76,10 @@ def test_a_replayed_stream_flags_each_new_length_with_its_compile_and_the_plante
 
     flagged = {index_of(e): e for e in events if e["outlier"]}
     assert stall_at in flagged and flagged[stall_at]["ms"] >= 500
-    for i, e in flagged.items():  # each took as long by the test's clock, and really was slow there
-        assert abs(wall[i] - e["ms"]) <= 0.1 * e["ms"] + 0.5, (i, wall[i], e["ms"])
+    for i, e in flagged.items():  # each took as long by the test's clocks, and really was slow there
+        # watch's window lies between the two clocks: inside it the watched function, around it the
+        # event's own slow path, which a busy machine may preempt (seen: 4.6 ms under a CPU hog)
+        assert inner[i] - 0.05 <= e["ms"] <= wall[i] + 0.05, (i, inner[i], e["ms"], wall[i])
         med = median_before(i, wall)
         assert med is None or wall[i] > 2 * med, (i, wall[i], med)
     for i in range(200):  # and no call that clearly was slow inside watch's window went unflagged

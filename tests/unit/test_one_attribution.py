@@ -140,3 +140,17 @@ def test_no_file_outside_the_cause_table_spells_out_five_cause_names():
     crowded = {str(p.relative_to(PACKAGE)): sorted(found) for p in PACKAGE.rglob("*.py")
                if p.name != "causes.py" and len(found := _spelled_causes(p)) >= 5}
     assert not crowded, f"use causes.Name instead of spelling these out: {crowded}"
+
+
+def test_the_unit_costs_are_read_only_when_some_faults_are_to_be_priced():
+    """watch's first event must not pay a fault calibration on the serving thread for nothing."""
+    asked = []
+
+    def costs():
+        asked.append(1)
+        return _cal()
+
+    attribute_call(CallFacts(ns=10 * MS, faults=3, cpu_ns=MS, involuntary_switches=2), costs)
+    assert not asked
+    attribute_call(CallFacts(ns=10 * MS, faults=10_000), costs)
+    assert asked == [1]

@@ -21,14 +21,16 @@ goes through engine.attribute_pass; both share compiles.py's table and faults.py
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Callable, Mapping, Union
 
 from ..causes import Name
 from .compiles import cause_of
 from .faults import is_growth, split_faults
+from .. import _native
 from .parts import Calibration
 
 CLOCK_LOW = 0.9  # a device clock below this share of its maximum has not ramped up
+Costs = Union[Calibration, Callable[[], Calibration]]
 SOURCES = {  # rule -> the source name a part carries
     "compiles": "dynamo", "counters": "dynamo_counters", "faults": "page_faults", "files": "file_pages", "cuda_reserved": "cuda_caching_allocator",
     "cupti": "cupti", "off_cpu": "off_cpu", "idle_clock": "idle_clock", "idle_gap": "idle_gap",
@@ -138,21 +140,27 @@ def outside_bracketed(facts: CallFacts) -> tuple[int, int | None, int | None] | 
     return faults, anon, files
 
 
-def _memory_parts(facts: CallFacts, cal: Calibration) -> list[CallPart]:
+def _memory_parts(facts: CallFacts, costs: Costs) -> list[CallPart]:
     out = []
     outside = outside_bracketed(facts)
     if outside is not None:
         faults, anon, files = outside
-        if is_growth(faults, anon, cal.page_bytes):
+        page = _page_bytes()
+        if is_growth(faults, anon, page):
+            cal = costs() if callable(costs) else costs  # measured only when a call has faults to price
             split = split_faults(faults, max(0, anon or 0), max(0, files or 0), cal)
             out.append(CallPart(Name.ALLOCATOR_GROWTH, SOURCES["faults"], "estimated", split.anon_ns, faults,
                                 {"faults": faults, "anon_faults": split.anon_faults, "anon_bytes": anon or 0}))
-        if files is not None and is_growth(faults, files, cal.page_bytes):
+        if files is not None and is_growth(faults, files, page):
             out.append(CallPart(Name.RUNTIME_INIT, SOURCES["files"], "estimated", None, faults, {"file_bytes": files}))
     if facts.cuda_reserved_bytes:
         out.append(CallPart(Name.ALLOCATOR_GROWTH, SOURCES["cuda_reserved"], "measured", None, 0,
                             {"bytes": facts.cuda_reserved_bytes}))
     return out
+
+
+def _page_bytes() -> int:
+    return int(_native.page_size())
 
 
 def _fit(part: CallPart, room: float) -> CallPart:
@@ -173,8 +181,10 @@ def _idle_part(facts: CallFacts, left: float) -> CallPart | None:
     return CallPart(Name.CLOCK_RAMP, SOURCES["idle_gap"], "inferred", left, 1)
 
 
-def attribute_call(facts: CallFacts, cal: Calibration) -> CallAttribution:
-    """The parts of one call, in the order the rules find them (see the module docstring)."""
+def attribute_call(facts: CallFacts, costs: Costs) -> CallAttribution:
+    """The parts of one call, in the order the rules find them (see the module docstring). `costs`: the
+    unit costs its faults are priced with, or a callable giving them, called only when some faults
+    pass the noise floor (watch's first event would otherwise pay a calibration on the serving thread)."""
     parts = _bracketed_parts(facts)
     compile_ns = sum(p.ns or 0.0 for p in parts)
     captured = any(p.cause == Name.GRAPH_CAPTURE for p in parts)
@@ -184,7 +194,7 @@ def attribute_call(facts: CallFacts, cal: Calibration) -> CallAttribution:
     room = max(0.0, facts.ns - measured)
     if facts.excess_ns is not None:
         room = min(room, max(0.0, facts.excess_ns - measured))
-    for p in _memory_parts(facts, cal):
+    for p in _memory_parts(facts, costs):
         p = _fit(p, room)
         room -= p.ns or 0.0
         parts.append(p)

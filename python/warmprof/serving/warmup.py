@@ -211,7 +211,7 @@ def _book(row: WarmRow, ns: int, compiles: list[CompileEvent], outcome: CacheOut
     """One call's deltas, booked in `row` by attribution's rules for one call (attribution/calls.py;
     a fresh row per call, added to the shape's by _merge; pure but for the one-time fault calibration)."""
     facts = call_facts(ns, compiles, outcome, faults, anon, files, reserved)
-    got = attribute_call(facts, calibrate.call_costs())
+    got = attribute_call(facts, calibrate.call_costs)
     row.calls += 1
     row.ms += ns / 1e6
     out_faults, out_anon, out_files = outside_bracketed(facts) or (faults, anon, files)

@@ -109,7 +109,7 @@ def build(call: Any, *, index: int, key: str, start_ns: int, idle_ns: int, dynam
           reserved: tuple[Any, Any], side: list[tuple] | None = None) -> dict[str, Any]:
     """The event for one kept call (a WatchCall: csrc/watch_type.cpp)."""
     f = facts(call, idle_ns=idle_ns, side=side)
-    got = attribute_call(f, costs.get())
+    got = attribute_call(f, costs.get)
     cuda_calls = cupti_rows_by_name(call.cupti) if call.cupti else None
     dur, median_ns, gap = int(call.dur_ns), float(call.median_ns), int(call.gap_ns)
     excess = f.excess_ns / 1e6 if f.excess_ns is not None else None
