@@ -549,11 +549,12 @@ int warmprof_add_watch(PyObject* module) {
   WatchCoreType.tp_clear = clear;
   WatchCoreType.tp_methods = methods;
   WatchCoreType.tp_dictoffset = offsetof(WatchCore, dict);
+  // the hot path keeps the reference NewType gave; the module takes one of its own (AddObjectRef)
   WatchCallType = PyStructSequence_NewType(&kCallDesc);
-  if (WatchCallType == nullptr || PyModule_AddObject(module, "WatchCall", reinterpret_cast<PyObject*>(WatchCallType)) < 0) {
+  if (WatchCallType == nullptr ||
+      PyModule_AddObjectRef(module, "WatchCall", reinterpret_cast<PyObject*>(WatchCallType)) < 0) {
     return -1;
   }
-  Py_INCREF(WatchCallType);  // the module holds one reference, the hot path another
   if (PyType_Ready(&WatchCoreType) < 0) return -1;
   Py_INCREF(&WatchCoreType);
   if (PyModule_AddObject(module, "WatchCore", reinterpret_cast<PyObject*>(&WatchCoreType)) < 0) {

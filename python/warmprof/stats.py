@@ -62,13 +62,26 @@ def percentile(samples: Iterable[float], q: float) -> float:
     return _percentile_sorted(s, q)
 
 
+def quantile(samples: Iterable[float], fraction: float) -> float:
+    """The quantile at `fraction` (0..1), as np.quantile computes it; ValueError for no samples."""
+    s = sorted(samples)
+    if not s:
+        raise ValueError("quantile of no samples")
+    if not 0 <= fraction <= 1:
+        raise ValueError(f"quantile {fraction} outside 0..1")
+    return _at(s, (len(s) - 1) * fraction)
+
+
 def _median_sorted(s: list[float]) -> float:
     mid = len(s) // 2
     return s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
 
 
 def _percentile_sorted(s: list[float], q: float) -> float:
-    pos = (len(s) - 1) * (q / 100)
+    return _at(s, (len(s) - 1) * (q / 100))
+
+
+def _at(s: list[float], pos: float) -> float:
     lo = int(pos)
     hi = min(lo + 1, len(s) - 1)
     a, b, t = s[lo], s[hi], pos - lo
@@ -76,4 +89,4 @@ def _percentile_sorted(s: list[float], q: float) -> float:
     return b - (b - a) * (1 - t) if t >= 0.5 else a + (b - a) * t
 
 
-__all__ = ["FEW_SAMPLES", "MAD_SIGMA", "MAD_WIDTHS", "Summary", "median", "percentile", "summarize"]
+__all__ = ["FEW_SAMPLES", "MAD_SIGMA", "MAD_WIDTHS", "Summary", "median", "percentile", "quantile", "summarize"]

@@ -5,7 +5,8 @@ that today's code builds the same result from it. This script made those files, 
 before the attribution engine was shared (commit 4a2fb60): re-running it on later code records that
 code's output, which is no longer a check of "no behaviour change".
 
-    python tests/golden/capture.py tests/fixtures/golden
+    python tests/golden/capture.py tests/fixtures/golden            # the files below
+    python tests/golden/capture.py tests/fixtures/golden --extra    # warmup_extra.json (see SYNTHETIC_WARM_EXTRA)
 
 - trace_eager / trace_compiled: warmprof.trace of the demo LM (small, 1x32), eager and under
   torch.compile, with attribute_pass's and build_report's inputs recorded (the timeline's arrays in an
@@ -259,9 +260,37 @@ SYNTHETIC_WATCH = [
 ]
 
 
+# More synthetic warm-up calls (added after review, recorded with the same old code): file-backed growth
+# that is not a whole number of fault-around blocks; a reserve that grew beside file pages; a reserve
+# that shrank (an intended change: no longer growth).
+SYNTHETIC_WARM_EXTRA = [
+    (5_000_000, [], 1000, MIB, 100_000, None), (5_000_000, [], 700, 3 * MIB, 5 * MIB + 12_345, None),
+    (5_000_000, [], 100, 0, 3 * MIB, 2 * MIB), (5_000_000, [], 0, 0, 0, -2 * MIB),
+]
+
+
+def capture_warmup_extra(out: Path) -> None:
+    """`--extra`: SYNTHETIC_WARM_EXTRA through the booking rule, into warmup_extra.json."""
+    import warmprof
+    from warmprof import warm
+
+    warm._fault_ns = 1000.0
+    booked = []
+    for ns, compiles, faults, anon, files, reserved in SYNTHETIC_WARM_EXTRA:
+        row = warm.WarmRow(shape=(1, 8), ms=0.0)
+        warm._book(row, ns, compiles, warm.CacheOutcome(), faults, anon, files, reserved)
+        booked.append({"shape": [1, 8], "ns": ns, "compiles": compiles, "outcome": _plain(warm.CacheOutcome()),
+                       "faults": faults, "anon": anon, "files": files, "reserved": reserved, "row": _plain(row.to_dict())})
+    doc = {"fault_ns": 1000.0, "page_size": warmprof._native.page_size(), "calls": booked}
+    (out / "warmup_extra.json").write_text(json.dumps(doc, indent=1))
+
+
 def main() -> None:
     out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
+    if "--extra" in sys.argv[2:]:
+        capture_warmup_extra(out)
+        return
     capture_trace(out, "trace_eager", None)
     capture_trace(out, "trace_compiled", True)
     capture_warmup(out)

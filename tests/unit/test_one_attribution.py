@@ -154,3 +154,33 @@ def test_the_unit_costs_are_read_only_when_some_faults_are_to_be_priced():
     assert not asked
     attribute_call(CallFacts(ns=10 * MS, faults=10_000), costs)
     assert asked == [1]
+
+
+def test_a_stretch_that_ended_outside_the_watched_call_is_not_the_calls():
+    """A compile on this thread while no watched call ran stays in the tap's queue; the next event keeps
+    only what ended inside its own call, so its compile's faults are still known."""
+    from warmprof.serving.watch import events
+
+    start = 10**9
+    call = watch_call(1, None, (), None, True, False, start, CALL_NS, 0, None, CALL_NS, INSIDE_FAULTS + OUTSIDE_FAULTS,
+                      0, 0, 1, int(COMPILE_NS), 0, 0.0)
+    side = [("torch.compile:compile", 5 * MS, 9000, start - MS),  # before the call: not its own
+            ("torch.compile:compile", int(COMPILE_NS), INSIDE_FAULTS, start + 20 * MS)]
+    event = events.build(call, index=0, key="k", start_ns=0, idle_ns=10**9, dynamo=None, costs=call_costs(FAULT_NS),
+                         reserved=(None, None), side=side)
+    got = {(c["cause"], c["evidence"], round(c["ms"], 9)) for c in event["causes"]}
+    assert got == {(Name.JIT_COMPILE, "measured", 12.5), (Name.ALLOCATOR_GROWTH, "estimated", OUTSIDE_FAULTS * FAULT_NS / 1e6)}
+
+
+def test_the_cuda_reserve_grown_with_no_faults_to_price_is_its_own_cause_in_watch():
+    from warmprof.serving.watch import events
+
+    call = watch_call(1, None, (), None, False, True, 10**9, 5 * MS, 0, None, 5 * MS, 3, 0, 0, 0, 0, 9, float(MS))
+    event = events.build(call, index=0, key="k", start_ns=0, idle_ns=10**9, dynamo=None, costs=call_costs(FAULT_NS),
+                         reserved=((1 << 20, 1), (5 << 20, 3)))
+    (c,) = event["causes"]
+    assert (c["cause"], c["source"], c["evidence"], c["ms"]) == (Name.ALLOCATOR_GROWTH, "cuda_caching_allocator",
+                                                                 "measured", 0.0)
+    assert "grew 4.0 MiB in 2 new segments" in c["detail"]
+    shrunk = attribute_call(CallFacts(ns=5 * MS, cuda_reserved_bytes=-(2 << 20)), _cal())
+    assert not shrunk.parts  # a reserve that shrank is no growth

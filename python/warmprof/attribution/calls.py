@@ -25,7 +25,7 @@ from typing import Callable, Mapping, Union
 
 from ..causes import Name
 from .compiles import cause_of
-from .faults import is_growth, split_faults
+from .faults import FAULT_AROUND_PAGES, is_growth, split_faults
 from .. import _native
 from .parts import Calibration
 
@@ -143,19 +143,20 @@ def outside_bracketed(facts: CallFacts) -> tuple[int, int | None, int | None] | 
 def _memory_parts(facts: CallFacts, costs: Costs) -> list[CallPart]:
     out = []
     outside = outside_bracketed(facts)
-    if outside is not None:
-        faults, anon, files = outside
-        page = _page_bytes()
-        if is_growth(faults, anon, page):
-            cal = costs() if callable(costs) else costs  # measured only when a call has faults to price
-            split = split_faults(faults, max(0, anon or 0), max(0, files or 0), cal)
-            out.append(CallPart(Name.ALLOCATOR_GROWTH, SOURCES["faults"], "estimated", split.anon_ns, faults,
-                                {"faults": faults, "anon_faults": split.anon_faults, "anon_bytes": anon or 0}))
-        if files is not None and is_growth(faults, files, page):
-            out.append(CallPart(Name.RUNTIME_INIT, SOURCES["files"], "estimated", None, faults, {"file_bytes": files}))
-    if facts.cuda_reserved_bytes:
+    faults, anon, files = outside if outside is not None else (0, None, None)
+    page = _page_bytes()
+    if outside is not None and is_growth(faults, anon, page):
+        cal = costs() if callable(costs) else costs  # measured only when a call has faults to price
+        # a call's file-backed faults are whole ones: one per fault-around block grown
+        whole_files = max(0, files or 0) // (page * FAULT_AROUND_PAGES) * (page * FAULT_AROUND_PAGES)
+        split = split_faults(faults, max(0, anon or 0), whole_files, cal)
+        out.append(CallPart(Name.ALLOCATOR_GROWTH, SOURCES["faults"], "estimated", split.anon_ns, faults,
+                            {"faults": faults, "anon_faults": split.anon_faults, "anon_bytes": anon or 0}))
+    if facts.cuda_reserved_bytes is not None and facts.cuda_reserved_bytes > 0:  # a shrinking reserve is no growth
         out.append(CallPart(Name.ALLOCATOR_GROWTH, SOURCES["cuda_reserved"], "measured", None, 0,
                             {"bytes": facts.cuda_reserved_bytes}))
+    if outside is not None and files is not None and is_growth(faults, files, page):
+        out.append(CallPart(Name.RUNTIME_INIT, SOURCES["files"], "estimated", None, faults, {"file_bytes": files}))
     return out
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .. import devices
+from ..causes import Name
 from ..report.op_probe import VERDICTS
 from ..stats import median
 from .verdict import (
@@ -161,8 +162,10 @@ def _shape_sentence(t: OpTiming) -> str:
 def _compile_sentence(cause: str, op: str, device_type: str, asked: bool) -> str:
     how = ("new shapes of the warm op pay above the allocation band too: keyed on shape" if asked
            else "the shape question could not be asked: named from the op family")
-    what = {"jit_compile": devices.of(device_type).library_build if family(op) else "a per-shape compile",
-            "algorithm_selection": "per-shape algorithm selection (cuBLAS/cuDNN heuristics or benchmarking)"}[cause]
+    if cause == Name.JIT_COMPILE:
+        what = devices.of(device_type).library_build if family(op) else "a per-shape compile"
+    else:
+        what = "per-shape algorithm selection (cuBLAS/cuDNN heuristics or benchmarking)"
     return f"{how}; {cause} = {what}, read from the keying, not observed (no compiler event was seen)"
 
 

@@ -26,7 +26,7 @@ from ..instruments.modules import ModuleHooks
 from ..instruments.python_imports import PythonImports
 from ..report import Report
 from ..report.trace import RunContext, inputs_label
-from ..stats import median, percentile
+from ..stats import median, quantile
 from ..system.platform import cuda_index, fingerprint, oversubscription
 from ..system.process_state import ProcessState
 from ..system.progress import progress_printer
@@ -527,7 +527,7 @@ def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, devic
         op_view_cold = ops_inst.cold_dispatch_cost({c[0] for c in ops_inst.calls.get("first", [])})
         cal = dataclasses.replace(cal, op_view_cold_ns=op_view_cold["ns"])
     say("attributing")
-    clean_low = (percentile(steady_net, 100.0 / (len(instrumented_ms) + 1))
+    clean_low = (quantile(steady_net, 1.0 / (len(instrumented_ms) + 1))
                  if steady_net and instrumented_ms else None)
     own_cost = (InstrumentCost(tuple(instrumented_ms), clean_net.median, clean_net.noise_band * 1e6, module_calls,
                                clean_low)

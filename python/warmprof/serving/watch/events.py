@@ -73,15 +73,20 @@ class CallCosts:
         return self._cal
 
 
-def facts(call: Any, *, idle_ns: int, side: list[tuple] | None = None) -> CallFacts:
+def facts(call: Any, *, idle_ns: int, side: list[tuple] | None = None,
+          cuda_reserved_bytes: int | None = None) -> CallFacts:
     """A WatchCall as attribution's CallFacts. `side`: the stretches dynamo's callbacks bracketed on the
-    thread since the last event, (source, ns[, faults]); a CUDA graph recording or autotuning run is
-    taken out of the compile time the hot path counted; the compiles' own faults are known only when
-    every compile the hot path counted is among them."""
+    thread since the last event, (source, ns[, faults[, end ns]]), of which those that ended inside this
+    call count; a CUDA graph recording or autotuning run is taken out of the compile time the hot path
+    counted; the compiles' own faults are known only when every compile the hot path counted is among
+    them. `cuda_reserved_bytes`: the CUDA caching allocator's growth since the previous event."""
     compiles, compile_ns = int(call.compiles), int(call.compile_ns)
     bracketed: list[Bracketed] = []
     seen_compiles: list[tuple] = []
+    t0, t1 = int(call.start_ns), int(call.start_ns) + int(call.dur_ns)
     for item in side or []:
+        if len(item) > 3 and not t0 <= int(item[3]) <= t1:
+            continue  # ended outside this call (a compile on this thread while no watched call ran)
         kind, ns = str(item[0]), int(item[1])
         if is_compile(kind):
             seen_compiles.append(item)
@@ -99,7 +104,7 @@ def facts(call: Any, *, idle_ns: int, side: list[tuple] | None = None) -> CallFa
     rows = cupti_rows_by_name(call.cupti) if call.cupti else {}
     cuda = {name: CudaCalls(row["calls"], row["ns"], row["bytes"]) for name, row in rows.items() if name in CUPTI_CAUSES}
     return CallFacts(ns=dur, bracketed=tuple(bracketed), faults=int(call.minflt) + int(call.majflt),
-                     cpu_ns=int(call.cpu_ns), involuntary_switches=int(call.nivcsw), cuda_calls=cuda,
+                     cuda_reserved_bytes=cuda_reserved_bytes, cpu_ns=int(call.cpu_ns), involuntary_switches=int(call.nivcsw), cuda_calls=cuda,
                      excess_ns=float(dur - median) if call.outlier and median > 0 else None,
                      after_idle_s=gap / 1e9 if gap >= idle_ns and gap > 0 and call.outlier else None,
                      clock_mhz=_clock(call.clock))
@@ -108,14 +113,19 @@ def facts(call: Any, *, idle_ns: int, side: list[tuple] | None = None) -> CallFa
 def build(call: Any, *, index: int, key: str, start_ns: int, idle_ns: int, dynamo: Any, costs: CallCosts,
           reserved: tuple[Any, Any], side: list[tuple] | None = None) -> dict[str, Any]:
     """The event for one kept call (a WatchCall: csrc/watch_type.cpp)."""
-    f = facts(call, idle_ns=idle_ns, side=side)
+    before, after = reserved
+    grew = before is not None and after is not None and (after[0] > before[0] or after[1] > before[1])
+    f = facts(call, idle_ns=idle_ns, side=side, cuda_reserved_bytes=max(1, after[0] - before[0]) if grew else None)
     got = attribute_call(f, costs.get)
+    parts = list(got.parts)
+    if any(p.source == SOURCES["faults"] for p in parts):  # the reserve's growth is said in the faults' detail
+        parts = [p for p in parts if p.source != SOURCES["cuda_reserved"]]
     cuda_calls = cupti_rows_by_name(call.cupti) if call.cupti else None
     dur, median_ns, gap = int(call.dur_ns), float(call.median_ns), int(call.gap_ns)
     excess = f.excess_ns / 1e6 if f.excess_ns is not None else None
     reasons: list[str] = []
     causes: list[dict[str, Any]] = []
-    for part in got.parts:
+    for part in parts:
         detail = _detail(part, f, gap, reserved, costs)
         if part.cause == Name.JIT_COMPILE and part.source == SOURCES["compiles"]:
             reasons = dynamo.recompile_reasons() if dynamo is not None else []
@@ -154,14 +164,16 @@ def _detail(part: CallPart, f: CallFacts, gap: int, reserved: tuple[Any, Any], c
     if part.cause in (Name.GRAPH_CAPTURE, Name.ALGORITHM_SELECTION):
         return ("bracketed by dynamo's callbacks during the call"
                 + (" (cudagraph trees record a shape's graph on its second call)" if part.cause == Name.GRAPH_CAPTURE else ""))
-    if part.source == SOURCES["faults"]:
+    if part.source in (SOURCES["faults"], SOURCES["cuda_reserved"]):
         grown = ""
         before, after = reserved
         if before is not None and after is not None and (after[0] > before[0] or after[1] > before[1]):
-            grown = (f"; the CUDA caching allocator grew {(after[0] - before[0]) / 2**20:.1f} MiB in "
+            grown = (f"the CUDA caching allocator grew {(after[0] - before[0]) / 2**20:.1f} MiB in "
                      f"{after[1] - before[1]} new segments (cudaMalloc calls) since the previous event")
+        if part.source == SOURCES["cuda_reserved"]:
+            return grown + " (no page faults to price: measured growth, no time figure)"
         return (f"{part.count} page faults on the calling thread x {costs.get().fault_cost_ns:.0f} ns, the first-touch "
-                f"cost of a page measured here{grown}")
+                f"cost of a page measured here{'; ' + grown if grown else ''}")
     if part.source == SOURCES["off_cpu"]:
         return (f"the call's wall time less its thread's CPU time, with {part.count} involuntary context "
                 "switches: ready to run, no CPU (the machine's load; no warm-up removes it)")

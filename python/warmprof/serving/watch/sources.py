@@ -32,8 +32,10 @@ _users = 0
 # the end callback when it goes back to 0, on whichever thread that is: one start time, not per thread
 _started: list[tuple[int, str, int]] = []
 # What dynamo's callbacks bracketed (compiles, CUDA graph recordings, Triton autotuning),
-# per thread, taken by the next event on that thread: (source, ns, page faults inside it).
+# per thread, taken by the next event on that thread: (source, ns, page faults inside it, end on
+# warmprof's clock: an event keeps only the stretches that ended inside its call).
 _side: dict[int, collections.deque] = {}
+SIDE_KEPT = 256  # per thread, the latest
 
 
 def _on_start(*args: Any) -> None:
@@ -54,13 +56,13 @@ def _on_end(*_args: Any) -> None:
     # makes the call an event, and each stretch is kept with the process's page faults inside it, so
     # an event books only the faults outside its compiles (attribution/calls.py)
     _native.watch_note_compile(ns)
-    _side.setdefault(threading.get_ident(), collections.deque(maxlen=64)).append(
-        (kind, ns, max(0, _process_faults() - faults0)))
+    _side.setdefault(threading.get_ident(), collections.deque(maxlen=SIDE_KEPT)).append(
+        (kind, ns, max(0, _process_faults() - faults0), _native.now_ns()))
 
 
-def take_side_work() -> list[tuple[str, int, int]]:
+def take_side_work() -> list[tuple[str, int, int, int]]:
     """The stretches dynamo's callbacks bracketed on this thread since the last take (compiles, CUDA
-    graph recordings, Triton autotuning): (source, ns, page faults of the process inside it)."""
+    graph recordings, Triton autotuning): (source, ns, page faults of the process inside it, end ns)."""
     got = _side.pop(threading.get_ident(), None)
     return list(got) if got else []
 
