@@ -14,7 +14,8 @@ goes through engine.attribute_pass; both share compiles.py's table and faults.py
 - The estimates fit in the call's time outside its measured parts and, for an outlier, in its excess
   over the key's median less those, allocator growth first (`capped` says when one was cut).
 - clock_ramp (inferred): an outlier after an idle gap with the device clock below CLOCK_LOW of its
-  maximum, or with no clock reading: what the excess leaves after the causes above.
+  maximum: what the excess leaves after the causes above. With no clock reading, nothing: an idle gap
+  alone is not a clock.
 - residual: the excess (or, with no baseline, the call's time) less every part.
 """
 
@@ -33,7 +34,7 @@ CLOCK_LOW = 0.9  # a device clock below this share of its maximum has not ramped
 Costs = Union[Calibration, Callable[[], Calibration]]
 SOURCES = {  # rule -> the source name a part carries
     "compiles": "dynamo", "counters": "dynamo_counters", "faults": "page_faults", "files": "file_pages", "cuda_reserved": "cuda_caching_allocator",
-    "cupti": "cupti", "off_cpu": "off_cpu", "idle_clock": "idle_clock", "idle_gap": "idle_gap",
+    "cupti": "cupti", "off_cpu": "off_cpu", "idle_clock": "idle_clock",
 }
 
 
@@ -172,14 +173,15 @@ def _fit(part: CallPart, room: float) -> CallPart:
 
 
 def _idle_part(facts: CallFacts, left: float) -> CallPart | None:
-    if facts.after_idle_s is None or facts.excess_ns is None or left <= 0:
+    """clock_ramp only from a clock reading that was low: an idle gap alone is not a clock (a sleep, a
+    lock or a remote call after a quiet spell reads alike), so without a reading the excess stays
+    unattributed."""
+    if facts.after_idle_s is None or facts.excess_ns is None or left <= 0 or facts.clock_mhz is None:
         return None
-    if facts.clock_mhz is not None:
-        mhz, top = facts.clock_mhz
-        if top > 0 and mhz < CLOCK_LOW * top:
-            return CallPart(Name.CLOCK_RAMP, SOURCES["idle_clock"], "inferred", left, 1)
-        return None
-    return CallPart(Name.CLOCK_RAMP, SOURCES["idle_gap"], "inferred", left, 1)
+    mhz, top = facts.clock_mhz
+    if top > 0 and mhz < CLOCK_LOW * top:
+        return CallPart(Name.CLOCK_RAMP, SOURCES["idle_clock"], "inferred", left, 1)
+    return None
 
 
 def attribute_call(facts: CallFacts, costs: Costs) -> CallAttribution:

@@ -68,6 +68,7 @@ class Watcher(_native.WatchCore):
         self._otel = export.otel_available() if otel is None else bool(otel) and export.otel_available()
         self._cause_counts: dict[tuple[str, str], tuple[int, float]] = {}  # (key, cause) -> (events, ms), all events
         self._outlier_counts: dict[str, int] = {}
+        self._unattributed_ms: dict[str, float] = {}  # key -> the outliers' excess their causes left, summed
         self._started_ns = _native.now_ns()
         self._started_wall = time.time()
         self._costs = _events.CallCosts()
@@ -107,6 +108,8 @@ class Watcher(_native.WatchCore):
                 self._cause_counts[(name, c["cause"])] = (n + 1, ms + c["ms"])
             if event["outlier"]:
                 self._outlier_counts[name] = self._outlier_counts.get(name, 0) + 1
+            if event["unattributed_ms"] is not None and event["unattributed_ms"] > 0:
+                self._unattributed_ms[name] = self._unattributed_ms.get(name, 0.0) + event["unattributed_ms"]
         if self._otel:
             export.otel_event(event)
         if self._user_on_event is not None:
@@ -129,10 +132,10 @@ class Watcher(_native.WatchCore):
         mids = _native.watch_sketch_midpoints()
         keys = []
         for key, order, calls, first_ns, max_ns, total_ns, kept, buckets in sorted(raw["keys"], key=lambda r: r[1]):
+            # a sketch bucket's midpoint can lie above the largest call in it: no quantile above the max
+            q = {f"p{int(f * 100)}_ms": min(_quantile(buckets, mids, f), max_ns) / 1e6 for f in (0.5, 0.9, 0.99)}
             keys.append({"key": self._names.get(key, f"#{key & 0xffffffff:08x}"), "calls": calls,
-                         "first_ms": first_ns / 1e6, "p50_ms": _quantile(buckets, mids, 0.5) / 1e6,
-                         "p90_ms": _quantile(buckets, mids, 0.9) / 1e6, "p99_ms": _quantile(buckets, mids, 0.99) / 1e6,
-                         "max_ms": max_ns / 1e6, "mean_ms": total_ns / calls / 1e6 if calls else 0.0, "events": kept})
+                         "first_ms": first_ns / 1e6, **q, "max_ms": max_ns / 1e6, "mean_ms": total_ns / calls / 1e6 if calls else 0.0, "events": kept})
         with self._lock:
             dropped = self._kept - len(self._events)
         return {"calls": raw["calls"], "errors": raw["errors"], "overflow_calls": raw["overflow_calls"],

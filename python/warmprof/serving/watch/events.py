@@ -180,9 +180,6 @@ def _detail(part: CallPart, f: CallFacts, gap: int, reserved: tuple[Any, Any], c
     if part.source == SOURCES["idle_clock"] and f.clock_mhz is not None:
         mhz, top = f.clock_mhz
         return f"the device clock was {mhz:.0f} of {top:.0f} MHz at the call's start, after {gap / 1e9:.1f} s idle"
-    if part.source == SOURCES["idle_gap"]:
-        return (f"after {gap / 1e9:.1f} s idle, with no clock reading (no clock source): clocks "
-                "and power states drop while idle, and caches go cold")
     return ""
 
 

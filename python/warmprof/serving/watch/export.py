@@ -2,8 +2,9 @@
 Neither package is a dependency: each path is taken only when its package is installed.
 
 Prometheus: a collector read at scrape time (no cost per call), registered with
-`prometheus_metrics(watcher)`: calls, events and outliers by key, events by cause, and a latency
-histogram per key built from the watcher's sketch (boundaries one per octave, 64 ns to 275 s).
+`prometheus_metrics(watcher)`: calls, events and outliers by key, events and seconds by cause, the
+outliers' unattributed seconds and the first call's latency by key, and a latency histogram per key
+built from the watcher's sketch (boundaries one per octave, 64 ns to 275 s).
 
 OpenTelemetry: while a span is recording on the calling thread (the request's own), each event is
 added to it as a span event `warmprof.event`, with its key, duration, why it was kept and its causes,
@@ -59,7 +60,7 @@ class WatchCollector:
         return []  # unchecked collector: the families are built at collect time
 
     def collect(self) -> Any:
-        from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
         w, p = self.watcher, self.prefix
         stats = w.stats()
@@ -73,13 +74,17 @@ class WatchCollector:
                                        labels=["model", "key", "cause"])
         cause_s = CounterMetricFamily(f"{p}_cause_seconds", "Time the events' causes took, by key",
                                       labels=["model", "key", "cause"])
+        unattributed = CounterMetricFamily(f"{p}_unattributed_seconds", "The outliers' excess over their key's median "
+                                           "that no cause explains, by key", labels=["model", "key"])
+        first = GaugeMetricFamily(f"{p}_first_call_seconds", "The first call's latency at each key (its one-time "
+                                  "costs included)", labels=["model", "key"])
         hist = HistogramMetricFamily(f"{p}_latency_seconds", "Call latency by key (from a sketch: within 12%)",
                                      labels=["model", "key"])
         rows = sorted((w._core_stats() or {"keys": []})["keys"], key=lambda r: -r[2])
         names = dict(w._names)
         other_calls, other_events, other_ns = stats["overflow_calls"], 0, 0
         other_buckets = [0] * len(rows[0][7]) if rows else []
-        for rank, (key, _, n, _, _, total_ns, events, buckets) in enumerate(rows):
+        for rank, (key, _, n, first_ns, _, total_ns, events, buckets) in enumerate(rows):
             if rank >= self.top_keys:  # series per key for the most called keys only: the rest in one
                 other_calls += n
                 other_events += events
@@ -89,6 +94,7 @@ class WatchCollector:
             name = names.get(key, f"#{key & 0xffffffff:08x}")
             calls.add_metric([model, name], n)
             kept.add_metric([model, name], events)
+            first.add_metric([model, name], first_ns / 1e9)
             hist.add_metric([model, name], _cumulative(buckets), total_ns / 1e9)
         if other_calls:
             calls.add_metric([model, OTHER], other_calls)
@@ -98,12 +104,15 @@ class WatchCollector:
         with w._lock:
             counts = dict(w._cause_counts)
             out_counts = dict(w._outlier_counts)
+            residual = dict(w._unattributed_ms)
         for (name, cause), (n, ms) in counts.items():
             by_cause.add_metric([model, name, cause], n)
             cause_s.add_metric([model, name, cause], ms / 1e3)
         for name, n in out_counts.items():
             outliers.add_metric([model, name], n)
-        yield from (calls, kept, outliers, by_cause, cause_s, hist)
+        for name, ms in residual.items():
+            unattributed.add_metric([model, name], ms / 1e3)
+        yield from (calls, kept, outliers, by_cause, cause_s, unattributed, first, hist)
 
 
 def prometheus_metrics(watcher: Any, registry: Any = None) -> WatchCollector:
