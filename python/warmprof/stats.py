@@ -54,19 +54,16 @@ def median(samples: Iterable[float]) -> float:
 
 def percentile(samples: Iterable[float], q: float) -> float:
     """The q-th percentile (0 <= q <= 100), linearly interpolated; ValueError for no samples."""
-    s = sorted(samples)
-    if not s:
-        raise ValueError("percentile of no samples")
     if not 0 <= q <= 100:
         raise ValueError(f"percentile {q} outside 0..100")
-    return _percentile_sorted(s, q)
+    return quantile(samples, q / 100, what="percentile")
 
 
-def quantile(samples: Iterable[float], fraction: float) -> float:
+def quantile(samples: Iterable[float], fraction: float, *, what: str = "quantile") -> float:
     """The quantile at `fraction` (0..1), as np.quantile computes it; ValueError for no samples."""
     s = sorted(samples)
     if not s:
-        raise ValueError("quantile of no samples")
+        raise ValueError(f"{what} of no samples")
     if not 0 <= fraction <= 1:
         raise ValueError(f"quantile {fraction} outside 0..1")
     return _at(s, (len(s) - 1) * fraction)
