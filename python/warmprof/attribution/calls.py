@@ -152,7 +152,8 @@ def _memory_parts(facts: CallFacts, costs: Costs) -> list[CallPart]:
         whole_files = max(0, files or 0) // (page * FAULT_AROUND_PAGES) * (page * FAULT_AROUND_PAGES)
         split = split_faults(faults, max(0, anon or 0), whole_files, cal)
         out.append(CallPart(Name.ALLOCATOR_GROWTH, SOURCES["faults"], "estimated", split.anon_ns, faults,
-                            {"faults": faults, "anon_faults": split.anon_faults, "anon_bytes": anon or 0}))
+                            {"faults": faults, "anon_faults": split.anon_faults, "anon_bytes": anon or 0,
+                             "fault_cost_ns": cal.fault_cost_ns}))
     if facts.cuda_reserved_bytes is not None and facts.cuda_reserved_bytes > 0:  # a shrinking reserve is no growth
         out.append(CallPart(Name.ALLOCATOR_GROWTH, SOURCES["cuda_reserved"], "measured", None, 0,
                             {"bytes": facts.cuda_reserved_bytes}))

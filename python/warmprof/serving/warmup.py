@@ -221,20 +221,21 @@ def _book(row: WarmRow, ns: int, compiles: list[CompileEvent], outcome: CacheOut
     if reserved is not None:
         row.cuda_reserved_bytes = (row.cuda_reserved_bytes or 0) + reserved
     jit = [b for b in facts.bracketed if is_compile(b.source)]
+    reasons = [b.recompile_reason for b in jit if b.recompile_reason]
+    if got.part(Name.JIT_COMPILE) is not None:
+        row.compiles += len(jit)
+        row.recompile_reasons.extend(reasons)
     for part in sorted(got.parts, key=lambda p: p.cause != Name.JIT_COMPILE):  # the compiles first
-        _add(row, part.cause, part.ms, _evidence(part, jit, outcome, row))
+        _add(row, part.cause, part.ms, _evidence(part, jit, reasons, outcome))
     if row.cache or outcome.counter or outcome.graphs:
         merged = (CacheOutcome(**row.cache) if row.cache else CacheOutcome()) + outcome
         row.cache = merged.to_dict()
 
 
-def _evidence(part: CallPart, jit: list[Bracketed], outcome: CacheOutcome, row: WarmRow) -> str:
+def _evidence(part: CallPart, jit: list[Bracketed], reasons: list[str], outcome: CacheOutcome) -> str:
     """What a warm-up row says of one part."""
     f = part.figures
     if part.cause == Name.JIT_COMPILE:
-        row.compiles += len(jit)
-        reasons = [b.recompile_reason for b in jit if b.recompile_reason]
-        row.recompile_reasons.extend(reasons)
         if jit:
             ids = ", ".join(b.compile_id for b in jit)
             text = f"{len(jit)} dynamo compile{'s' if len(jit) != 1 else ''} ({ids})"
@@ -247,7 +248,7 @@ def _evidence(part: CallPart, jit: list[Bracketed], outcome: CacheOutcome, row: 
         return text
     if part.source == SOURCES["faults"]:
         text = (f"{_mib(int(f['anon_bytes']))} anonymous resident memory outside compiles, {int(f['faults'])} page faults "
-                f"(estimated: {f['anon_faults']:.0f} anonymous faults x {calibrate.call_costs().fault_cost_ns:.0f} ns)")
+                f"(estimated: {f['anon_faults']:.0f} anonymous faults x {f['fault_cost_ns']:.0f} ns)")
         if "capped_from_ns" in f:
             text += f"; capped at the call's time outside its compiles (the faults priced {f['capped_from_ns'] / 1e6:.1f} ms)"
         return text

@@ -104,7 +104,8 @@ def facts(call: Any, *, idle_ns: int, side: list[tuple] | None = None,
     rows = cupti_rows_by_name(call.cupti) if call.cupti else {}
     cuda = {name: CudaCalls(row["calls"], row["ns"], row["bytes"]) for name, row in rows.items() if name in CUPTI_CAUSES}
     return CallFacts(ns=dur, bracketed=tuple(bracketed), faults=int(call.minflt) + int(call.majflt),
-                     cuda_reserved_bytes=cuda_reserved_bytes, cpu_ns=int(call.cpu_ns), involuntary_switches=int(call.nivcsw), cuda_calls=cuda,
+                     cuda_reserved_bytes=cuda_reserved_bytes, cpu_ns=int(call.cpu_ns),
+                     involuntary_switches=int(call.nivcsw), cuda_calls=cuda,
                      excess_ns=float(dur - median) if call.outlier and median > 0 else None,
                      after_idle_s=gap / 1e9 if gap >= idle_ns and gap > 0 and call.outlier else None,
                      clock_mhz=_clock(call.clock))
@@ -113,9 +114,8 @@ def facts(call: Any, *, idle_ns: int, side: list[tuple] | None = None,
 def build(call: Any, *, index: int, key: str, start_ns: int, idle_ns: int, dynamo: Any, costs: CallCosts,
           reserved: tuple[Any, Any], side: list[tuple] | None = None) -> dict[str, Any]:
     """The event for one kept call (a WatchCall: csrc/watch_type.cpp)."""
-    before, after = reserved
-    grew = before is not None and after is not None and (after[0] > before[0] or after[1] > before[1])
-    f = facts(call, idle_ns=idle_ns, side=side, cuda_reserved_bytes=max(1, after[0] - before[0]) if grew else None)
+    grown = _reserve_grown(reserved)
+    f = facts(call, idle_ns=idle_ns, side=side, cuda_reserved_bytes=max(1, grown[0]) if grown else None)
     got = attribute_call(f, costs.get)
     parts = list(got.parts)
     if any(p.source == SOURCES["faults"] for p in parts):  # the reserve's growth is said in the faults' detail
@@ -126,7 +126,7 @@ def build(call: Any, *, index: int, key: str, start_ns: int, idle_ns: int, dynam
     reasons: list[str] = []
     causes: list[dict[str, Any]] = []
     for part in parts:
-        detail = _detail(part, f, gap, reserved, costs)
+        detail = _detail(part, f, gap, grown)
         if part.cause == Name.JIT_COMPILE and part.source == SOURCES["compiles"]:
             reasons = dynamo.recompile_reasons() if dynamo is not None else []
             cache = dynamo.cache().text() if dynamo is not None else ""
@@ -149,7 +149,15 @@ def build(call: Any, *, index: int, key: str, start_ns: int, idle_ns: int, dynam
     }
 
 
-def _detail(part: CallPart, f: CallFacts, gap: int, reserved: tuple[Any, Any], costs: CallCosts) -> str:
+def _reserve_grown(reserved: tuple[Any, Any]) -> tuple[int, int] | None:
+    """(bytes, segments) the CUDA caching allocator grew since the previous event; None: it did not."""
+    before, after = reserved
+    if before is None or after is None or not (after[0] > before[0] or after[1] > before[1]):
+        return None
+    return after[0] - before[0], after[1] - before[1]
+
+
+def _detail(part: CallPart, f: CallFacts, gap: int, grown: tuple[int, int] | None) -> str:
     """What an event says of one part."""
     if part.source == SOURCES["compiles"]:
         return f"{part.count} compile(s) dynamo ran during the call"
@@ -165,15 +173,12 @@ def _detail(part: CallPart, f: CallFacts, gap: int, reserved: tuple[Any, Any], c
         return ("bracketed by dynamo's callbacks during the call"
                 + (" (cudagraph trees record a shape's graph on its second call)" if part.cause == Name.GRAPH_CAPTURE else ""))
     if part.source in (SOURCES["faults"], SOURCES["cuda_reserved"]):
-        grown = ""
-        before, after = reserved
-        if before is not None and after is not None and (after[0] > before[0] or after[1] > before[1]):
-            grown = (f"the CUDA caching allocator grew {(after[0] - before[0]) / 2**20:.1f} MiB in "
-                     f"{after[1] - before[1]} new segments (cudaMalloc calls) since the previous event")
+        said = (f"the CUDA caching allocator grew {grown[0] / 2**20:.1f} MiB in {grown[1]} new segments (cudaMalloc "
+                "calls) since the previous event") if grown else ""
         if part.source == SOURCES["cuda_reserved"]:
-            return grown + " (no page faults to price: measured growth, no time figure)"
-        return (f"{part.count} page faults on the calling thread x {costs.get().fault_cost_ns:.0f} ns, the first-touch "
-                f"cost of a page measured here{'; ' + grown if grown else ''}")
+            return said + " (no page faults to price: measured growth, no time figure)"
+        return (f"{part.count} page faults on the calling thread x {part.figures['fault_cost_ns']:.0f} ns, the "
+                f"first-touch cost of a page measured here{'; ' + said if said else ''}")
     if part.source == SOURCES["off_cpu"]:
         return (f"the call's wall time less its thread's CPU time, with {part.count} involuntary context "
                 "switches: ready to run, no CPU (the machine's load; no warm-up removes it)")
