@@ -23,6 +23,7 @@ import functools
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from .causes import Name
 from .errors import DeviceError
 from .stats import median
 
@@ -164,7 +165,7 @@ def _mps_title(fp: dict, board: str, mode: str) -> str:
     return str(fp.get("apple_chip") or "Apple GPU (MPS)") + cores
 
 
-_SELECTION = "algorithm_selection"  # cuBLAS/cuDNN (or MPS) choosing a kernel per shape
+_SELECTION = Name.ALGORITHM_SELECTION  # cuBLAS/cuDNN (or MPS) choosing a kernel per shape
 
 KINDS: dict[str, DeviceKind] = {k.name: k for k in (
     DeviceKind(
@@ -174,7 +175,7 @@ KINDS: dict[str, DeviceKind] = {k.name: k for k in (
         fresh_allocation_ms=_cpu_alloc,
         fresh_allocation_how="native mmap of fresh pages + first touch of every page (median of 5)",
         reserved_bytes=_none_reserved,
-        library_shape_cause="jit_compile", library_build="a per-shape kernel build (oneDNN primitive creation on cpu)",
+        library_shape_cause=Name.JIT_COMPILE, library_build="a per-shape kernel build (oneDNN primitive creation on cpu)",
         op_probe_instrument="warmprof.instruments.onednn:OneDNN", fold_op_probes=True, title=_cpu_title),
     DeviceKind(
         name="cuda", label="CUDA", spellings=("cuda", "cuda:N"), check=_cuda_check, sync=_cuda_sync,
