@@ -69,6 +69,18 @@ _ROWS: list[Cause] = [
           advice="The model's threads waited for a CPU: this is the machine's load, not a first-call cost, and no "
                  "warm-up removes it. Give the process CPUs of its own (taskset, a CPU quota or request), or fewer "
                  "threads than CPUs (torch.set_num_threads); trace again on a quieter machine for the first-call figures."),
+    # Off-CPU time the pass thread spent neither running nor waiting for a CPU (its wall time less its
+    # CPU time less its run-queue delay, at module boundaries): a sleep, a lock, a socket, a remote store.
+    Cause(None, "wait", "off-CPU wait", "#7f7f7f", "thread_state_sleeping", True,
+          advice="The model's thread waited off the CPU on its first call (a sleep, a lock, a network call, a remote "
+                 "store): do that wait once at start-up (open the connection, fetch the file, take the lock) before "
+                 "traffic."),
+    # Pages read from storage: major faults (mapped weights or library code read lazily) and block reads
+    # (a file read on a cold page cache), priced by the off-CPU time they took.
+    Cause(None, "disk_read", "disk read", "#aec7e8", "thread_state_iowait", True,
+          advice="Pages were read from disk on the first call (a cold page cache: weights or library code read "
+                 "lazily): read them at start-up (load the weights eagerly, a warm-up pass) or keep them in the page "
+                 "cache."),
     Cause(None, "unattributed", "unattributed", "#d9d9d9", "generic_work", False, blamed_on_model=False),
 ]
 
@@ -101,6 +113,8 @@ class Name:
     CLOCK_RAMP = "clock_ramp"
     PROFILER_OVERHEAD = "profiler_overhead"
     CPU_CONTENTION = "cpu_contention"
+    WAIT = "wait"
+    DISK_READ = "disk_read"
     UNATTRIBUTED = "unattributed"
 
 
