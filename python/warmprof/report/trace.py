@@ -200,7 +200,7 @@ _MODULE = S.Obj({"module": S.STR, "ms": S.NUM, "causes": S.MapOf(S.NUM)})
 _WHERE = S.Obj({"module": S.STR, "ms": S.NUM}, {"op": S.STR, "calls": S.NON_NEGATIVE_INT,
                                                       "index": S.NON_NEGATIVE_INT, "call": S.MapOf(S.ANY), "rerun_ms": S.NUM,
                                                       "first_of_op": S.BOOL, "new_signature": S.BOOL,
-                                                      "warm_process_ms": S.NUM, "warm_own_ms": S.NUM,
+                                                      "warm_process_ms": S.NUM, "warm_own_ms": S.NUM, "own_ms": S.NUM,
                                                       "inferred": S.Obj({"cause": S.STR, "ms": S.NUM})})
 # The shapes of the caller's inputs (trace(inputs=), --inputs): one per positional argument and per
 # keyword, null where the argument is not a tensor with a plain shape.
@@ -232,6 +232,7 @@ SCHEMA = S.Obj(
         "torch_compile": S.Nullable(_TORCH_COMPILE_FIGURES),
         "spans": S.ListOf(_SPAN), "counter_samples": S.ListOf(_COUNTER_SAMPLE), "advice": S.ListOf(S.STR),
         "notes": S.ListOf(S.STR), "warmprof_version": S.STR, "created": S.STR,
+        "clean": S.Nullable(S.MapOf(S.ANY)), "own_cost": S.MapOf(S.ANY), "verdict": S.STR,
     },
 )
 
@@ -310,6 +311,19 @@ class Report(ReportBase):
     counter_samples: list[CounterSample] = field(default_factory=list)
     advice: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # The model's first pass measured clean (traces/controls.py: a second fresh process, no instrument
+    # but the pass timer): first_pass_ms, steady_median_ms, excess_ms, steady_passes, noise_band_ms, ...;
+    # the headline fields above are these when present. None: no clean pass (traced in the caller's
+    # process, --no-control, or the control failed: the notes say which).
+    clean: dict[str, Any] | None = None
+    # warmprof's own cost, never a cause: "first_pass_ms" (the warm control's first pass over the
+    # steady median, measured), "steady_ms" (per instrumented steady pass, estimated),
+    # "instrumented_first_pass_ms", "instrumented_excess_ms", and "in_headline_ms" (what of it the
+    # headline excess already had taken out: 0 with a clean pass, the estimate without one).
+    own_cost: dict[str, Any] = field(default_factory=dict)
+    # controls.verdict(): "first_call_cost", "no_first_call_cost" (within the noise band) or
+    # "first_pass_faster"; "" in reports written before it.
+    verdict: str = ""
     warmprof_version: str = ""
     created: str = ""
     schema_version: int = SCHEMA_VERSION
@@ -395,6 +409,9 @@ class Report(ReportBase):
         shares = sum(c.share for c in self.causes if c.cause != "unattributed")
         if shares > 1.0 + 1e-6:
             raise ReportError(f"cause shares sum to {shares:.3f} > 1")
-        expected = self.first_pass_ms - self.steady_median_ms
+        own_in = self.own_cost.get("in_headline_ms", 0.0) if isinstance(self.own_cost, dict) else 0.0
+        own_in = own_in if isinstance(own_in, (int, float)) and not isinstance(own_in, bool) else 0.0
+        expected = self.first_pass_ms - self.steady_median_ms - own_in
         if abs(self.excess_ms - expected) > 1e-3 * max(1.0, abs(expected)):
-            raise ReportError(f"excess_ms {self.excess_ms} != first_pass_ms - steady_median_ms ({expected})")
+            raise ReportError(f"excess_ms {self.excess_ms} != first_pass_ms - steady_median_ms"
+                              f"{' - own_cost.in_headline_ms' if own_in else ''} ({expected})")

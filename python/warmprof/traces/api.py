@@ -41,6 +41,7 @@ from ..timeline import (
     name_id,
 )
 from . import calibrate as calibration
+from . import controls
 from .build import InstrumentSummary, TraceFacts, build_report, steady_fault_median
 from .compile_options import check_compile, compile_label, compile_model
 from .inputs import (
@@ -375,6 +376,7 @@ def trace(
                         label=label, run=run if run is not None else RunContext(), op_view=op_view or explain,
                         model_dtype=model_dt)
         report.notes.extend(before.changes_since())
+        controls.fold_controls(report)  # the headline and the model's causes, warmprof's own cost apart
         if model_dt is not None:
             report.notes.append(f"the model's floating parameters and buffers were cast to "
                                 f"{str(model_dt).removeprefix('torch.')} before the trace (model_dtype=, --model-dtype); "
@@ -496,7 +498,9 @@ def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, devic
         least_s = (passes[0] + 1) * clean.median / 1e3
         so_far_s = time.monotonic() - started
         instrumented_ms, module_calls, warm_baseline = [], {}, None
-        if least_s > max(SELF_COST_MAX_SHARE * so_far_s, SELF_COST_ALWAYS_S):
+        if controls.in_warm_control():  # the control process's warm control: the trace measures this
+            self_cost_skipped = "warm control: warmprof's own cost per steady pass is measured by the trace itself"
+        elif least_s > max(SELF_COST_MAX_SHARE * so_far_s, SELF_COST_ALWAYS_S):
             self_cost_skipped = (f"warmprof's own cost is the calibrated figures only: measuring it on this model "
                                  f"({passes[0] + 1} instrumented steady passes, about {least_s:.1f} s) would add more than "
                                  f"{SELF_COST_MAX_SHARE:.0%} to the trace's {so_far_s:.1f} s")
@@ -521,6 +525,10 @@ def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, devic
     say("calibrating (timer, page-fault cost, thread start, hook cost)")
     costs = calibration.measure(touched_bytes=calibration.largest_anonymous_growth(timeline))
     cal = costs.for_attribution()
+    ctl = controls.current()
+    if ctl is not None and ctl.clean is not None:
+        say("warm control (the second fresh process: the same instrumented passes on the model already warm)")
+        ctl.run_warm(costs.to_dict(), controls.PHASE_MARGIN_S + controls.PHASE_FACTOR * (time.monotonic() - started))
     op_view_cold: dict[str, Any] = {}
     ops_inst = next((i for i in instruments if i.name == "aten_ops" and i.available), None)
     if ops_inst is not None:

@@ -84,7 +84,7 @@ def traced_after_warm_up(target_argv: list[str], option_argv: list[str], shape: 
     with tempfile.TemporaryDirectory(prefix="warmprof-warm-") as tmp:
         out = os.path.join(tmp, "warm.json")
         argv = [sys.executable, "-m", "warmprof", "trace", *target_argv,
-                "--shape", shape, "--warm-shape", warm_shape, "--op-view", "--json", out, "--quiet", *option_argv]
+                "--shape", shape, "--warm-shape", warm_shape, "--op-view", "--json", out, "--quiet", "--no-control", *option_argv]
         proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         try:
             _, err = proc.communicate(timeout=timeout_s)
