@@ -70,8 +70,10 @@ def setup(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     # the control process of a fresh-process trace (traces/controls.py): its two pipe descriptors
     parser.add_argument("--control-fds", help=argparse.SUPPRESS)
-    # --explain's second process: the model runs once at this shape before the trace
-    parser.add_argument("--warm-shape", help=argparse.SUPPRESS)
+    parser.add_argument("--warm-shape", metavar="SHAPE",
+                        help="run the model once at SHAPE before the trace (in both fresh processes), as a server "
+                             "that warmed up: follow the advice and see what is left (the same shape as --shape: a "
+                             "warm-up at the served shape; another: what a process pays once whatever the shape)")
     parser.add_argument("--fresh-process", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--status-file", help=argparse.SUPPRESS)  # the parent's, for the child's phase
 
@@ -204,7 +206,7 @@ def _control_argv(args: argparse.Namespace) -> list[str]:
     """The control process's command line: the same model on the same inputs, nothing of the
     trace's own outputs (controls.ControlProcess adds its pipes)."""
     argv = ["trace"] + ([args.target] if args.target else ["--demo"])
-    for opt in ("shape", "inputs", "dtype", "model_dtype", "device", "threads"):
+    for opt in ("shape", "inputs", "dtype", "model_dtype", "device", "threads", "warm_shape"):
         v = getattr(args, opt)
         if v is not None:
             argv += [f"--{opt.replace('_', '-')}", str(os.path.abspath(v) if opt == "inputs" and os.path.exists(v) else v)]
@@ -236,7 +238,7 @@ def _serve_control(args: argparse.Namespace) -> int:
         shape = DEFAULT_SHAPE
     return controls.serve(args.control_fds, load, device=args.device, threads=args.threads, shape=shape,
                           inputs=args.inputs, dtype=args.dtype, model_dtype=args.model_dtype, compile=args.compile,
-                          op_view=args.op_view or args.explain)
+                          op_view=args.op_view or args.explain, warm_shape=args.warm_shape)
 
 
 def _trace_here(args: argparse.Namespace, status: child.Status) -> int:

@@ -360,6 +360,9 @@ class Report(ReportBase):
         d = super().to_dict()
         if d.get("inputs") is None:  # optional: absent unless the trace ran on the caller's inputs
             d.pop("inputs", None)
+        for name, empty in (("clean", None), ("own_cost", {}), ("verdict", "")):  # absent in older reports:
+            if d.get(name) == empty:  # a loaded one is saved back as it was
+                d.pop(name, None)
         return d
 
     def _field_to_json(self, name: str, value: Any) -> Any:

@@ -265,7 +265,7 @@ def control_env(cache: str) -> dict[str, str] | None:
 
 
 def serve(fds: str, load: Any, *, device: str, threads: int | None, shape: Any, inputs: Any, dtype: Any,
-          model_dtype: Any, compile: Any, op_view: bool) -> int:
+          model_dtype: Any, compile: Any, op_view: bool, warm_shape: str | None = None) -> int:
     """The control process's whole life (`warmprof trace ... --control-fds R,W`): `load()` builds
     the model and its inputs spec; then the phases the trace's process asks for, one message each."""
     try:
@@ -289,6 +289,10 @@ def serve(fds: str, load: Any, *, device: str, threads: int | None, shape: Any, 
         from .. import devices
 
         model, spec = load()
+        if warm_shape:  # as the trace's process does before its trace (--warm-shape)
+            from .warm_process import warm_run
+
+            warm_run(torch, model, warm_shape, dtype, device, model_dtype)
         dev = parse_device(device)
         kind = devices.of(dev)
         if not kind.host and isinstance(model, torch.nn.Module):
