@@ -42,12 +42,14 @@ from typing import Any, Iterator
 from ..causes import Name
 from ..errors import InputError, WarmprofError
 from ..stats import median
+from ..system.supervise import die_with, stop
 
 # How long the control may take to import torch and build the model, and each of its phases after.
 READY_TIMEOUT_S = 600.0
 PHASE_FACTOR, PHASE_MARGIN_S = 4.0, 60.0  # a phase may take this many times the trace's own, plus this
 CLEAN_STEADY = (10, 40)  # the control's clean steady passes: at least, at most...
 CLEAN_STEADY_BUDGET_S = 0.5  # ...within this (past the minimum)
+OTHER_STEADY = 5  # steady passes at the other shape (its excess is the first of them against their median)
 CONTROL_STEADY = 5  # the warm control's own steady passes (its attribution reads their faults)
 NOTE_PREFIX = "controls: "
 # The control a trace in this context drives, or why it has none (a sentence for the notes).
@@ -65,6 +67,9 @@ class Clean:
     steady_ms: list[float]
     first: dict[str, Any] = field(default_factory=dict)  # _off_cpu() of the first pass
     steady: dict[str, Any] = field(default_factory=dict)  # the steady passes' median run delay and off-CPU time
+    # the other-shape pass (_clean): first_pass_ms, steady_median_ms, excess_ms, shape; None where the
+    # input has no shape to vary (--inputs)
+    other_shape: dict[str, Any] | None = None
 
     @property
     def steady_median_ms(self) -> float:
@@ -81,6 +86,7 @@ class Clean:
         return {"first_pass_ms": self.first_pass_ms, "steady_median_ms": stats.median, "excess_ms": self.excess_ms,
                 "steady_passes": len(self.steady_ms), "steady_p10_ms": stats.p10, "steady_p90_ms": stats.p90,
                 "noise_band_ms": stats.noise_band, "first": dict(self.first), "steady": dict(self.steady),
+                **({"other_shape": dict(self.other_shape)} if self.other_shape else {}),
                 "how": "the model's first pass in a second fresh process with no instrument but the pass timer, less "
                        "the median of that process's steady passes (measured)"}
 
@@ -112,11 +118,14 @@ class ControlProcess:
         self._err = tempfile.TemporaryFile()
         to_child_r, self._to_child = os.pipe()
         self._from_child, from_child_w = os.pipe()
+        me = os.getpid()
         try:
+            # Started before this process imports torch (one thread: preexec_fn is safe), with a
+            # parent-death signal: it never outlives the trace's process, however that one ends.
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", "warmprof", *argv, "--control-fds", f"{to_child_r},{from_child_w}"],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._err, env=env,
-                pass_fds=(to_child_r, from_child_w))
+                pass_fds=(to_child_r, from_child_w), preexec_fn=lambda: die_with(me))
         except OSError as e:
             self.failed = f"the control process could not start ({e})"
         finally:
@@ -133,7 +142,7 @@ class ControlProcess:
         got = self._get("clean", timeout_s)
         if got is not None:
             self.clean = Clean(float(got["first_pass_ms"]), [float(t) for t in got["steady_ms"]],
-                               dict(got.get("first", {})), dict(got.get("steady", {})))
+                               dict(got.get("first", {})), dict(got.get("steady", {})), got.get("other_shape"))
         return self.clean
 
     def run_warm(self, calibration: dict[str, Any], timeout_s: float) -> WarmControl | None:
@@ -155,8 +164,7 @@ class ControlProcess:
             try:
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+                stop(proc)  # it and what the model started in it
         for fd in (self._to_child, self._from_child):
             with contextlib.suppress(OSError):
                 os.close(fd)
@@ -212,8 +220,7 @@ class ControlProcess:
                 tail = f" (exit {self._proc.returncode}{': ' + lines[-1] if lines else ''})"
         self.failed = why + tail
         if self._proc is not None and self._proc.poll() is None:
-            self._proc.kill()
-            self._proc.wait()
+            stop(self._proc)
 
 
 @contextlib.contextmanager
@@ -299,13 +306,19 @@ def serve(fds: str, load: Any, *, device: str, threads: int | None, shape: Any, 
             model = model.to(dev)
         model = cast_model(model, parse_model_dtype(model_dtype))
         args, kwargs, _ = make_inputs(model, shape if spec is None else None, dtype, spec, dev)
+        other = None
+        if spec is None and shape is not None:  # the other-shape pass: one more in the batch dimension
+            from .explain import other_shape
+            from .inputs import parse_shape
+
+            other = make_inputs(model, tuple(other_shape(list(parse_shape(shape)))), dtype, None, dev)[:2]
         runner = compile_model(model, compile)
         sync = kind.sync(dev)
         send({"ready": {}})
         for line in incoming:
             msg = json.loads(line)
             if msg.get("do") == "clean":
-                send({"clean": _clean(torch, runner, args, kwargs, sync)})
+                send({"clean": _clean(torch, runner, args, kwargs, sync, other)})
             elif msg.get("do") == "warm":
                 send({"warm": _warm(api, model, args, kwargs, device, compile, op_view, msg["calibration"])})
             else:
@@ -357,16 +370,20 @@ def _off_cpu(t0: int, t1: int, d0: int | None, d1: int | None, u0: dict | None, 
     return out
 
 
-def _clean(torch: Any, runner: Any, args: tuple, kwargs: dict, sync: Any) -> dict[str, Any]:
+def _clean(torch: Any, runner: Any, args: tuple, kwargs: dict, sync: Any,
+           other: tuple[tuple, dict] | None = None) -> dict[str, Any]:
     """The clean first pass and steady passes: the pass timer only, and around each pass (outside
-    it) the thread's run-queue delay and rusage, so what the headline pass waited is known."""
+    it) the thread's run-queue delay and rusage, so what the headline pass waited is known. Then,
+    given `other` (the inputs at another shape), that shape's first pass and a few steady passes:
+    what the model pays again at a new shape in a process that already ran it (the rest of the
+    clean excess is paid once per process, whatever the shape)."""
     from .. import _native
     from .api import _check_output, _run_delay_ns
 
-    def one() -> tuple[float, dict[str, Any], Any]:
+    def one(a: tuple = args, kw: dict = kwargs) -> tuple[float, dict[str, Any], Any]:
         d0, u0 = _run_delay_ns(), _thread_usage()
         t0 = _native.now_ns()
-        out = runner(*args, **kwargs)
+        out = runner(*a, **kw)
         sync()
         t1 = _native.now_ns()
         d1, u1 = _run_delay_ns(), _thread_usage()
@@ -385,9 +402,20 @@ def _clean(torch: Any, runner: Any, args: tuple, kwargs: dict, sync: Any) -> dic
             splits.append(split)
             if len(steady_ms) >= CLEAN_STEADY[0] and time.monotonic() > deadline:
                 break
+        again = None
+        if other is not None:
+            o_first, o_split, out = one(*other)
+            del out
+            o_steady = [one(*other)[0] for _ in range(OTHER_STEADY)]
+            again = {"first_pass_ms": o_first, "steady_median_ms": median(o_steady), "first": o_split,
+                     "excess_ms": o_first - median(o_steady),
+                     "shape": [list(x.shape) for x in other[0] if hasattr(x, "shape")][:1]}
     steady_split = {k: median([s[k] for s in splits]) for k in ("run_delay_ms", "off_cpu_ms")
                     if splits and all(k in s for s in splits)}
-    return {"first_pass_ms": first_ms, "steady_ms": steady_ms, "first": first_split, "steady": steady_split}
+    out_d = {"first_pass_ms": first_ms, "steady_ms": steady_ms, "first": first_split, "steady": steady_split}
+    if again is not None:
+        out_d["other_shape"] = again
+    return out_d
 
 
 def _warm(api: Any, model: Any, args: tuple, kwargs: dict, device: str, compile: Any, op_view: bool,
@@ -461,6 +489,8 @@ def fold(report: Any, clean: Clean | None, warm: WarmControl | None, why_not: st
         report.unattributed_where = _where_less(report.unattributed_where, warm.where)
     if clean is not None:
         causes = _as_clean_pass_waited(causes, clean)
+        if clean.other_shape:
+            causes = _once_per_process(report, causes, clean)
     if warm is None and clean is not None:
         notes.append(NOTE_PREFIX + "no warm control (" + (why_not or "not run") + "): the causes are the instrumented "
                      "pass's, warmprof's own first-call work included")
@@ -523,6 +553,48 @@ def _as_clean_pass_waited(causes: list[Any], clean: Clean) -> list[Any]:
                                      f"ms), {off - total:.2f} ms of it beyond what the traced pass booked by module; "
                                      f"{what}"))
     return out
+
+
+ONCE_SOURCE = "warm_process"  # explain.WARM_SOURCE: what a process that ran another shape first did not pay again
+
+
+def _waited_ms(split: dict[str, Any], steady: dict[str, Any]) -> float:
+    """What a pass waited (for a CPU and off it) beyond a steady pass."""
+    return (split.get("run_delay_ms", 0.0) + split.get("off_cpu_ms", 0.0)
+            - steady.get("run_delay_ms", 0.0) - steady.get("off_cpu_ms", 0.0))
+
+
+def _once_per_process(report: Any, causes: list[Any], clean: Clean) -> list[Any]:
+    """What the clean first pass paid beyond the other-shape pass after it (both net of their waits):
+    what the process pays once whatever the shape (the first run of torch's and the model's code,
+    its pages, lazy set-up). The part no booked runtime_init holds, up to the unattributed time and
+    only outside the noise band, is booked as runtime_init, inferred, placed over the modules'
+    unattributed rows in proportion (their warm_process_ms)."""
+    from ..report import CauseEntry
+
+    other = clean.other_shape or {}
+    once = ((clean.excess_ms - _waited_ms(clean.first, clean.steady))
+            - (float(other.get("excess_ms", 0.0)) - _waited_ms(other.get("first", {}), clean.steady)))
+    if once <= report.noise_band_ms:
+        return causes
+    booked = sum(e.ms for e in causes if e.cause == Name.RUNTIME_INIT)
+    free = clean.excess_ms - sum(e.ms for e in causes)
+    left = min(free, once - booked)
+    if left < 1e-3:
+        return causes
+    rows = [w for w in report.unattributed_where if float(w.get("ms", 0.0)) > 0]
+    weight = sum(float(w["ms"]) for w in rows)
+    for w in rows:
+        w["warm_process_ms"] = w.get("warm_process_ms", 0.0) + min(float(w["ms"]), left * float(w["ms"]) / weight)
+    shape = "x".join(str(d) for d in (other.get("shape") or [[]])[0])
+    causes.append(CauseEntry(
+        cause=Name.RUNTIME_INIT, ms=left, share=0.0, evidence="inferred", source=ONCE_SOURCE,
+        module=rows[0]["module"] if rows else "", count=len(rows),
+        detail=f"the clean first pass paid {once:.2f} ms more over its steady passes than a first pass at {shape or 'another shape'} "
+               f"right after it (both without their waits): what this process pays once whatever the shape (the first run of "
+               f"torch's and the model's code and its pages, lazy set-up); {left:.2f} ms of it beyond the runtime_init booked "
+               "from counts, placed over the modules' unattributed time in proportion (inferred: two clean passes compared)"))
+    return causes
 
 
 def _less(causes: list[Any], control: list[dict[str, Any]]) -> list[Any]:

@@ -50,6 +50,8 @@ def warm_processes(report: Any, target_argv: list[str], option_argv: list[str], 
     option_argv: the options the warm trace keeps (--cache, --device, --dtype, ...)."""
     from .explain import fold_warm_processes, other_shape
 
+    if (getattr(report, "clean", None) or {}).get("other_shape"):
+        return  # the control process ran the other shape already, clean (traces/controls.py)
     if inputs_given:
         report.notes.append("--explain: no other-shape run (it runs the model at another --shape first; this trace ran "
                             "on --inputs, which have no shape to vary): what is paid once per process is not told "
