@@ -351,6 +351,14 @@ class Report(ReportBase):
         the attributed time, not of the excess (traces.build.overshoot_note says so in the notes)."""
         return self.excess_ms > 0 and self.causes_ms() > self.excess_ms
 
+    def own_entries(self) -> list[CauseEntry]:
+        """warmprof's own estimated cost per pass as attribution booked it (own_cost["entries"]:
+        source, module, detail); for reports before schema 3, their profiler_overhead causes."""
+        rows = (self.own_cost or {}).get("entries")
+        if isinstance(rows, list):
+            return [CauseEntry(**r) for r in rows if isinstance(r, dict)]
+        return [c for c in self.causes if c.cause == "profiler_overhead"]
+
     def top_cause(self) -> CauseEntry | None:
         real = [c for c in self.causes if c.cause != "unattributed"]
         return max(real, key=lambda c: c.ms) if real else None

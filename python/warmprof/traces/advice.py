@@ -41,6 +41,24 @@ _BY_SOURCE = {
 }
 
 
+# What following a cause's advice means, for the test that follows each line in a fresh process
+# (tests/integration/test_advice_followed.py: `warmprof trace --warm-shape` at that shape, and the
+# cause must shrink): one pass at the served shape ("same"), at any shape ("any"), at the largest
+# served shape ("largest"). A cause with no entry gets no warm-up advice (cpu_contention: the
+# machine's load; a warm-up does not remove it).
+FOLLOW = {
+    causes.Name.JIT_COMPILE: "same", causes.Name.ALGORITHM_SELECTION: "same", causes.Name.GRAPH_CAPTURE: "same",
+    causes.Name.ALLOCATOR_GROWTH: "largest", causes.Name.RUNTIME_INIT: "any", causes.Name.CLOCK_RAMP: "same",
+    causes.Name.WAIT: "same", causes.Name.DISK_READ: "same", causes.Name.UNATTRIBUTED: "same",
+}
+
+
+def cause_of_line(line: str) -> str:
+    """The cause an advice line is about ("" for a verdict or a threads line)."""
+    head = line.split(" (", 1)[0].split(",", 1)[0]
+    return head if head in causes.names() else ""
+
+
 def _lines(cause: str, source: str, column: str | None = None) -> list[str]:
     """The cause's lines: its source's, or its generic line and the line in `column` of the cause table,
     the report's device kind's own (devices.DeviceKind.advice_column: cuda_advice on CUDA)."""

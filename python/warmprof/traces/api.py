@@ -188,6 +188,15 @@ def _run_delay_ns() -> int | None:
     return None if got is None else got[1]
 
 
+def _waited_ms(d0: int | None, d1: int | None, wall_ns: int, cpu_ns: int) -> float | None:
+    """A window's wait for a CPU (schedstat delta), at most the window's wall time less its thread's
+    CPU time: the kernel adds a delay when the thread next gets a CPU, so a delta can hold one from
+    before the window (on a busy machine, many ms more than the window itself)."""
+    if d0 is None or d1 is None:
+        return None
+    return min(max(0, d1 - d0), max(0, wall_ns - cpu_ns)) / 1e6
+
+
 def _steady(model, args, kwargs, sync, min_passes: int, max_passes: int,
             budget_s: float) -> tuple[list[float], list[int], list[float]]:
     """Clean steady passes: each one's time (ms), page faults, and the time its thread waited for a
@@ -196,16 +205,17 @@ def _steady(model, args, kwargs, sync, min_passes: int, max_passes: int,
     deadline = time.monotonic() + budget_s
     while len(times) < max_passes:
         f0 = sum(_native.faults())
-        d0 = _run_delay_ns()
+        d0, c0 = _run_delay_ns(), time.thread_time_ns()
         t0 = _native.now_ns()
         model(*args, **kwargs)
         sync()
         t1 = _native.now_ns()
-        d1 = _run_delay_ns()
+        d1, c1 = _run_delay_ns(), time.thread_time_ns()
         faults.append(sum(_native.faults()) - f0)
         times.append((t1 - t0) / 1e6)
-        if d0 is not None and d1 is not None:
-            waits.append((d1 - d0) / 1e6)
+        waited = _waited_ms(d0, d1, t1 - t0, c1 - c0)
+        if waited is not None:
+            waits.append(waited)
         if len(times) >= min_passes and time.monotonic() > deadline:
             break
     return times, faults, waits if len(waits) == len(times) else []
@@ -230,11 +240,12 @@ def _instrumented_steady(runner, args, kwargs, dev, compiled: bool, op_view: boo
             for inst in instruments:
                 stack.enter_context(inst)
             while len(windows) < most:
-                d0 = _run_delay_ns()
+                d0, c0 = _run_delay_ns(), time.thread_time_ns()
                 windows.append(_run_pass(runner, args, kwargs, INSTRUMENTED_STEADY, instruments, sync,
                                          most - len(windows)))
-                d1 = _run_delay_ns()
-                waits.append((d1 - d0) / 1e6 if d0 is not None and d1 is not None else 0.0)
+                d1, c1 = _run_delay_ns(), time.thread_time_ns()
+                t0, t1 = windows[-1]
+                waits.append(_waited_ms(d0, d1, t1 - t0, c1 - c0) or 0.0)
                 if len(windows) >= least and time.monotonic() > deadline:
                     break
         timeline = rec.drain()

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
 import json
 import os
 import select
@@ -448,12 +449,16 @@ def fold(report: Any, clean: Clean | None, warm: WarmControl | None, why_not: st
     instrumented_first = report.first_pass_ms
     instrumented_excess = report.excess_ms
     own_rows = [c for c in report.causes if c.cause == Name.PROFILER_OVERHEAD]
-    own_steady_estimate = sum(c.ms for c in own_rows)  # the instruments' cost on a warm pass (estimated)
+    own_steady_estimate = sum(c.ms for c in own_rows)  # the instruments' cost on a pass (estimated)
+    op_view_firsts = sum(c.ms for c in own_rows if c.source == "op_view")  # torch's per-op set-up for the mode
     causes = [c for c in report.causes if c.cause not in (Name.PROFILER_OVERHEAD, Name.UNATTRIBUTED)]
     notes: list[str] = []
     own: dict[str, Any] = {"instrumented_first_pass_ms": instrumented_first,
                            "instrumented_excess_ms": instrumented_excess,
-                           "steady_ms": own_steady_estimate,
+                           "steady_ms": own_steady_estimate - op_view_firsts,
+                           **({"op_view_first_calls_ms": op_view_firsts} if op_view_firsts else {}),
+                           # the estimate's entries as attribution gave them (source, detail, module)
+                           "entries": [dataclasses.asdict(c) for c in own_rows],
                            "steady_how": ("each instrumented pass's cost on the model warm: the instrumented steady "
                                           "passes against the clean ones, or the calibrated hook cost times the calls "
                                           "(estimated)")}
