@@ -210,6 +210,7 @@ def read_report(r: dict) -> dict:
         "model_excess_ms": model_excess,
         "booked_ms": booked,
         "machine_ms": machine,
+        "booked_less_machine_ms": booked - machine,
         "unattributed_ms": unattributed,
         "share": share,
         "clean": clean,
@@ -325,6 +326,8 @@ def summarise(name: str, runs: dict[str, list[dict]], n: int) -> dict:
     be = s["bare_excess"]
     s["cold_ratio"] = s["trace_model_excess"] / be if be and be > 0 and s["trace_model_excess"] is not None else None
     s["prerun_ratio"] = s["prerun_booked"] / be if be and be > 0 and s["prerun_booked"] is not None else None
+    pl = med(runs.get("prerun", []), "booked_less_machine_ms")
+    s["prerun_ratio_less_machine"] = pl / be if be and be > 0 and pl is not None else None
     return s
 
 
@@ -398,7 +401,7 @@ def print_tables(summaries: list[dict], answer: dict | None, explain: bool, head
           f"and its verdict says no first-call cost; explained goal >= {GOAL_DEFAULT:.0%} (default), "
           f">= {GOAL_EXPLAIN:.0%} (--explain).")
     acols = ["model", "cold", "prerun", "prerun verdict", "explained", "explained --explain", "schema",
-             "prerun verdict text (first run)"]
+             "(prerun/bare less machine)", "prerun verdict text (first run)"]
     arows = []
     for s in summaries:
         if s.get("skipped"):
@@ -409,6 +412,7 @@ def print_tables(summaries: list[dict], answer: dict | None, explain: bool, head
                       verdict_ok(a["explained_default"]),
                       verdict_ok(a["explained_explain"]) if explain else "not run",
                       ",".join(s["trace_schema"]) or "-",
+                      fmt(s.get("prerun_ratio_less_machine"), ".2f"),
                       (v[:90] + "...") if v and len(v) > 90 else (v or "(no verdict field)")])
     if arows:
         widths = [max(len(str(r[i])) for r in arows + [acols]) for i in range(len(acols))]
@@ -478,7 +482,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="before each child, wait (at most --wait-max s) for the 1-minute load average to drop "
                          "below LOAD")
     ap.add_argument("--wait-max", type=float, default=120)
+    ap.add_argument("--report", nargs="+", metavar="JSON",
+                    help="run nothing: print the tables again from files saved with --json (several: one table, "
+                         "e.g. the torch 2.13 and the torch 2.14 venv's runs)")
     args = ap.parse_args(argv)
+    if args.report:
+        return reprint(args.report)
     if args.runs < 1:
         ap.error("--runs must be at least 1")
     models = [m.strip() for m in args.models.split(",") if m.strip()]
@@ -560,6 +569,27 @@ def main(argv: list[str] | None = None) -> int:
         _save(args.json, raw)
     print_tables(summaries, answer, explain, header)
     log(f"done in {raw['elapsed_s'] / 60:.1f} min")
+    return 0
+
+
+def reprint(paths: list[str]) -> int:
+    summaries, headers, answer, explain = [], [], None, False
+    for path in paths:
+        with open(path) as f:
+            raw = json.load(f)
+        headers.append(raw.get("header", path))
+        for name, m in raw.get("models", {}).items():
+            if "runs" in m:  # summarised again from the raw rows, so a file saved by an older harness reads too
+                for rows in m["runs"].values():
+                    for r in rows:
+                        if r.get("ok") and "booked_less_machine_ms" not in r and _num(r.get("booked_ms")) is not None:
+                            r["booked_less_machine_ms"] = r["booked_ms"] - (r.get("machine_ms") or 0.0)
+                summaries.append(summarise(name, m["runs"], raw.get("runs", 0)))
+                explain = explain or bool(m["runs"].get("explain"))
+            else:
+                summaries.append({"model": name, "skipped": m.get("skipped", "?")})
+        answer = answer or raw.get("answer_time")
+    print_tables(summaries, answer, explain, "\n".join(headers))
     return 0
 
 
