@@ -212,14 +212,16 @@ def test_the_same_sleep_after_an_idle_gap_is_a_wait_not_clock_ramp():
     assert wait["evidence"] == "measured" and wait["source"] == "thread_blocked" and "off its CPU" in wait["detail"]
     assert e["unattributed_ms"] == pytest.approx(e["excess_ms"] - sum(c["ms"] for c in e["causes"]))
     assert abs(e["unattributed_ms"]) < 0.15 * 60  # the wait explains the excess
+    # every event's waits (the key's first call may have waited too: a busy machine's first op)
+    waits = [c["ms"] for ev in w.events() for c in ev["causes"] if c["cause"] == "wait"]
     fam = {f.name: f for f in _families(w)}
     seconds = {x.labels["cause"]: x.value for x in fam["warmprof_watch_cause_seconds"].samples
                if x.name.endswith("_total")}
-    assert seconds["wait"] == pytest.approx(wait["ms"] / 1e3)
+    assert seconds["wait"] == pytest.approx(sum(waits) / 1e3) and sum(waits) >= wait["ms"]
     events = {x.labels["cause"]: x.value for x in fam["warmprof_watch_cause_events"].samples if x.name.endswith("_total")}
-    assert events["wait"] == 1
+    assert events["wait"] == len(waits)
     assert "warmprof_watch_unattributed_seconds" in fam
-    assert w.report().by_cause["wait"]["ms"] == pytest.approx(wait["ms"])
+    assert w.report().by_cause["wait"]["ms"] == pytest.approx(sum(waits))
 
 
 def test_no_quantile_is_above_the_keys_max_and_the_first_call_is_exported():

@@ -2,7 +2,7 @@
 (`settings`), so `compare` can name each one that differs instead of calling two runs identical.
 
 The trace protocol fills it from trace()'s arguments and what it measured (traces/settings.py); a
-command that runs control processes adds them to `controls`. Reports written before schema version 3
+command that runs control processes adds them to `controls`. Reports written before schema version 4
 have no record: `values_of()` then reads what their other fields tell (the device, the input, how the
 process ran, torch's version and threads from the platform) and leaves the rest unknown (None), so a
 comparison says which settings it cannot tell.
