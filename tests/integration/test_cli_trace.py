@@ -25,6 +25,9 @@ def test_trace_demo_in_fresh_process_writes_json(tmp_path):
     assert data["protocol"]["cache"] == "fresh"
     assert not data["protocol"]["runtime_warm"]  # the child's first and only trace
     assert not any("caller's process" in n for n in data["notes"])  # fresh: nothing ran before it
+    settings = data["settings"]
+    assert (settings["fresh_process"], settings["cache"], settings["steady"]) == (True, "fresh", [3, 3])
+    assert settings["threads"] >= 1 and settings["threads_set"] is False and settings["op_view"] is False
 
 
 def test_trace_op_view_in_a_fresh_process_gives_module_op_rows(tmp_path):
@@ -57,6 +60,9 @@ def test_trace_explain_from_the_cli_probes_with_the_controls_figures(tmp_path):
     for c in data["causes"]:
         if c["source"] in ("probe", "warm_process", "warm_same_shape"):
             assert c["evidence"] == "inferred"
+    settings = data["settings"]
+    assert (settings["explain"], settings["explain_top"], settings["op_view"]) == (True, 1, True)
+    assert (settings["threads"], settings["threads_set"]) == (1, True)
 
 
 def test_trace_factory_from_a_file(tmp_path):

@@ -64,6 +64,16 @@ def test_demo_trace_structure_and_round_trip(tmp_path):
     loaded = warmprof.load(r.save(tmp_path / "r.json"))
     assert loaded.to_dict() == r.to_dict()
     assert "warmprof trace: DemoLM" in str(r)
+    # every setting that changes what is measured, as trace() was called and as it measured them
+    import torch
+
+    from warmprof.report.settings import IN_CALLERS_PROCESS, Settings
+
+    assert r.settings == Settings(device="cpu", compile=None, model_dtype="float32", model_cast=None,
+                                  input_dtype="int64", input_shape=[1, 32], inputs=None, op_view=False, explain=False,
+                                  threads=torch.get_num_threads(), threads_set=False, cache=IN_CALLERS_PROCESS,
+                                  fresh_process=False, steady=[5, 5], steady_budget_s=3.0, no_grad=True,
+                                  warm_shape=None, torch_version=torch.__version__, controls=[])
 
 
 def test_second_trace_of_same_model_says_runtime_is_warm():

@@ -320,10 +320,11 @@ def _run_context(args: argparse.Namespace) -> RunContext:
     before it) and knows its caches: the user's own, or fresh folders removed after; `--in-process`
     alone is the caller's process, as for warmprof.trace() from Python."""
     if not args.fresh_process:
-        return RunContext(threads=args.threads)
+        return RunContext(threads=args.threads, warm_shape=args.warm_shape)
     # --cache keep: the user's own folders, read after the trace (see _trace_here)
     caches = None if args.cache == "keep" else {var: "fresh (removed after)" for var in child.CACHES}
-    return RunContext(fresh_process=True, cache=args.cache, threads=args.threads, caches=caches)
+    return RunContext(fresh_process=True, cache=args.cache, threads=args.threads, caches=caches,
+                      warm_shape=args.warm_shape)
 
 
 def _warm_argv(args: argparse.Namespace) -> tuple[list[str], list[str]]:

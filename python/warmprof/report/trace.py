@@ -11,8 +11,8 @@ from ..causes import EVIDENCE
 from ..errors import ReportError
 from . import schema as S
 from .base import SCHEMA_VERSION, ReportBase, non_negative, register_kind
-
-IN_CALLERS_PROCESS = "in-process (caller's)"  # RunContext.cache of a trace in the caller's process
+from .settings import IN_CALLERS_PROCESS, Settings  # noqa: F401  (IN_CALLERS_PROCESS: RunContext.cache in the caller's process)
+from .settings import SCHEMA as _SETTINGS
 
 
 @dataclass
@@ -82,13 +82,15 @@ class CounterSample:
 class RunContext:
     """Where a trace ran, set as data by whoever knows it: trace() alone knows only that it runs in
     its caller's process (the default); `warmprof trace`'s child knows that its process is fresh,
-    how its caches were set and how many threads it was given. In the JSON these are the protocol's
-    fresh_process, cache, threads and caches keys (the last two only when set)."""
+    how its caches were set, how many threads it was given and at what shape the model ran before the
+    trace. In the JSON these are the protocol's fresh_process, cache, threads, caches and warm_shape
+    keys (the last three only when set); the report's settings record repeats what they say."""
 
     fresh_process: bool = False
     cache: str = IN_CALLERS_PROCESS  # or the command line's --cache: "fresh" | "keep"
     threads: int | None = None  # torch.set_num_threads(N) first (--threads)
     caches: dict[str, str] | None = None  # a fresh process's caches: variable -> folder (or "fresh (removed after)")
+    warm_shape: str | None = None  # the model ran once at this input shape before the trace (--warm-shape "1,64")
 
 
 @dataclass
@@ -216,6 +218,7 @@ _PROTOCOL = S.Obj(optional={
     "recorder": _RECORDER, "fresh_process": S.BOOL, "cache": S.STR, "threads": S.Nullable(S.POSITIVE_INT),
     "caches": S.MapOf(S.STR), "instrumented_steady_ms": S.ListOf(S.NUM), "seen_rerun_residual_ms": S.Nullable(S.NUM),
     "oversubscription": S.STR, "steady_run_delay_ms": S.ListOf(S.NUM), "steady_net_median_ms": S.Nullable(S.NUM),
+    "warm_shape": S.Nullable(S.STR),
 })
 SCHEMA = S.Obj(
     {
@@ -224,7 +227,8 @@ SCHEMA = S.Obj(
         "excess_ms": S.NUM, "unattributed_ms": S.NUM, "causes": S.ListOf(_CAUSE_ENTRY), "platform": S.PLATFORM,
     },
     {
-        "dtype": S.STR, "compile": S.Nullable(S.STR), "inputs": S.Nullable(_INPUTS), "steady_passes": S.NON_NEGATIVE_INT,
+        "dtype": S.STR, "compile": S.Nullable(S.STR), "inputs": S.Nullable(_INPUTS), "settings": _SETTINGS,
+        "steady_passes": S.NON_NEGATIVE_INT,
         "steady_p10_ms": S.NUM, "steady_p90_ms": S.NUM, "attributed_ms": S.NUM,
         "seen_rerun_causes": S.ListOf(_CAUSE_ENTRY), "modules": S.ListOf(_MODULE), "counters": S.MapOf(S.ANY),
         "unattributed_where": S.ListOf(_WHERE),
@@ -288,6 +292,9 @@ class Report(ReportBase):
     # None for a trace from a shape (`shape` says it), and then left out of the JSON, as files written
     # before this field have none (so a loaded one is saved back as it was).
     inputs: dict[str, Any] | None = None
+    # Every setting that changes what is measured (report/settings.py), filled by the trace protocol;
+    # None in a report written before schema version 4 (and then left out of the JSON, as it had none).
+    settings: Settings | None = None
     steady_passes: int = 0
     steady_p10_ms: float = 0.0
     steady_p90_ms: float = 0.0
@@ -331,6 +338,8 @@ class Report(ReportBase):
     def __post_init__(self) -> None:
         if isinstance(self.protocol, dict):  # a caller's (or a version-1 reader's) plain dict
             self.protocol = Protocol.from_dict(self.protocol) if self.protocol else None
+        if isinstance(self.settings, dict):
+            self.settings = Settings.from_dict(self.settings)
 
     # -- data access -------------------------------------------------------------------------
     def cause_ms(self, cause: str) -> float:
@@ -368,7 +377,7 @@ class Report(ReportBase):
         d = super().to_dict()
         if d.get("inputs") is None:  # optional: absent unless the trace ran on the caller's inputs
             d.pop("inputs", None)
-        for name, empty in (("clean", None), ("own_cost", {}), ("verdict", "")):  # absent in older reports:
+        for name, empty in (("clean", None), ("own_cost", {}), ("verdict", ""), ("settings", None)):  # absent in older reports:
             if d.get(name) == empty:  # a loaded one is saved back as it was
                 d.pop(name, None)
         return d
@@ -382,6 +391,8 @@ class Report(ReportBase):
             return value.to_dict() if value is not None else {}
         if name == "torch_compile":
             return dataclasses.asdict(value) if value is not None else None
+        if name == "settings":
+            return value.to_dict() if value is not None else None
         return value
 
     @classmethod
@@ -394,6 +405,7 @@ class Report(ReportBase):
             "counter_samples": [CounterSample.from_dict(s) for s in data.get("counter_samples", [])],
             "protocol": Protocol.from_dict(data["protocol"]) if data.get("protocol") else None,
             "torch_compile": TorchCompileFigures(**compile_figures) if compile_figures else None,
+            "settings": Settings.from_dict(data["settings"]) if data.get("settings") is not None else None,
         }
 
     @classmethod

@@ -52,6 +52,7 @@ from .inputs import (
     parse_device,
     parse_model_dtype,
 )
+from .settings import trace_settings
 
 _traced_models: "weakref.WeakSet[Any]" = weakref.WeakSet()
 
@@ -591,6 +592,10 @@ def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, devic
         warm_pass=warm_pass,
         oversubscription=crowded,
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        settings=trace_settings(torch, model, device=str(dev), compile=compile_label(compile),
+                                input_dtype=_dtype_of(args, kwargs), input_shape=_shape_of(args[0]) if args else None,
+                                inputs=input_shapes, op_view=op_view, steady=(min_steady, max_steady),
+                                steady_budget_s=steady_budget_s, no_grad=no_grad, model_cast=model_dtype, run=run),
     ))
 
 

@@ -199,7 +199,9 @@ def explain_report(report: Any, *, top: int = 8, threads: int | None = None, dev
 
     from ..errors import InputError, ReportError
     from ..probes.aten import probe_from
+    from .settings import mark_explained
 
+    mark_explained(report, top)
     t0 = time.monotonic()
     try:
         result = probe_from(report, top=top, threads=threads, device=device, progress=progress, one_per_op=True)
