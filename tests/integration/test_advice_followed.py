@@ -78,7 +78,9 @@ def test_warmprofs_own_cost_is_its_own_line_never_a_cause(tmp_path, extra):
     assert "profiler_overhead" not in {c["cause"] for c in r["causes"]}
     assert r["own_cost"]["steady_ms"] >= 0
     if extra:
-        assert r["clean"] is None and any(n.startswith("controls: --no-control") for n in r["notes"])
+        assert r.get("clean") is None and any(n.startswith("controls: --no-control") for n in r["notes"])
+        assert r["settings"]["controls"] == []
     else:
         assert r["clean"]["first_pass_ms"] == r["first_pass_ms"]
         assert r["own_cost"]["instrumented_first_pass_ms"] > 0
+        assert {c["name"] for c in r["settings"]["controls"]} == {"clean_first_pass", "other_shape", "warm_control"}

@@ -500,6 +500,14 @@ def fold(report: Any, clean: Clean | None, warm: WarmControl | None, why_not: st
         notes.append(NOTE_PREFIX + "no warm control (" + (why_not or "not run") + "): the causes are the instrumented "
                      "pass's, warmprof's own first-call work included")
     report.own_cost = own
+    settings = getattr(report, "settings", None)
+    if settings is not None:  # which controls ran: a setting that changes what is measured
+        ran = [{"name": "clean_first_pass", "process": "control"}] if clean is not None else []
+        if clean is not None and clean.other_shape:
+            ran.append({"name": "other_shape", "shape": (clean.other_shape.get("shape") or [None])[0]})
+        if warm is not None:
+            ran.append({"name": "warm_control", "process": "control"})
+        settings.controls = ran
     attributed = sum(c.ms for c in causes)
     report.attributed_ms = attributed
     report.unattributed_ms = report.excess_ms - attributed
