@@ -11,6 +11,7 @@ import numpy as np
 
 from ..timeline import (
     FAULT_COUNTERS,
+    MAJOR_FAULTS_COUNTER,
     STRUCTURE,
     THREAD_COUNTER,
     Timeline,
@@ -29,6 +30,7 @@ from .reading import (
     _module_of,
     _pass_span,
     _segments,
+    _step_growth,
     build_spans,
 )
 
@@ -51,6 +53,9 @@ class PassContext:
     # For each fault step, (anonymous, file-backed) bytes grown across it (RSS samples at the same
     # boundaries); empty when the timeline has no memory samples (then faults alone are priced).
     fault_bytes: tuple[tuple[int, int], ...] = ()
+    # For each fault step, how many of its faults were major (read a page from storage); empty when
+    # the major faults were not sampled apart
+    fault_majors: tuple[int, ...] = ()
     thread_steps: tuple[CounterStep, ...] = ()
     own_faults: int = 0
     off_thread_ns: int = 0  # cause spans of other threads, clipped to the window
@@ -184,6 +189,7 @@ def build_context(
         segments=tuple(segs),
         fault_steps=fault_steps,
         fault_bytes=_memory_growth(tl, fault_steps),
+        fault_majors=_step_growth(tl, MAJOR_FAULTS_COUNTER, fault_steps),
         thread_steps=_counter_steps(tl, (THREAD_COUNTER,), segs, starts, t0, t1),
         own_faults=int(np.count_nonzero((tl.own_fault_ns >= t0) & (tl.own_fault_ns <= t1))),
         off_thread_ns=off_thread_ns,

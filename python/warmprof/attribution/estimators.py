@@ -86,7 +86,8 @@ def host_faults(ctx: PassContext) -> list[Part]:
     """Estimated: page faults outside every cause span (faults inside one belong to that cause, via
     ctx.fault_steps' cover), split per step by what grew (split_faults): anonymous memory ->
     allocator_growth (host_faults), file pages -> runtime_init (file_pages, lazy loading of a
-    library's code and data). Anonymous faults a steady pass also takes, and warmprof's own, are
+    library's code and data; major faults are file pages always, and their wait for storage is
+    disk_read's, off_cpu.py). Anonymous faults a steady pass also takes, and warmprof's own, are
     taken off the anonymous time in proportion; each part is placed in the modules its steps were in.
     Without memory samples (ctx.fault_bytes empty) every fault is anonymous at fault_cost_ns."""
     cal = ctx.calibration
@@ -100,7 +101,8 @@ def host_faults(ctx: PassContext) -> list[Part]:
         if step.cause_span is not None or step.delta <= 0:
             continue
         grown = ctx.fault_bytes[k] if ctx.fault_bytes else (0, 0)
-        sp = split_faults(step.delta, grown[0], grown[1] if ctx.fault_bytes else 0, cal)
+        major = ctx.fault_majors[k] if ctx.fault_majors else 0
+        sp = split_faults(step.delta, grown[0], grown[1] if ctx.fault_bytes else 0, cal, major)
         anon_faults += sp.anon_faults
         huge_faults += sp.huge_faults
         anon_by_module[step.module] = anon_by_module.get(step.module, 0.0) + sp.anon_ns

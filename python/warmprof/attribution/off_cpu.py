@@ -158,7 +158,7 @@ def off_cpu(ctx: PassContext) -> list[Part]:
         wait.count = blocks
         inside = sum(kept_in_spans.values())
         wait.detail = (f"the pass's thread was blocked off the CPU for {wait.ns / 1e6:.3f} ms outside cause spans "
-                       f"({blocks} voluntary context switches: a sleep, a lock, a socket, a remote store; {how}){less}")
+                       f"({_switches(blocks)}: a sleep, a lock, a socket, a remote store; {how}){less}")
         if inside > 0:
             wait.detail += (f"; a further {inside / 1e6:.3f} ms blocked inside cause spans stays with them (their own "
                             f"waits, e.g. a compiler's processes): {_by_source(kept_in_spans)}")
@@ -176,7 +176,7 @@ def off_cpu(ctx: PassContext) -> list[Part]:
         where = ("outside cause spans" if p is disk
                  else f"inside {p.source.split(':', 1)[1]} spans, taken out of their time: never booked as their cause")
         p.detail = (f"{what}: {p.ns / 1e6:.3f} ms of the {disk_total * disk_keep / 1e6:.3f} ms the thread waited for them "
-                    f"{where} ({disk_blocks} voluntary context switches; {how}){less}")
+                    f"{where} ({_switches(disk_blocks)}; {how}){less}")
         parts.append(p)
     for (cause, source, mod), ns in lowered.items():
         parts.append(Part(cause, source, "measured", ns=-ns * disk_keep, by_module={mod: -ns * disk_keep}))
@@ -190,3 +190,7 @@ def _scale(p: Part, keep: float) -> None:
 
 def _by_source(ns_by_source: dict[str, float]) -> str:
     return ", ".join(f"{src} {ns / 1e6:.3f} ms" for src, ns in sorted(ns_by_source.items(), key=lambda kv: -kv[1]))
+
+
+def _switches(n: int) -> str:
+    return f"{n} voluntary context switch{'es' if n != 1 else ''}"
