@@ -144,14 +144,15 @@ def call_costs(fault_ns: float):
 
 
 THREAD_CLOCK_NAMES = ("host:run_delay_ns", "host:thread_cpu_ns", "host:voluntary_switches", "host:storage_read_bytes",
-                      "host:thread_major_faults")
+                      "host:thread_major_faults", "host:involuntary_switches")
 
 
 def thread_clock_timeline(spans, boundaries, *, pass_ms: float = 100.0, thread: int = 0, clock_thread: int | None = None):
     """A synthetic pass (0 to pass_ms) on `thread` with the pass thread's clocks as module boundaries
     record them. spans: (name, cause id, start ms, end ms). boundaries: (t_ms, run_delay_ns) where the
     thread kept its CPU (the run-queue delay only), or (t_ms, run_delay_ns, cpu_ns, voluntary, read_bytes,
-    major_faults) where it had left it (the rest read just after, 2 us later, as bindings.cpp does).
+    major_faults[, involuntary]) where it had left it (the involuntary switches with the delay, the rest
+    read just after, 2 us later, as bindings.cpp does).
     clock_thread: the thread the clocks are of (default: the pass's)."""
     from warmprof.timeline import BEGIN, COUNTER, END, STRUCTURE, Timeline
 
@@ -167,6 +168,7 @@ def thread_clock_timeline(spans, boundaries, *, pass_ms: float = 100.0, thread: 
         t = int(b[0] * ms)
         recs.append((t, COUNTER, STRUCTURE, 1, int(b[1]), on))
         if len(b) > 2:
-            for k, v in enumerate(b[2:], start=2):
+            for k, v in enumerate(b[2:6], start=2):
                 recs.append((t + 2000, COUNTER, STRUCTURE, k, int(v), on))
+            recs.append((t, COUNTER, STRUCTURE, 6, int(b[6]) if len(b) > 6 else 0, on))
     return Timeline.from_records(recs, names)

@@ -6,7 +6,7 @@ kept up with wall time; a steady pass's own blocked time taken off; waits under 
 import pytest
 from factories import thread_clock_timeline
 
-from warmprof.attribution import ESTIMATORS, Calibration, attribute_pass, build_context, off_cpu, split_faults, stretches
+from warmprof.attribution import ESTIMATORS, Calibration, attribute_pass, build_context, off_cpu_time, split_faults, stretches
 from warmprof.attribution.off_cpu import WAIT_FLOOR_NS
 from warmprof.causes import Name
 from warmprof.instruments.host import blocked_ns
@@ -19,9 +19,9 @@ SPANS = [("module:M", STRUCTURE, 0, 90), ("module:M.a", STRUCTURE, 20, 40),
          ("torch.compile:compile", JIT_COMPILE, 50, 70)]
 
 
-def _full(t_ms, cpu_ms, voluntary=0, read_bytes=0, majors=0, delay_ns=0):
+def _full(t_ms, cpu_ms, voluntary=0, read_bytes=0, majors=0, delay_ns=0, involuntary=0):
     """A boundary after the thread left its CPU: every clock read."""
-    return (t_ms, delay_ns, int(cpu_ms * MS), voluntary, read_bytes, majors)
+    return (t_ms, delay_ns, int(cpu_ms * MS), voluntary, read_bytes, majors, involuntary)
 
 
 def _placed_in(part, module, ns):
@@ -90,6 +90,37 @@ def test_a_wait_inside_a_cause_span_stays_with_that_span():
     assert not [p for p in parts.values() if p.cause in (Name.WAIT, Name.DISK_READ)]
 
 
+def test_the_wait_for_a_cpu_on_waking_from_a_block_is_the_blocks_not_contention():
+    # blocked 15 ms in M.a, then 2 ms runnable before it got a CPU back (a busy machine), no preemption
+    woke = thread_clock_timeline(SPANS, [_full(0, 0), (20, 0), _full(40, 23, voluntary=1, delay_ns=2 * MS),
+                                         _full(100, 83, voluntary=1, delay_ns=2 * MS)])
+    parts = _parts(woke)
+    _placed_in(parts[(Name.WAIT, "off_cpu")], "M.a", 17 * MS)
+    assert "2.000 ms waiting for a CPU on waking" in parts[(Name.WAIT, "off_cpu")].detail
+    assert not [p for p in parts.values() if p.cause == Name.CPU_CONTENTION]
+    # one block and one preemption in the stretch: the delay is shared between them
+    mixed = thread_clock_timeline(SPANS, [_full(0, 0), (20, 0), _full(40, 21, voluntary=1, delay_ns=4 * MS, involuntary=1),
+                                          _full(100, 81, voluntary=1, delay_ns=4 * MS, involuntary=1)])
+    parts = _parts(mixed)
+    _placed_in(parts[(Name.WAIT, "off_cpu")], "M.a", 17 * MS)
+    assert parts[(Name.CPU_CONTENTION, "run_queue")].by_module == pytest.approx({"M.a": 2 * MS}, rel=1e-3)
+    # a disk read's wake-ups come with it too, out of a compile span with it
+    disk = thread_clock_timeline(SPANS, [_full(0, 0), (50, 0), _full(70, 60, voluntary=4, majors=4, delay_ns=3 * MS),
+                                         _full(100, 90, voluntary=4, majors=4, delay_ns=3 * MS)])
+    parts = _parts(disk)
+    assert parts[(Name.DISK_READ, "storage_in:torch.compile")].ns == pytest.approx(10 * MS, rel=1e-3)
+    assert parts[(Name.JIT_COMPILE, "torch.compile")].ns == pytest.approx(10 * MS, rel=1e-3)
+    assert not [p for p in parts.values() if p.cause == Name.CPU_CONTENTION]
+
+
+def test_a_wait_too_small_to_book_leaves_its_wake_up_to_contention():
+    small = thread_clock_timeline(SPANS, [_full(0, 0), (20, 0), _full(40, 37.95, voluntary=1, delay_ns=2 * MS),
+                                          _full(100, 97.95, voluntary=1, delay_ns=2 * MS)])
+    parts = _parts(small)
+    assert (Name.WAIT, "off_cpu") not in parts
+    assert parts[(Name.CPU_CONTENTION, "run_queue")].ns == pytest.approx(2 * MS, rel=1e-3)
+
+
 def test_no_wait_where_cpu_time_kept_up_with_wall_time():
     # voluntary switches that blocked for nothing (a futex handed over), a preemption (its wait for a
     # CPU is the run-queue delay: contention), and time gone with no voluntary switch (steal, skew)
@@ -120,14 +151,14 @@ def test_what_a_steady_pass_waited_beyond_the_waits_comes_off_the_disk_reads():
 
 
 def test_only_the_pass_threads_blocks_are_booked_and_no_clocks_means_nothing():
-    assert off_cpu(build_context(_blocked_in_child(), "first")) != []
+    assert off_cpu_time(build_context(_blocked_in_child(), "first")) != []
     # the same clocks read on another thread (a worker's blocks): nothing of the pass thread's
     worker = thread_clock_timeline(SPANS, [_full(0, 0), (20, 0), _full(40, 25, voluntary=1), _full(100, 85, voluntary=1)],
                                    clock_thread=1)
-    assert off_cpu(build_context(worker, "first")) == []
+    assert off_cpu_time(build_context(worker, "first")) == []
     # a timeline recorded before the counters existed: only run-queue delay samples
-    assert off_cpu(build_context(thread_clock_timeline(SPANS, [(0, 0), (50, 0), (100, 0)]), "first")) == []
-    assert off_cpu in ESTIMATORS
+    assert off_cpu_time(build_context(thread_clock_timeline(SPANS, [(0, 0), (50, 0), (100, 0)]), "first")) == []
+    assert off_cpu_time in ESTIMATORS
 
 
 def test_a_major_fault_is_never_priced_as_an_anonymous_first_touch():

@@ -32,7 +32,7 @@ from .estimators import (
     op_view_first_dispatch,
     thread_starts,
 )
-from .off_cpu import Stretch, off_cpu, stretches
+from .off_cpu import Stretch, off_cpu_time, stretches
 from .faults import FaultSplit, per_byte_at, split_faults
 from .parts import Calibration, Figure, InstrumentCost, Part, PassAttribution, SpanRec
 from .reading import CounterStep, Segment, build_spans
@@ -49,6 +49,6 @@ __all__ = [
     "ESTIMATORS", "Calibration", "CounterStep", "Estimator", "FaultSplit", "Figure", "InstrumentCost", "Part", "PassAttribution",
     "PassContext", "Segment", "SpanRec", "SteadyStats", "Stretch", "Summary", "attribute_pass", "build_context", "build_spans",
     "cause_spans", "cpu_contention", "cupti_callback_cost", "host_faults", "inferred_figures", "instrument_cost",
-    "module_hook_cost", "off_cpu", "op_view_first_dispatch", "per_byte_at", "split_faults", "steady_stats", "stretches",
+    "module_hook_cost", "off_cpu_time", "op_view_first_dispatch", "per_byte_at", "split_faults", "steady_stats", "stretches",
     "summarize", "thread_starts", "unattributed_sites", "unattributed_where",
 ]

@@ -1,0 +1,96 @@
+"""A small model with off-CPU costs planted in modules of their own, for `warmprof trace
+path/to/planted_off_cpu.py:FACTORY` in a fresh process (the integration tests, and
+bench/off_cpu_acceptance.py):
+
+- `waits`: a Linear, then `Planted.sleeper` sleeps PLANTED_SLEEP_S (default 0.06 s) on its first
+  call only (a wait: a lock, a socket, a remote store would look the same), then a Linear;
+- `reads`: `Planted.reader` reads the file PLANTED_BLOB into a buffer of its own on every call, and the
+  factory drops that file from the page cache first, so the first pass's read is cold and every
+  later read is served from the page cache (the first call's extra cost is the disk's);
+- `both`: both planted; `neither`: the same model with neither.
+
+Nothing here imports warmprof: the model is what a user would hand the CLI."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import torch
+
+SLEEP_S = float(os.environ.get("PLANTED_SLEEP_S", "0.06"))
+
+
+def _blob() -> str:
+    path = os.environ.get("PLANTED_BLOB", "")
+    if not path:
+        raise RuntimeError("set PLANTED_BLOB to the file the reader reads")
+    return path
+
+
+def drop_from_page_cache(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+class Sleeper(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        if self.calls == 1:
+            time.sleep(SLEEP_S)
+        return x
+
+
+class Reader(torch.nn.Module):
+    def __init__(self, path: str) -> None:
+        super().__init__()
+        self.path = path
+        self.buf = bytearray(os.path.getsize(path))  # touched here, not in a pass
+
+    def forward(self, x):
+        with open(self.path, "rb", buffering=0) as f:
+            f.readinto(self.buf)
+        return x
+
+
+class Planted(torch.nn.Module):
+    def __init__(self, sleep: bool, read: bool) -> None:
+        super().__init__()
+        self.inp = torch.nn.Linear(64, 64)
+        self.sleeper = Sleeper() if sleep else torch.nn.Identity()
+        self.reader = Reader(_blob()) if read else torch.nn.Identity()
+        self.out = torch.nn.Linear(64, 64)
+
+    def forward(self, x):
+        x = torch.relu(self.inp(x))
+        x = self.sleeper(x)
+        x = self.reader(x)
+        return self.out(x)
+
+
+def waits() -> Planted:
+    return Planted(sleep=True, read=False)
+
+
+def reads() -> Planted:
+    model = Planted(sleep=False, read=True)
+    drop_from_page_cache(_blob())
+    return model
+
+
+def both() -> Planted:
+    model = Planted(sleep=True, read=True)
+    drop_from_page_cache(_blob())
+    return model
+
+
+def neither() -> Planted:
+    return Planted(sleep=False, read=False)
