@@ -9,11 +9,17 @@ bench/off_cpu_acceptance.py):
   later read is served from the page cache (the first call's extra cost is the disk's);
 - `both`: both planted; `neither`: the same model with neither.
 
-Nothing here imports warmprof: the model is what a user would hand the CLI."""
+With PLANTED_SELF_TIMES set to a path, each planted module's first call times itself with the thread's
+own clocks (wall, CPU, run-queue delay, switches) and appends them there as a line of JSON, so a trace's
+figures can be set against the very call they measured. Nothing here imports warmprof: the model is
+what a user would hand the CLI."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import resource
 import time
 
 import torch
@@ -26,6 +32,29 @@ def _blob() -> str:
     if not path:
         raise RuntimeError("set PLANTED_BLOB to the file the reader reads")
     return path
+
+
+def _clocks() -> dict:
+    with open("/proc/thread-self/schedstat") as f:
+        delay = int(f.read().split()[1])
+    ru = resource.getrusage(resource.RUSAGE_THREAD)
+    return {"ns": time.monotonic_ns(), "cpu_ns": time.thread_time_ns(), "delay_ns": delay, "voluntary": ru.ru_nvcsw,
+            "involuntary": ru.ru_nivcsw, "read_bytes": ru.ru_inblock * 512}
+
+
+@contextlib.contextmanager
+def self_timed(what: str, first: bool):
+    """Times the block with the thread's own clocks when PLANTED_SELF_TIMES names a file and `first`."""
+    path = os.environ.get("PLANTED_SELF_TIMES", "")
+    if not path or not first:
+        yield
+        return
+    a = _clocks()
+    yield
+    b = _clocks()
+    d = {k: b[k] - a[k] for k in a}
+    with open(path, "a") as f:
+        f.write(json.dumps({"what": what, **d}) + "\n")
 
 
 def drop_from_page_cache(path: str) -> None:
@@ -45,7 +74,8 @@ class Sleeper(torch.nn.Module):
     def forward(self, x):
         self.calls += 1
         if self.calls == 1:
-            time.sleep(SLEEP_S)
+            with self_timed("sleep", True):
+                time.sleep(SLEEP_S)
         return x
 
 
@@ -54,9 +84,11 @@ class Reader(torch.nn.Module):
         super().__init__()
         self.path = path
         self.buf = bytearray(os.path.getsize(path))  # touched here, not in a pass
+        self.calls = 0
 
     def forward(self, x):
-        with open(self.path, "rb", buffering=0) as f:
+        self.calls += 1
+        with self_timed("read", self.calls == 1), open(self.path, "rb", buffering=0) as f:
             f.readinto(self.buf)
         return x
 
