@@ -19,9 +19,9 @@ SPANS = [("module:M", STRUCTURE, 0, 90), ("module:M.a", STRUCTURE, 20, 40),
          ("torch.compile:compile", JIT_COMPILE, 50, 70)]
 
 
-def _full(t_ms, cpu_ms, voluntary=0, read_bytes=0, majors=0, delay_ns=0, involuntary=0):
+def _full(t_ms, cpu_ms, voluntary=0, read_bytes=0, majors=0, delay_ns=0):
     """A boundary after the thread left its CPU: every clock read."""
-    return (t_ms, delay_ns, int(cpu_ms * MS), voluntary, read_bytes, majors, involuntary)
+    return (t_ms, delay_ns, int(cpu_ms * MS), voluntary, read_bytes, majors)
 
 
 def _placed_in(part, module, ns):
@@ -90,35 +90,14 @@ def test_a_wait_inside_a_cause_span_stays_with_that_span():
     assert not [p for p in parts.values() if p.cause in (Name.WAIT, Name.DISK_READ)]
 
 
-def test_the_wait_for_a_cpu_on_waking_from_a_block_is_the_blocks_not_contention():
-    # blocked 15 ms in M.a, then 2 ms runnable before it got a CPU back (a busy machine), no preemption
-    woke = thread_clock_timeline(SPANS, [_full(0, 0), (20, 0), _full(40, 23, voluntary=1, delay_ns=2 * MS),
-                                         _full(100, 83, voluntary=1, delay_ns=2 * MS)])
-    parts = _parts(woke)
-    _placed_in(parts[(Name.WAIT, "off_cpu")], "M.a", 17 * MS)
-    assert "2.000 ms waiting for a CPU on waking" in parts[(Name.WAIT, "off_cpu")].detail
-    assert not [p for p in parts.values() if p.cause == Name.CPU_CONTENTION]
-    # one block and one preemption in the stretch: the delay is shared between them
-    mixed = thread_clock_timeline(SPANS, [_full(0, 0), (20, 0), _full(40, 21, voluntary=1, delay_ns=4 * MS, involuntary=1),
-                                          _full(100, 81, voluntary=1, delay_ns=4 * MS, involuntary=1)])
-    parts = _parts(mixed)
-    _placed_in(parts[(Name.WAIT, "off_cpu")], "M.a", 17 * MS)
+def test_the_wait_for_a_cpu_after_a_block_stays_contention():
+    # blocked 15 ms in M.a, then 2 ms runnable with no CPU (a busy machine): the block is the wait, the
+    # queueing is the machine's, measured where it happened, as every other wait for a CPU
+    tl = thread_clock_timeline(SPANS, [_full(0, 0), (20, 0), _full(40, 23, voluntary=1, delay_ns=2 * MS),
+                                       _full(100, 83, voluntary=1, delay_ns=2 * MS)])
+    parts = _parts(tl)
+    _placed_in(parts[(Name.WAIT, "off_cpu")], "M.a", 15 * MS)
     assert parts[(Name.CPU_CONTENTION, "run_queue")].by_module == pytest.approx({"M.a": 2 * MS}, rel=1e-3)
-    # a disk read's wake-ups come with it too, out of a compile span with it
-    disk = thread_clock_timeline(SPANS, [_full(0, 0), (50, 0), _full(70, 60, voluntary=4, majors=4, delay_ns=3 * MS),
-                                         _full(100, 90, voluntary=4, majors=4, delay_ns=3 * MS)])
-    parts = _parts(disk)
-    assert parts[(Name.DISK_READ, "storage_in:torch.compile")].ns == pytest.approx(10 * MS, rel=1e-3)
-    assert parts[(Name.JIT_COMPILE, "torch.compile")].ns == pytest.approx(10 * MS, rel=1e-3)
-    assert not [p for p in parts.values() if p.cause == Name.CPU_CONTENTION]
-
-
-def test_a_wait_too_small_to_book_leaves_its_wake_up_to_contention():
-    small = thread_clock_timeline(SPANS, [_full(0, 0), (20, 0), _full(40, 37.95, voluntary=1, delay_ns=2 * MS),
-                                          _full(100, 97.95, voluntary=1, delay_ns=2 * MS)])
-    parts = _parts(small)
-    assert (Name.WAIT, "off_cpu") not in parts
-    assert parts[(Name.CPU_CONTENTION, "run_queue")].ns == pytest.approx(2 * MS, rel=1e-3)
 
 
 def test_no_wait_where_cpu_time_kept_up_with_wall_time():

@@ -17,7 +17,7 @@ from ..timeline import (
 )
 from .context import PassContext
 from .faults import split_faults
-from .off_cpu import booked_wakes, off_cpu_time
+from .off_cpu import off_cpu_time
 from .parts import Part
 from .reading import (
     MODULE_PREFIX,
@@ -236,9 +236,7 @@ def cpu_contention(ctx: PassContext) -> list[Part]:
     thread's wait adds only while the pass's thread waits for that worker, which these counters
     cannot tell from the pass thread's own work (an OpenMP pool spins before it sleeps); workers'
     waits are reported beside this figure (instruments/host.py), never added to it, and never
-    summed as if they had happened one after another. The wait for a CPU on waking from a block that
-    off_cpu_time books (a sleep, a disk read) is booked there, with the block: the thread queued only
-    because it had given its CPU up."""
+    summed as if they had happened one after another."""
     tl = ctx.timeline
     if tl is None:
         return []
@@ -248,13 +246,12 @@ def cpu_contention(ctx: PassContext) -> list[Part]:
         return []
     a = max(0, bisect.bisect_right(ts, t0) - 1)
     b = min(len(ts) - 1, bisect.bisect_left(ts, t1))
-    wakes = booked_wakes(ctx)  # the wake-ups from blocks off_cpu_time books: theirs, not contention
     free = Part(Name.CPU_CONTENTION, "run_queue", "measured")
     carved: dict[str, Part] = {}  # by the source of the cause spans the waits fell in
     lowered: dict[tuple[str, str, str], float] = {}  # (cause, source, module) -> ns taken out of its span
     total = 0.0
     for k in range(a, b):
-        d = vals[k + 1] - vals[k] - wakes.get(ts[k + 1], 0.0)
+        d = vals[k + 1] - vals[k]
         if d <= 0:
             continue
         lo, hi = max(ts[k], t0), min(ts[k + 1], t1)

@@ -13,7 +13,6 @@ from typing import NamedTuple
 
 from ..causes import Name
 from ..timeline import (
-    INVOLUNTARY_COUNTER,
     RUN_DELAY_COUNTER,
     STORAGE_READ_COUNTER,
     THREAD_CPU_COUNTER,
@@ -37,8 +36,7 @@ WAIT_FLOOR_NS = 200_000
 
 class Stretch(NamedTuple):
     """Where the pass thread was blocked: somewhere in [start_ns, end_ns] (the boundary before the
-    block and the sample after it), for off_ns in all, and wake_ns of the run-queue delay there that
-    came with waking from the blocks (the thread queued for a CPU only because it had given its own up)."""
+    block and the sample after it), for off_ns in all."""
 
     start_ns: int
     end_ns: int
@@ -46,18 +44,10 @@ class Stretch(NamedTuple):
     switches: int  # voluntary context switches (blocks)
     read_bytes: int  # bytes read from storage for the thread
     major_faults: int  # its page faults that read from storage
-    boundary_ns: int = 0  # the run-delay sample at its end (the step of that counter it shares)
-    wake_ns: float = 0.0
-    preemptions: int = 0  # involuntary switches in it: the rest of its run-queue delay is theirs
 
     @property
     def disk(self) -> bool:
         return self.read_bytes > 0 or self.major_faults > 0
-
-    @property
-    def ns(self) -> float:
-        """What a block costs the pass: the time blocked and the wait for a CPU on waking."""
-        return self.off_ns + self.wake_ns
 
 
 def _at(ts: list[int], vals: list[int], t: int) -> int | None:
@@ -70,16 +60,14 @@ def stretches(tl: Timeline, thread: int, t0: int, t1: int) -> list[Stretch]:
     """The stretches of [t0, t1] in which `thread` was blocked, from its clocks' samples. Each
     sample of its CPU time comes after it left its CPU since the boundary before (its run-queue
     delay is read at every boundary), so the time blocked since the sample before lies after that
-    boundary: the stretch starts there. Its run-queue delay is the wake-ups' (every return from a
-    block passes through the run queue) but for a share as large as its preemptions' among its
-    switches. Empty without the counters (no schedstat, no RUSAGE_THREAD, a timeline recorded
-    before they existed)."""
+    boundary: the stretch starts there. Empty without the counters (no schedstat, no RUSAGE_THREAD,
+    a timeline recorded before they existed)."""
     cpu_t, cpu_v = _counter_series(tl, THREAD_CPU_COUNTER, thread)
     delay_t, delay_v = _counter_series(tl, RUN_DELAY_COUNTER, thread)
     if len(cpu_t) < 2 or not delay_t:
         return []
-    series = {name: _counter_series(tl, name, thread) for name in
-              (VOLUNTARY_COUNTER, INVOLUNTARY_COUNTER, STORAGE_READ_COUNTER, THREAD_MAJOR_FAULTS_COUNTER)}
+    series = {name: _counter_series(tl, name, thread)
+              for name in (VOLUNTARY_COUNTER, STORAGE_READ_COUNTER, THREAD_MAJOR_FAULTS_COUNTER)}
 
     def grew(name: str, a: int, b: int) -> int:
         ts, vals = series[name]
@@ -108,46 +96,26 @@ def stretches(tl: Timeline, thread: int, t0: int, t1: int) -> list[Stretch]:
         lo, hi = max(start, t0), min(tb, t1)
         if hi <= lo:
             continue
-        preempted = grew(INVOLUNTARY_COUNTER, ta, tb)
-        off = min(off, hi - lo)
-        wake = min(max(0, db - da) * switches / (switches + preempted), hi - lo - off)
-        out.append(Stretch(lo, hi, off, switches, grew(STORAGE_READ_COUNTER, ta, tb),
-                           grew(THREAD_MAJOR_FAULTS_COUNTER, ta, tb), delay_t[at], wake, preempted))
+        out.append(Stretch(lo, hi, min(off, hi - lo), switches, grew(STORAGE_READ_COUNTER, ta, tb),
+                           grew(THREAD_MAJOR_FAULTS_COUNTER, ta, tb)))
     return out
 
 
-def _booked(ctx: PassContext) -> tuple[list[Stretch], bool]:
-    """The pass thread's blocked stretches, and whether its waits are booked: their time outside
-    cause spans, less a steady pass's blocked time, reaches WAIT_FLOOR_NS (disk reads always are)."""
-    if ctx.timeline is None:
-        return [], False
-    got = stretches(ctx.timeline, ctx.pass_span.thread, *ctx.window)
-    free = sum(ns for st in got if not st.disk
-               for span, _, ns in ctx.spread(st.start_ns, st.end_ns, st.off_ns) if span is None)
-    return got, free - ctx.steady_off_cpu_ns >= WAIT_FLOOR_NS
-
-
-def booked_wakes(ctx: PassContext) -> dict[int, float]:
-    """run-delay sample time -> the run-queue delay of the step ending there that off_cpu_time books
-    with the blocks it followed (cpu_contention leaves it out): the wake-ups from disk reads, and
-    from waits when those are booked."""
-    got, waits = _booked(ctx)
-    return {st.boundary_ns: st.wake_ns for st in got if st.wake_ns > 0 and (st.disk or waits)}
-
-
 def off_cpu_time(ctx: PassContext) -> list[Part]:
-    """Measured wait and disk_read: the pass thread's blocked stretches (`stretches`), each with the
-    wait for a CPU on waking from its blocks (cpu_contention leaves that out: booked_wakes), spread
-    over the segments it covers in proportion to their time (as cpu_contention spreads a wait for a
-    CPU). A disk read is booked wherever it fell, and one inside a cause span (a oneDNN primitive
-    created while its library's code was read from disk, an import reading a cold file) is taken out
-    of that span's part, which measured wall time: pages read from disk are never booked as a compile.
-    A wait is booked where no cause span covers it; one inside a cause span stays that span's (a
-    compile waits for its compiler's processes, a driver call for the driver), said in the detail.
+    """Measured wait and disk_read: the pass thread's blocked stretches (`stretches`), each spread over
+    the segments it covers in proportion to their time (as cpu_contention spreads a wait for a CPU).
+    A disk read is booked wherever it fell, and one inside a cause span (a oneDNN primitive created
+    while its library's code was read from disk, an import reading a cold file) is taken out of that
+    span's part, which measured wall time: pages read from disk are never booked as a compile. A wait
+    is booked where no cause span covers it; one inside a cause span stays that span's (a compile
+    waits for its compiler's processes, a driver call for the driver) and is said in the detail.
     A steady pass's own blocked time (ctx.steady_off_cpu_ns, the median) is taken off the waits, in
     proportion, and what is left of it off the disk reads; waits left under WAIT_FLOOR_NS are not
-    booked (_booked)."""
-    got, waits_booked = _booked(ctx)
+    booked."""
+    tl = ctx.timeline
+    if tl is None:
+        return []
+    got = stretches(tl, ctx.pass_span.thread, *ctx.window)
     if not got:
         return []
     wait = Part(Name.WAIT, "off_cpu", "measured")
@@ -156,7 +124,6 @@ def off_cpu_time(ctx: PassContext) -> list[Part]:
     lowered: dict[tuple[str, str, str], float] = {}  # (cause, source, module) -> ns taken out of its span
     kept_in_spans: dict[str, float] = {}  # waits left inside cause spans, by source
     read_bytes = majors = blocks = disk_blocks = 0
-    wait_off = wait_wake = disk_wake = 0.0  # booked outside spans: time blocked, and waiting for a CPU on waking
     for st in got:
         if st.disk:
             read_bytes += st.read_bytes
@@ -164,22 +131,14 @@ def off_cpu_time(ctx: PassContext) -> list[Part]:
             disk_blocks += st.switches
         else:
             blocks += st.switches
-        share_off = st.off_ns / st.ns
-        for cause_span, mod, ns in ctx.spread(st.start_ns, st.end_ns, st.ns):
-            if not st.disk:
-                if cause_span is not None:
-                    src = source_of(cause_span.name)
-                    kept_in_spans[src] = kept_in_spans.get(src, 0.0) + ns
-                elif waits_booked:
-                    wait.add(mod, ns)
-                    wait_off += ns * share_off
-                    wait_wake += ns * (1 - share_off)
-                continue
-            disk_wake += ns * (1 - share_off)
+        for cause_span, mod, ns in ctx.spread(st.start_ns, st.end_ns, st.off_ns):
             if cause_span is None:
-                disk.add(mod, ns)
+                (disk if st.disk else wait).add(mod, ns)
                 continue
             src = source_of(cause_span.name)
+            if not st.disk:
+                kept_in_spans[src] = kept_in_spans.get(src, 0.0) + ns
+                continue
             into = carved.get(src)
             if into is None:
                 into = carved[src] = Part(Name.DISK_READ, f"storage_in:{src}", "measured", carved=True)
@@ -187,22 +146,22 @@ def off_cpu_time(ctx: PassContext) -> list[Part]:
             key = (cause_name(cause_span.cause), src, mod)
             lowered[key] = lowered.get(key, 0.0) + ns
     steady = ctx.steady_off_cpu_ns
-    wait_keep = max(0.0, wait_off - steady) / wait_off if wait_off > 0 else 0.0
+    wait_keep = max(0.0, wait.ns - steady) / wait.ns if wait.ns > 0 else 0.0
     disk_total = disk.ns + sum(p.ns for p in carved.values())
-    left = max(0.0, steady - wait_off)
+    left = max(0.0, steady - wait.ns)
     disk_keep = max(0.0, disk_total - left) / disk_total if disk_total > 0 else 0.0
     less = f", less a steady pass's own ({steady / 1e6:.3f} ms, the median)" if steady > 0 else ""
     how = "wall time less CPU time less run-queue delay, read at module boundaries"
     parts = []
-    if wait.ns * wait_keep > 0:
+    if wait.ns * wait_keep >= WAIT_FLOOR_NS:
         _scale(wait, wait_keep)
         wait.count = blocks
+        inside = sum(kept_in_spans.values())
         wait.detail = (f"the pass's thread was blocked off the CPU for {wait.ns / 1e6:.3f} ms outside cause spans "
-                       f"({_switches(blocks)}: a sleep, a lock, a socket, a remote store; {how}){_waking(wait_wake * wait_keep)}"
-                       f"{less}")
-        if kept_in_spans:
-            wait.detail += (f"; a further {sum(kept_in_spans.values()) / 1e6:.3f} ms blocked inside cause spans stays with "
-                            f"them (their own waits, e.g. a compiler's processes): {_by_source(kept_in_spans)}")
+                       f"({_switches(blocks)}: a sleep, a lock, a socket, a remote store; {how}){less}")
+        if inside > 0:
+            wait.detail += (f"; a further {inside / 1e6:.3f} ms blocked inside cause spans stays with them (their own "
+                            f"waits, e.g. a compiler's processes): {_by_source(kept_in_spans)}")
         parts.append(wait)
     if disk_total * disk_keep <= 0:
         return parts
@@ -217,16 +176,11 @@ def off_cpu_time(ctx: PassContext) -> list[Part]:
         where = ("outside cause spans" if p is disk
                  else f"inside {p.source.split(':', 1)[1]} spans, taken out of their time: never booked as their cause")
         p.detail = (f"{what}: {p.ns / 1e6:.3f} ms of the {disk_total * disk_keep / 1e6:.3f} ms the thread waited for them "
-                    f"{where} ({_switches(disk_blocks)}; {how}){_waking(disk_wake * disk_keep)}{less}")
+                    f"{where} ({_switches(disk_blocks)}; {how}){less}")
         parts.append(p)
     for (cause, source, mod), ns in lowered.items():
         parts.append(Part(cause, source, "measured", ns=-ns * disk_keep, by_module={mod: -ns * disk_keep}))
     return parts
-
-
-def _waking(ns: float) -> str:
-    return (f"; of it {ns / 1e6:.3f} ms waiting for a CPU on waking (run-queue delay a busy machine adds to every "
-            "block, booked with the block, not as cpu_contention)" if ns >= 1000 else "")
 
 
 def _scale(p: Part, keep: float) -> None:
