@@ -66,6 +66,17 @@ def test_block_input_or_major_faults_make_it_a_disk_read(counters, pages):
     assert (Name.WAIT, "off_cpu") not in parts
 
 
+def test_a_wait_while_other_threads_read_from_disk_is_a_wait_that_says_so():
+    # the pass thread read nothing itself; the process took 30 major faults meanwhile (its pool's threads)
+    tl = thread_clock_timeline(SPANS, [_full(0, 0), (20, 0), _full(40, 25, voluntary=1), _full(100, 85, voluntary=1)],
+                               process_major_faults=[(0, 100), (20, 100), (40, 130), (100, 130)])
+    parts = _parts(tl)
+    wait = parts[(Name.WAIT, "off_cpu")]
+    _placed_in(wait, "M.a", 15 * MS)
+    assert "other threads took 30 major faults" in wait.detail
+    assert (Name.DISK_READ, "storage") not in parts
+
+
 def test_a_compile_span_holding_a_disk_read_is_net_of_it():
     # 8 ms of the compile's 20 ms the thread waited for reads from storage (a cold page cache)
     tl = thread_clock_timeline(SPANS, [_full(0, 0), (20, 0), (40, 0), (50, 0),

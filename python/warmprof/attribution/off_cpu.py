@@ -3,7 +3,7 @@ CPU. Between two samples of its clocks (module and pass boundaries, read whereve
 its CPU since the boundary before), wall time less CPU time less run-queue delay is the time it was
 blocked; it blocked only if it switched off voluntarily. A stretch in which the thread read from
 storage (block input, or a major fault of its own) is a disk read; any other is a wait (a sleep, a
-lock, a socket, a remote store). Both are measured (clock differences) and placed in the module
+lock, a socket, a remote store; other threads' major faults meanwhile are said with it). Both are measured (clock differences) and placed in the module
 they happened in."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 from ..causes import Name
 from ..timeline import (
+    MAJOR_FAULTS_COUNTER,
     RUN_DELAY_COUNTER,
     STORAGE_READ_COUNTER,
     THREAD_CPU_COUNTER,
@@ -44,6 +45,9 @@ class Stretch(NamedTuple):
     switches: int  # voluntary context switches (blocks)
     read_bytes: int  # bytes read from storage for the thread
     major_faults: int  # its page faults that read from storage
+    # major faults of the process's other threads meanwhile: a pool paging its code in from disk while
+    # the pass thread waits for it at a barrier, or another thread's own business (not told apart)
+    others_major_faults: int = 0
 
     @property
     def disk(self) -> bool:
@@ -68,6 +72,7 @@ def stretches(tl: Timeline, thread: int, t0: int, t1: int) -> list[Stretch]:
         return []
     series = {name: _counter_series(tl, name, thread)
               for name in (VOLUNTARY_COUNTER, STORAGE_READ_COUNTER, THREAD_MAJOR_FAULTS_COUNTER)}
+    series[MAJOR_FAULTS_COUNTER] = _counter_series(tl, MAJOR_FAULTS_COUNTER)  # the process's, at every boundary
 
     def grew(name: str, a: int, b: int) -> int:
         ts, vals = series[name]
@@ -96,8 +101,9 @@ def stretches(tl: Timeline, thread: int, t0: int, t1: int) -> list[Stretch]:
         lo, hi = max(start, t0), min(tb, t1)
         if hi <= lo:
             continue
-        out.append(Stretch(lo, hi, min(off, hi - lo), switches, grew(STORAGE_READ_COUNTER, ta, tb),
-                           grew(THREAD_MAJOR_FAULTS_COUNTER, ta, tb)))
+        own_majors = grew(THREAD_MAJOR_FAULTS_COUNTER, ta, tb)
+        out.append(Stretch(lo, hi, min(off, hi - lo), switches, grew(STORAGE_READ_COUNTER, ta, tb), own_majors,
+                           max(0, grew(MAJOR_FAULTS_COUNTER, start, tb) - own_majors)))
     return out
 
 
@@ -123,7 +129,7 @@ def off_cpu_time(ctx: PassContext) -> list[Part]:
     carved: dict[str, Part] = {}  # disk reads inside cause spans, by the spans' source
     lowered: dict[tuple[str, str, str], float] = {}  # (cause, source, module) -> ns taken out of its span
     kept_in_spans: dict[str, float] = {}  # waits left inside cause spans, by source
-    read_bytes = majors = blocks = disk_blocks = 0
+    read_bytes = majors = blocks = disk_blocks = others = 0
     for st in got:
         if st.disk:
             read_bytes += st.read_bytes
@@ -131,6 +137,7 @@ def off_cpu_time(ctx: PassContext) -> list[Part]:
             disk_blocks += st.switches
         else:
             blocks += st.switches
+            others += st.others_major_faults
         for cause_span, mod, ns in ctx.spread(st.start_ns, st.end_ns, st.off_ns):
             if cause_span is None:
                 (disk if st.disk else wait).add(mod, ns)
@@ -159,6 +166,9 @@ def off_cpu_time(ctx: PassContext) -> list[Part]:
         inside = sum(kept_in_spans.values())
         wait.detail = (f"the pass's thread was blocked off the CPU for {wait.ns / 1e6:.3f} ms outside cause spans "
                        f"({_switches(blocks)}: a sleep, a lock, a socket, a remote store; {how}){less}")
+        if others:
+            wait.detail += (f"; the process's other threads took {others} major faults (pages read from disk) while it "
+                            "waited: some of the wait may have been for them (a thread pool paging its code in)")
         if inside > 0:
             wait.detail += (f"; a further {inside / 1e6:.3f} ms blocked inside cause spans stays with them (their own "
                             f"waits, e.g. a compiler's processes): {_by_source(kept_in_spans)}")
