@@ -29,9 +29,15 @@ uint32_t g_threads_name = 0;
 uint32_t g_file_bytes_name = 0;
 uint32_t g_run_delay_name = 0;
 uint32_t g_involuntary_name = 0;
-// The calling thread's run-queue delay at its last module-boundary sample: its involuntary switches
-// are read again only when the delay moved (a preemption always leaves a wait behind it).
+uint32_t g_thread_cpu_name = 0;
+uint32_t g_voluntary_name = 0;
+uint32_t g_read_bytes_name = 0;
+uint32_t g_thread_major_name = 0;
+// The calling thread's run-queue delay and time slices at its last full sample: the counters that
+// only move when the thread leaves its CPU are read again only when one of these moved (each return
+// to a CPU, after a preemption or a block, is a new slice and adds to the delay).
 thread_local int64_t t_delay_sampled = -1;
+thread_local int64_t t_slices_sampled = -1;
 // The fault count (minor + major) at the last read of /proc/self/statm: RSS only moves when a fault
 // does (or memory is given back), so a module boundary reads it only when faults moved since.
 std::atomic<int64_t> g_faults_at_memory{-1};
@@ -130,18 +136,29 @@ inline void append_memory(int64_t faults_now, uint64_t t) {
   recorder::append(kCounter, kStructure, g_file_bytes_name, m.file, t);
 }
 
-// The calling thread's run-queue delay (a pread of its kept-open schedstat, about 1 us) and, when it
-// moved since this thread's last sample or `always`, its involuntary context switches. Counters
-// of the calling thread (each record carries its thread): attribution reads the pass thread's.
+// The calling thread's run-queue delay (a pread of its kept-open schedstat, about 1 us) and, when the
+// thread left its CPU since its last sample (its delay or time slices moved) or `always`, what only
+// moves then: its context switches and block input (one getrusage, about 0.5 us) and its CPU time
+// (about 1 us), at a clock read just after the CPU time, so that wall less CPU less delay between two
+// such samples is the time the thread was blocked. A boundary where the thread kept its CPU reads
+// none of these: nothing of theirs but the CPU time moved, and that by the wall time. Counters of the
+// calling thread (each record carries its thread): attribution reads the pass thread's.
 inline void append_sched(uint64_t t, bool always) {
   host::SchedStat s = host::thread_schedstat();
   if (!s.ok) return;
   recorder::append(kCounter, kStructure, g_run_delay_name, s.delay_ns, t);
-  if (always || s.delay_ns != t_delay_sampled) {
-    t_delay_sampled = s.delay_ns;
-    const int64_t inv = host::thread_involuntary_switches();
-    if (inv >= 0) recorder::append(kCounter, kStructure, g_involuntary_name, inv, t);
-  }
+  if (!always && s.delay_ns == t_delay_sampled && s.slices == t_slices_sampled) return;
+  t_delay_sampled = s.delay_ns;
+  t_slices_sampled = s.slices;
+  const host::ThreadUsage u = host::thread_usage();
+  if (u.ok) recorder::append(kCounter, kStructure, g_involuntary_name, u.involuntary, t);
+  const int64_t cpu = host::thread_cpu_ns();
+  const uint64_t t_cpu = clock::ticks();
+  if (cpu < 0 || !u.ok) return;
+  recorder::append(kCounter, kStructure, g_thread_cpu_name, cpu, t_cpu);
+  recorder::append(kCounter, kStructure, g_voluntary_name, u.voluntary, t_cpu);
+  recorder::append(kCounter, kStructure, g_read_bytes_name, u.read_bytes, t_cpu);
+  recorder::append(kCounter, kStructure, g_thread_major_name, u.major_faults, t_cpu);
 }
 
 // Records the process's fault counters and thread count (getrusage, and an fstat of a kept-open
@@ -248,7 +265,8 @@ PyMethodDef g_fast_methods[] = {
     {"counter", (PyCFunction)(void (*)(void))fast_counter, METH_FASTCALL,
      "counter(name: int, value: int) -> None\nRecord a counter sample."},
     {"sample_host", (PyCFunction)(void (*)(void))fast_sample_host, METH_FASTCALL,
-     "sample_host(rss=True) -> None\nRecord host counters (minor/major faults, threads, and RSS and file-backed bytes unless rss is False) now."},
+     "sample_host(rss=True) -> None\nRecord host counters (minor/major faults, threads, the thread's run-queue delay, "
+     "switches, CPU time and storage reads, and RSS and file-backed bytes unless rss is False) now."},
     {"module_enter", (PyCFunction)(void (*)(void))fast_module_enter, METH_FASTCALL,
      "module_enter(name: int, coarse: bool) -> bool\nA module call opens: host counters and a begin, unless thinned; whether it was recorded."},
     {"module_exit", (PyCFunction)(void (*)(void))fast_module_exit, METH_FASTCALL,
@@ -329,6 +347,10 @@ PYBIND11_MODULE(_native, m) {
   g_file_bytes_name = recorder::intern("host:file_bytes");
   g_run_delay_name = recorder::intern("host:run_delay_ns");
   g_involuntary_name = recorder::intern("host:involuntary_switches");
+  g_thread_cpu_name = recorder::intern("host:thread_cpu_ns");
+  g_voluntary_name = recorder::intern("host:voluntary_switches");
+  g_read_bytes_name = recorder::intern("host:storage_read_bytes");
+  g_thread_major_name = recorder::intern("host:thread_major_faults");
 
   // Recorder (cold).
   m.def("start", [](long long spare_buffers) {
@@ -416,6 +438,23 @@ PYBIND11_MODULE(_native, m) {
      "time runnable waiting for one), or None where the kernel has no schedstat.");
   m.def("thread_involuntary_switches", &host::thread_involuntary_switches,
         "Involuntary context switches of the calling thread (getrusage RUSAGE_THREAD); -1 where unavailable.");
+  m.def("thread_times", [] {
+    const host::SchedStat s = host::thread_schedstat();
+    const host::ThreadUsage u = host::thread_usage();
+    const int64_t cpu = host::thread_cpu_ns();
+    const int64_t now = int64_t(clock::monotonic_ns());
+    if (!s.ok || !u.ok || cpu < 0) return py::object(py::none());
+    py::dict d;
+    d["ns"] = now;
+    d["cpu_ns"] = cpu;
+    d["run_delay_ns"] = s.delay_ns;
+    d["voluntary"] = u.voluntary;
+    d["storage_read_bytes"] = u.read_bytes;
+    d["major_faults"] = u.major_faults;
+    return py::object(d);
+  }, "The calling thread's clocks, as module boundaries record them: {'ns' (monotonic, read last), 'cpu_ns', "
+     "'run_delay_ns', 'voluntary' (switches), 'storage_read_bytes', 'major_faults'}; None where the kernel has no "
+     "schedstat or no RUSAGE_THREAD (off-CPU time cannot be told from a wait for a CPU there).");
   m.def("task_schedstats", [] {
     std::vector<host::TaskSched> got;
     {

@@ -9,6 +9,7 @@
 
 #include <dirent.h>
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
 
@@ -170,12 +171,29 @@ SchedStat thread_schedstat() {
   return out;
 }
 
-int64_t thread_involuntary_switches() {
+ThreadUsage thread_usage() {
+  ThreadUsage out;
 #ifdef RUSAGE_THREAD
   rusage ru{};
-  if (getrusage(RUSAGE_THREAD, &ru) == 0) return int64_t(ru.ru_nivcsw);
+  if (getrusage(RUSAGE_THREAD, &ru) != 0) return out;
+  out.ok = true;
+  out.voluntary = int64_t(ru.ru_nvcsw);
+  out.involuntary = int64_t(ru.ru_nivcsw);
+  out.read_bytes = int64_t(ru.ru_inblock) * 512;
+  out.major_faults = int64_t(ru.ru_majflt);
 #endif
-  return -1;
+  return out;
+}
+
+int64_t thread_involuntary_switches() {
+  const ThreadUsage u = thread_usage();
+  return u.ok ? u.involuntary : -1;
+}
+
+int64_t thread_cpu_ns() {
+  timespec ts{};
+  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return -1;
+  return int64_t(ts.tv_sec) * 1000000000ll + int64_t(ts.tv_nsec);
 }
 
 std::vector<TaskSched> task_schedstats() {
@@ -212,11 +230,7 @@ std::vector<TaskSched> task_schedstats() {
 namespace {
 // The CPU time of this thread: a fault is kernel work on the faulting thread, and a busy machine's
 // wait for a core (which wall time would add to a trial) is not part of its cost.
-uint64_t thread_cpu_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
-}
+uint64_t touch_cpu_ns() { return uint64_t(std::max<int64_t>(0, thread_cpu_ns())); }
 }  // namespace
 
 FaultCost calibrate_fault_cost(size_t bytes, int trials) {
@@ -231,9 +245,9 @@ FaultCost calibrate_fault_cost(size_t bytes, int trials) {
     if (mem == MAP_FAILED) continue;
     volatile char* p = static_cast<volatile char*>(mem);
     Faults f0 = faults();
-    uint64_t t0 = thread_cpu_ns();
+    uint64_t t0 = touch_cpu_ns();
     for (size_t i = 0; i < pages; ++i) p[i * ps] = 1;
-    uint64_t t1 = thread_cpu_ns();
+    uint64_t t1 = touch_cpu_ns();
     Faults f1 = faults();
     munmap(mem, pages * ps);
     int64_t nf = (f1.minor - f0.minor) + (f1.major - f0.major);
@@ -268,9 +282,9 @@ std::vector<TouchTrial> first_touch_trials(size_t bytes, int trials, bool huge) 
 #endif
     volatile char* p = mem;
     Faults f0 = faults();
-    uint64_t t0 = thread_cpu_ns();
+    uint64_t t0 = touch_cpu_ns();
     for (size_t i = 0; i < len; i += ps) p[i] = 1;
-    uint64_t t1 = thread_cpu_ns();
+    uint64_t t1 = touch_cpu_ns();
     Faults f1 = faults();
     munmap(raw, len + align);
     out.push_back({double(t1 - t0), (f1.minor - f0.minor) + (f1.major - f0.major)});

@@ -35,6 +35,22 @@ struct SchedStat {
 SchedStat thread_schedstat();
 // The calling thread's involuntary context switches (getrusage RUSAGE_THREAD); -1 where unavailable.
 int64_t thread_involuntary_switches();
+
+// Off-CPU time. A thread's wall time is its CPU time, plus its run-queue delay (schedstat), plus the
+// time it was blocked: a sleep, a lock, a socket, a read from storage. Blocking is a voluntary context
+// switch; a read from storage is block input or a major fault of the thread's own.
+struct ThreadUsage {
+  bool ok = false;           // false: no RUSAGE_THREAD here (macOS)
+  int64_t voluntary = 0;     // context switches where the thread blocked
+  int64_t involuntary = 0;   // preemptions
+  int64_t read_bytes = 0;    // bytes read from storage for it (ru_inblock, which Linux counts in 512-byte units)
+  int64_t major_faults = 0;  // its page faults that read from storage
+};
+ThreadUsage thread_usage();  // one getrusage(RUSAGE_THREAD), about 0.5 us
+// The calling thread's CPU time in ns (CLOCK_THREAD_CPUTIME_ID: exact, where schedstat's run time is
+// only brought up to date at a tick or a switch); -1 where unavailable. About 1 us (a syscall that
+// takes the run queue's lock): module boundaries read it only after the thread left its CPU.
+int64_t thread_cpu_ns();
 struct TaskSched {
   int64_t tid = 0;
   SchedStat sched;

@@ -72,7 +72,17 @@ FILE_COUNTER = "host:file_bytes"  # resident file-backed (and shared) bytes: RSS
 # involuntary context switches; per-thread counters, read on the pass thread only.
 RUN_DELAY_COUNTER = "host:run_delay_ns"
 INVOLUNTARY_COUNTER = "host:involuntary_switches"
-HOST_COUNTERS = (*FAULT_COUNTERS, RSS_COUNTER, THREAD_COUNTER, FILE_COUNTER, RUN_DELAY_COUNTER, INVOLUNTARY_COUNTER)
+# Read with the involuntary switches, only where the thread left its CPU since its last sample (and at
+# pass boundaries): its CPU time (wall less CPU less run-queue delay is the time it was blocked), its
+# voluntary switches (each a block), bytes read from storage for it and its own major faults (a block
+# that read from disk). Per-thread, like the run-queue delay.
+THREAD_CPU_COUNTER = "host:thread_cpu_ns"
+VOLUNTARY_COUNTER = "host:voluntary_switches"
+STORAGE_READ_COUNTER = "host:storage_read_bytes"
+THREAD_MAJOR_FAULTS_COUNTER = "host:thread_major_faults"
+OFF_CPU_COUNTERS = (THREAD_CPU_COUNTER, VOLUNTARY_COUNTER, STORAGE_READ_COUNTER, THREAD_MAJOR_FAULTS_COUNTER)
+HOST_COUNTERS = (*FAULT_COUNTERS, RSS_COUNTER, THREAD_COUNTER, FILE_COUNTER, RUN_DELAY_COUNTER, INVOLUNTARY_COUNTER,
+                 *OFF_CPU_COUNTERS)
 
 _name_ids: dict[str, int] = {}
 

@@ -34,10 +34,11 @@ def test_spans_past_capacity_are_dropped_without_error(small_capacity):
         for _ in range(500):
             timeline.begin(timeline.STRUCTURE, nid)
             timeline.end(timeline.STRUCTURE, nid)
-        timeline.sample_host()  # minor, major faults, RSS, file bytes, threads (+ run delay, involuntary switches)
+        timeline.sample_host()  # minor, major faults, RSS, file bytes, threads (+ run delay, involuntary switches,
+        # and the thread's CPU time, voluntary switches, storage reads and major faults)
     tl = rec.drain()
     assert len(tl) == small_capacity
-    host_counters = 5 + 2 * (_native.thread_schedstat() is not None)
+    host_counters = 5 + 2 * (_native.thread_schedstat() is not None) + 4 * (_native.thread_times() is not None)
     assert tl.dropped == 1000 + host_counters - small_capacity
     assert np.array_equal(tl.kind, np.tile(np.array([BEGIN, END], dtype=np.uint8), small_capacity // 2))
 

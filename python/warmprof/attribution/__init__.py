@@ -6,6 +6,8 @@
   placed under the cause span covering them, and the rest is the pass's unexplained time.
 - one call (a warm-up call, a watched call): calls.attribute_call turns the call's facts (its time,
   the compiles dynamo bracketed, page faults and memory grown, CPU time, CUDA calls) into parts.
+- off-CPU time (off_cpu.py): where the pass thread was blocked (wall less CPU less run-queue delay between
+  boundary samples), a disk read where it read from storage, else a wait, taken out of the spans it fell in.
 - shared by both: the compile trigger -> cause table (compiles.py), fault pricing with one noise floor
   and one calibration (faults.py), and the summary across passes (summary.py).
 
@@ -30,6 +32,7 @@ from .estimators import (
     op_view_first_dispatch,
     thread_starts,
 )
+from .off_cpu import Stretch, off_cpu_time, stretches
 from .faults import FaultSplit, per_byte_at, split_faults
 from .parts import Calibration, Figure, InstrumentCost, Part, PassAttribution, SpanRec
 from .reading import CounterStep, Segment, build_spans
@@ -44,8 +47,8 @@ from .summary import (
 
 __all__ = [
     "ESTIMATORS", "Calibration", "CounterStep", "Estimator", "FaultSplit", "Figure", "InstrumentCost", "Part", "PassAttribution",
-    "PassContext", "Segment", "SpanRec", "SteadyStats", "Summary", "attribute_pass", "build_context", "build_spans",
+    "PassContext", "Segment", "SpanRec", "SteadyStats", "Stretch", "Summary", "attribute_pass", "build_context", "build_spans",
     "cause_spans", "cpu_contention", "cupti_callback_cost", "host_faults", "inferred_figures", "instrument_cost",
-    "module_hook_cost", "op_view_first_dispatch", "per_byte_at", "split_faults", "steady_stats", "summarize",
-    "thread_starts", "unattributed_sites", "unattributed_where",
+    "module_hook_cost", "off_cpu_time", "op_view_first_dispatch", "per_byte_at", "split_faults", "steady_stats", "stretches",
+    "summarize", "thread_starts", "unattributed_sites", "unattributed_where",
 ]

@@ -11,6 +11,7 @@ import numpy as np
 
 from ..timeline import (
     FAULT_COUNTERS,
+    MAJOR_FAULTS_COUNTER,
     STRUCTURE,
     THREAD_COUNTER,
     Timeline,
@@ -26,8 +27,10 @@ from .reading import (
     _cover,
     _imports_inside_compiles,
     _memory_growth,
+    _module_of,
     _pass_span,
     _segments,
+    _step_growth,
     build_spans,
 )
 
@@ -50,6 +53,9 @@ class PassContext:
     # For each fault step, (anonymous, file-backed) bytes grown across it (RSS samples at the same
     # boundaries); empty when the timeline has no memory samples (then faults alone are priced).
     fault_bytes: tuple[tuple[int, int], ...] = ()
+    # For each fault step, how many of its faults were major (read a page from storage); empty when
+    # the major faults were not sampled apart
+    fault_majors: tuple[int, ...] = ()
     thread_steps: tuple[CounterStep, ...] = ()
     own_faults: int = 0
     off_thread_ns: int = 0  # cause spans of other threads, clipped to the window
@@ -57,6 +63,8 @@ class PassContext:
     steady_faults: float = 0.0  # page faults a steady pass takes (median)
     # ns a clean steady pass's thread waited for a CPU (median; run-queue delay from schedstat)
     steady_run_delay_ns: float = 0.0
+    # ns a clean steady pass's thread was blocked off the CPU (median; wall less CPU less run-queue delay)
+    steady_off_cpu_ns: float = 0.0
     evidence: Mapping[str, str] = field(default_factory=dict)  # source -> evidence of its spans
     inferred: tuple[Figure, ...] = ()  # figures no span brackets
     timeline: Timeline | None = None
@@ -75,6 +83,26 @@ class PassContext:
     def cover(self, a: int, b: int) -> tuple[SpanRec | None, SpanRec | None]:
         """The cause span covering most of [a, b] (None: mostly no cause) and the module span there."""
         return _cover(self.segments, self.segment_starts, a, b)
+
+    def spread(self, lo: int, hi: int, amount: float) -> list[tuple[SpanRec | None, str, float]]:
+        """`amount` (a wait that happened somewhere in [lo, hi]) spread over the segments there in
+        proportion to their time: (innermost cause span or None, module, share). An instant interval
+        goes whole to the segment that holds it."""
+        starts = self.segment_starts
+        first = max(0, bisect.bisect_right(starts, lo) - 1)
+        pieces: list[tuple[SpanRec | None, str, int]] = []
+        for k in range(first, len(self.segments)):
+            s0, s1, cause_span, _, mod, _ = self.segments[k]
+            if s0 >= hi:
+                break
+            ov = min(s1, hi) - max(s0, lo)
+            if ov > 0:
+                pieces.append((cause_span, mod, ov))
+        covered = sum(p[2] for p in pieces)
+        if covered <= 0:
+            cause_span, mod_span = self.cover(lo, hi)
+            return [(cause_span, _module_of(mod_span), amount)]
+        return [(c, m, amount * ov / covered) for c, m, ov in pieces]
 
     @cached_property
     def free_by_module(self) -> dict[str, float]:
@@ -133,6 +161,7 @@ def build_context(
     calibration: Calibration | None = None,
     steady_faults: float = 0.0,
     steady_run_delay_ns: float = 0.0,
+    steady_off_cpu_ns: float = 0.0,
     evidence: Mapping[str, str] | None = None,
     inferred: Iterable[Figure] | None = None,
     window: tuple[int, int] | None = None,
@@ -160,12 +189,14 @@ def build_context(
         segments=tuple(segs),
         fault_steps=fault_steps,
         fault_bytes=_memory_growth(tl, fault_steps),
+        fault_majors=_step_growth(tl, MAJOR_FAULTS_COUNTER, fault_steps),
         thread_steps=_counter_steps(tl, (THREAD_COUNTER,), segs, starts, t0, t1),
         own_faults=int(np.count_nonzero((tl.own_fault_ns >= t0) & (tl.own_fault_ns <= t1))),
         off_thread_ns=off_thread_ns,
         calibration=calibration or Calibration(),
         steady_faults=steady_faults,
         steady_run_delay_ns=steady_run_delay_ns,
+        steady_off_cpu_ns=steady_off_cpu_ns,
         evidence=evidence or {},
         inferred=tuple(inferred or ()),
         timeline=tl,

@@ -17,7 +17,8 @@ from ..timeline import (
 )
 from .context import PassContext
 from .faults import split_faults
-from .parts import Part, SpanRec
+from .off_cpu import off_cpu_time
+from .parts import Part
 from .reading import (
     MODULE_PREFIX,
     _counter_change,
@@ -85,7 +86,8 @@ def host_faults(ctx: PassContext) -> list[Part]:
     """Estimated: page faults outside every cause span (faults inside one belong to that cause, via
     ctx.fault_steps' cover), split per step by what grew (split_faults): anonymous memory ->
     allocator_growth (host_faults), file pages -> runtime_init (file_pages, lazy loading of a
-    library's code and data). Anonymous faults a steady pass also takes, and warmprof's own, are
+    library's code and data; major faults are file pages always, and their wait for storage is
+    disk_read's, off_cpu.py). Anonymous faults a steady pass also takes, and warmprof's own, are
     taken off the anonymous time in proportion; each part is placed in the modules its steps were in.
     Without memory samples (ctx.fault_bytes empty) every fault is anonymous at fault_cost_ns."""
     cal = ctx.calibration
@@ -99,7 +101,8 @@ def host_faults(ctx: PassContext) -> list[Part]:
         if step.cause_span is not None or step.delta <= 0:
             continue
         grown = ctx.fault_bytes[k] if ctx.fault_bytes else (0, 0)
-        sp = split_faults(step.delta, grown[0], grown[1] if ctx.fault_bytes else 0, cal)
+        major = ctx.fault_majors[k] if ctx.fault_majors else 0
+        sp = split_faults(step.delta, grown[0], grown[1] if ctx.fault_bytes else 0, cal, major)
         anon_faults += sp.anon_faults
         huge_faults += sp.huge_faults
         anon_by_module[step.module] = anon_by_module.get(step.module, 0.0) + sp.anon_ns
@@ -220,27 +223,6 @@ def cupti_callback_cost(ctx: PassContext) -> list[Part]:
                  by_module={"": n * cost}, detail=detail)]
 
 
-def _spread(ctx: PassContext, lo: int, hi: int, amount: float) -> list[tuple[SpanRec | None, str, float]]:
-    """`amount` (a wait that happened somewhere in [lo, hi]) spread over the segments there in
-    proportion to their time: (innermost cause span or None, module, share). An instant interval
-    goes whole to the segment that holds it."""
-    starts = ctx.segment_starts
-    first = max(0, bisect.bisect_right(starts, lo) - 1)
-    pieces: list[tuple[SpanRec | None, str, int]] = []
-    for k in range(first, len(ctx.segments)):
-        s0, s1, cause_span, _, mod, _ = ctx.segments[k]
-        if s0 >= hi:
-            break
-        ov = min(s1, hi) - max(s0, lo)
-        if ov > 0:
-            pieces.append((cause_span, mod, ov))
-    covered = sum(p[2] for p in pieces)
-    if covered <= 0:
-        cause_span, mod_span = ctx.cover(lo, hi)
-        return [(cause_span, _module_of(mod_span), amount)]
-    return [(c, m, amount * ov / covered) for c, m, ov in pieces]
-
-
 def cpu_contention(ctx: PassContext) -> list[Part]:
     """Measured cpu_contention: the time the pass's thread was ready to run and had no CPU (its
     run-queue delay, schedstat), read at the pass's boundaries and at every module boundary, so each
@@ -279,7 +261,7 @@ def cpu_contention(ctx: PassContext) -> list[Part]:
         if d <= 0:
             continue
         total += d
-        for cause_span, mod, ns in _spread(ctx, lo, hi, d):
+        for cause_span, mod, ns in ctx.spread(lo, hi, d):
             if cause_span is None:
                 free.add(mod, ns)
             else:
@@ -388,4 +370,4 @@ def instrument_cost(ctx: PassContext) -> list[Part]:
 # Run in this order; parts of the same (cause, source) from several estimators add up, and the
 # first one's evidence stands.
 ESTIMATORS: tuple[Estimator, ...] = (cause_spans, host_faults, thread_starts, module_hook_cost, cupti_callback_cost,
-                                     inferred_figures, op_view_first_dispatch, cpu_contention, instrument_cost)
+                                     inferred_figures, op_view_first_dispatch, cpu_contention, off_cpu_time, instrument_cost)

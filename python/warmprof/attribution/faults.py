@@ -33,15 +33,17 @@ class FaultSplit(NamedTuple):
     huge_faults: float
 
 
-def split_faults(faults: int, anon_bytes: int, file_bytes: int, cal: Calibration) -> FaultSplit:
+def split_faults(faults: int, anon_bytes: int, file_bytes: int, cal: Calibration, major: int = 0) -> FaultSplit:
     """Prices one fault step from what it grew. File-backed bytes are priced at the page-cache
-    mapping cost and take the faults that mapping takes per byte (at most the step's); the other
-    faults are anonymous: as many huge-page faults as the anonymous bytes need beyond one small page
-    a fault, the rest small pages, each kind at the first-touch cost per byte for the bytes it
-    touched. Faults with no growth (memory given back and touched again) are small pages too."""
+    mapping cost and take the faults that mapping takes per byte, and never fewer than the step's
+    `major` faults (at most the step's all): a major fault reads a file page from storage, so it is
+    never an anonymous first touch, and its wait for the read is disk_read's (off_cpu.py), not priced
+    here. The other faults are anonymous: as many huge-page faults as the anonymous bytes need beyond
+    one small page a fault, the rest small pages, each kind at the first-touch cost per byte for the
+    bytes it touched. Faults with no growth (memory given back and touched again) are small pages too."""
     file_bytes = max(0, file_bytes)
     anon_bytes = max(0, anon_bytes)
-    file_faults = min(float(faults), file_bytes * cal.file_faults_per_byte)
+    file_faults = min(float(faults), max(file_bytes * cal.file_faults_per_byte, float(max(0, major))))
     anon_faults = faults - file_faults
     ps, hs = cal.page_bytes, cal.huge_page_bytes
     huge = 0.0

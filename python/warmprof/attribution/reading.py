@@ -223,6 +223,24 @@ def _memory_growth(tl: Timeline, steps: Sequence[CounterStep]) -> tuple[tuple[in
     return tuple(out)
 
 
+def _step_growth(tl: Timeline, name: str, steps: Sequence[CounterStep]) -> tuple[int, ...]:
+    """How much one counter sampled at the same boundaries as `steps` grew across each of them (the
+    sample at or before its end less the one at or before its start); empty when it was never sampled."""
+    ts, vals = _counter_series(tl, name)
+    if not steps or not ts:
+        return ()
+
+    def at(t: int) -> int | None:
+        k = bisect.bisect_right(ts, t) - 1
+        return None if k < 0 else vals[k]
+
+    out = []
+    for st in steps:
+        a, b = at(st.start_ns), at(st.end_ns)
+        out.append(0 if a is None or b is None else max(0, b - a))
+    return tuple(out)
+
+
 def _pass_span(all_spans: list[SpanRec], tl: Timeline, pass_name: str,
                window: tuple[int, int] | None) -> SpanRec | None:
     """The pass's span. Its times are the pass's own clock reads when given (`window`), so a

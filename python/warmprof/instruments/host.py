@@ -1,5 +1,6 @@
-"""Host memory, threads and CPU: fault counters, RSS, thread count and run-queue delay sampled at
-pass boundaries (module boundaries sample them too: instruments/modules.py).
+"""Host memory, threads and CPU: fault counters, RSS, thread count, run-queue delay and the thread's
+CPU time, switches and storage reads sampled at pass boundaries (module boundaries sample them too:
+instruments/modules.py).
 
 The counts become time in attribution.py with the per-fault and per-thread costs calibrated on
 this machine (evidence `estimated`). The run-queue delay is time already (schedstat: ns a thread
@@ -78,3 +79,22 @@ def threads_waited(before: dict[int, dict[str, Any]], after: dict[int, dict[str,
         "worker_run_delay_total_ns": sum(workers),
     }
     return out
+
+
+def thread_times() -> dict[str, int] | None:
+    """The calling thread's clocks now (wall, CPU, run-queue delay, voluntary switches, storage reads,
+    major faults): what module boundaries record, for passes no recording covers (the clean steady
+    passes). None where the kernel has no schedstat or no RUSAGE_THREAD."""
+    return _native.thread_times()
+
+
+def blocked_ns(before: dict[str, int] | None, after: dict[str, int] | None) -> float | None:
+    """ns the thread was blocked off the CPU between two thread_times() reads: wall less CPU time less
+    run-queue delay, 0 where it never switched off voluntarily (then what is left is clock skew); None
+    where either read is None."""
+    if before is None or after is None:
+        return None
+    if after["voluntary"] <= before["voluntary"]:
+        return 0.0
+    wall = after["ns"] - before["ns"]
+    return float(max(0, wall - (after["cpu_ns"] - before["cpu_ns"]) - (after["run_delay_ns"] - before["run_delay_ns"])))

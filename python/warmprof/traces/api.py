@@ -21,7 +21,7 @@ import numpy as np
 from .. import _native, devices
 from ..attribution import InstrumentCost, attribute_pass, steady_stats
 from ..errors import InputError, ModelError, WarmprofError
-from ..instruments.host import HostCounters
+from ..instruments.host import HostCounters, blocked_ns, thread_times
 from ..instruments.modules import ModuleHooks
 from ..instruments.python_imports import PythonImports
 from ..report import Report
@@ -199,19 +199,23 @@ def _waited_ms(d0: int | None, d1: int | None, wall_ns: int, cpu_ns: int) -> flo
 
 
 def _steady(model, args, kwargs, sync, min_passes: int, max_passes: int,
-            budget_s: float) -> tuple[list[float], list[int], list[float]]:
+            budget_s: float) -> tuple[list[float], list[int], list[float], list[float]]:
     """Clean steady passes: each one's time (ms), page faults, and the time its thread waited for a
-    CPU (ms, schedstat run-queue delay; the list is empty where the kernel has no schedstat)."""
-    times, faults, waits = [], [], []
+    CPU (ms, schedstat run-queue delay; the list is empty where the kernel has no schedstat), and the
+    ns it was blocked off the CPU (empty where that is not read)."""
+    times, faults, waits, blocked = [], [], [], []
     deadline = time.monotonic() + budget_s
     while len(times) < max_passes:
         f0 = sum(_native.faults())
         d0, c0 = _run_delay_ns(), time.thread_time_ns()
+        o0 = thread_times()
         t0 = _native.now_ns()
         model(*args, **kwargs)
         sync()
         t1 = _native.now_ns()
+        o1 = thread_times()
         d1, c1 = _run_delay_ns(), time.thread_time_ns()
+        blocked.append(blocked_ns(o0, o1))
         faults.append(sum(_native.faults()) - f0)
         times.append((t1 - t0) / 1e6)
         waited = _waited_ms(d0, d1, t1 - t0, c1 - c0)
@@ -219,7 +223,7 @@ def _steady(model, args, kwargs, sync, min_passes: int, max_passes: int,
             waits.append(waited)
         if len(times) >= min_passes and time.monotonic() > deadline:
             break
-    return times, faults, waits if len(waits) == len(times) else []
+    return times, faults, waits if len(waits) == len(times) else [], [b for b in blocked if b is not None]
 
 
 def _instrumented_steady(runner, args, kwargs, dev, compiled: bool, op_view: bool, sync, passes: tuple[int, int],
@@ -495,8 +499,8 @@ def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, devic
             timeline = rec.drain()
         say("steady passes")
         try:
-            steady_ms, steady_faults, steady_waits = _steady(runner, args, kwargs, sync, min_steady, max_steady,
-                                                             steady_budget_s)
+            steady_ms, steady_faults, steady_waits, steady_blocked = _steady(runner, args, kwargs, sync, min_steady,
+                                                                             max_steady, steady_budget_s)
         except Exception as e:
             raise ModelError(f"the model raised during the steady passes: {type(e).__name__}: {e}") from e
         clean = steady_stats(steady_ms)
@@ -553,9 +557,11 @@ def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, devic
                                clean_low)
                 if instrumented_ms else None)
     steady_wait_ns = median(steady_waits) * 1e6 if steady_waits else 0.0
+    steady_off_ns = median(steady_blocked) if steady_blocked else 0.0
     first, rerun = (
         attribute_pass(timeline, name, calibration=cal,
                        steady_faults=steady_fault_median(steady_faults), steady_run_delay_ns=steady_wait_ns,
+                       steady_off_cpu_ns=steady_off_ns,
                        inferred=[e for i in instruments for e in i.inferred(name)],
                        evidence={src: ev for i in instruments for src, ev in i.span_evidence.items()},
                        window=windows[name], instrument_cost=own_cost)
@@ -564,7 +570,8 @@ def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, devic
     # The op view's warm baseline: the fastest instrumented steady pass, attributed like the re-run,
     # so what the re-run still paid over a warm pass is placed by (module, op) too.
     warm_pass = (attribute_pass(warm_baseline[0], INSTRUMENTED_STEADY, calibration=cal, steady_faults=0,
-                                steady_run_delay_ns=steady_wait_ns, window=warm_baseline[1], instrument_cost=own_cost)
+                                steady_run_delay_ns=steady_wait_ns, steady_off_cpu_ns=steady_off_ns,
+                                window=warm_baseline[1], instrument_cost=own_cost)
                  if warm_baseline is not None else None)
     return build_report(TraceFacts(
         model=label or type(getattr(model, "_orig_mod", model)).__name__,
