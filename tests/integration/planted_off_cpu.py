@@ -4,9 +4,10 @@ bench/off_cpu_acceptance.py):
 
 - `waits`: a Linear, then `Planted.sleeper` sleeps PLANTED_SLEEP_S (default 0.06 s) on its first
   call only (a wait: a lock, a socket, a remote store would look the same), then a Linear;
-- `reads`: `Planted.reader` reads the file PLANTED_BLOB into a buffer of its own on every call, and the
-  factory drops that file from the page cache first, so the first pass's read is cold and every
-  later read is served from the page cache (the first call's extra cost is the disk's);
+- `reads`: `Planted.reader` reads the file PLANTED_BLOB into a buffer of its own on every call, and
+  drops that file from the page cache just before its first read (the factory does too), so each
+  process's first pass reads it cold and every later read is served from the page cache (the first
+  call's extra cost is the disk's; a trace's control process and its own each get a cold read);
 - `both`: both planted; `neither`: the same model with neither.
 
 With PLANTED_SELF_TIMES set to a path, each planted module's first call times itself with the thread's
@@ -88,6 +89,8 @@ class Reader(torch.nn.Module):
 
     def forward(self, x):
         self.calls += 1
+        if self.calls == 1:  # every process's first call meets a cold page cache (a trace runs the model in
+            drop_from_page_cache(self.path)  # two: its control's clean pass and its own), not only the first's
         with self_timed("read", self.calls == 1), open(self.path, "rb", buffering=0) as f:
             f.readinto(self.buf)
         return x
