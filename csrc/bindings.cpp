@@ -200,7 +200,9 @@ inline void append_host_counters() {
 // step then covers a few boundaries and attribution places it where most of its time was
 // (attribution/reading.py _cover); totals are unchanged. The gap: kBoundaryBudget times the
 // cheapest sample taken so far, so sampling takes at most about 1/kBoundaryBudget of a pass
-// (set_boundary_gap_ns overrides: 0 samples every boundary).
+// (set_boundary_gap_ns overrides: 0 samples every boundary). A pass's own samples lie outside its
+// window, so the root module's boundaries (`always`) sample whatever the gap: the first and the last
+// counters inside the pass.
 constexpr uint64_t kBoundaryBudget = 40;
 std::atomic<int64_t> g_boundary_gap_ticks{-1};  // -1: kBoundaryBudget x the cheapest sample
 std::atomic<uint64_t> g_cheapest_sample_ticks{UINT64_MAX};
@@ -212,9 +214,9 @@ inline uint64_t boundary_gap_ticks() {
   return cheapest == UINT64_MAX ? 0 : cheapest * kBoundaryBudget;
 }
 
-inline void boundary_counters() {
+inline void boundary_counters(bool always = false) {
   const uint64_t t0 = clock::ticks();
-  if (t0 - t_last_sample_ticks < boundary_gap_ticks()) return;
+  if (!always && t0 - t_last_sample_ticks < boundary_gap_ticks()) return;
   append_host_counters();
   const uint64_t t1 = clock::ticks();
   t_last_sample_ticks = t1;
@@ -227,21 +229,21 @@ inline void boundary_counters() {
 
 // A module call opens (closes): the span's begin (end) and, at most once a gap, the host counters.
 // Whether the call is recorded (an exit exactly when its enter was).
-inline bool module_enter_impl(uint32_t name, bool coarse) {
+inline bool module_enter_impl(uint32_t name, bool coarse, bool always = false) {
   if (!recorder::enabled()) return false;
   const bool take = recorder::module_admit(coarse);
   if (take) {
-    boundary_counters();
+    boundary_counters(always);
     recorder::record(kBegin, kStructure, name, 0);
   }
   recorder::module_push(name, take);
   return take;
 }
 
-inline bool module_exit_impl(uint32_t name) {
+inline bool module_exit_impl(uint32_t name, bool always = false) {
   if (!recorder::enabled() || !recorder::module_pop(name)) return false;
   recorder::record(kEnd, kStructure, name, 0);
-  boundary_counters();
+  boundary_counters(always);
   return true;
 }
 
@@ -270,19 +272,21 @@ PyObject* fast_module_exit(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   return PyBool_FromLong(module_exit_impl(uint32_t(name)));
 }
 
-// ModuleHook(name, coarse, on_thin): one module's forward pre-hook and forward hook in one native
+// ModuleHook(name, coarse, on_thin, root): one module's forward pre-hook and forward hook in one native
 // object (registered as both: called with 2 arguments it is the pre-hook, with 3 the post-hook), so
 // no Python frame runs per module call. A call the recorder does not take (the pass's module budget
 // is spent) marks the hook thinned and calls on_thin() (no arguments), which takes the pre-hook off;
 // a post-hook call that finds it thinned with no recorded call of it still open calls on_thin()
 // again, which takes the post-hook off (a recursive module, or one running on several threads, still
-// closes what it opened). reset() clears both for the next pass.
+// closes what it opened). reset() clears both for the next pass. A root hook (the traced model's
+// own module) samples the host counters at both its boundaries whatever the gap.
 struct ModuleHook {
   PyObject_HEAD
   vectorcallfunc vectorcall;
   PyObject* on_thin;
   uint32_t name;
   bool coarse;
+  bool root;
   bool thinned;
   long open;  // recorded calls of this module not yet closed
 };
@@ -308,26 +312,27 @@ PyObject* module_hook_call(PyObject* self, PyObject* const* args, size_t nargsf,
   }
   (void)args;
   if (nargs == 2) {
-    if (module_enter_impl(h->name, h->coarse)) {
+    if (module_enter_impl(h->name, h->coarse, h->root)) {
       ++h->open;
     } else if (!h->thinned) {
       h->thinned = true;
       if (module_hook_thin(h) < 0) return nullptr;
     }
   } else {
-    if (module_exit_impl(h->name)) --h->open;
+    if (module_exit_impl(h->name, h->root)) --h->open;
     if (h->thinned && h->open <= 0 && module_hook_thin(h) < 0) return nullptr;
   }
   Py_RETURN_NONE;
 }
 
 PyObject* module_hook_new(PyTypeObject* type, PyObject* args, PyObject* kwds) {
-  static const char* kwlist[] = {"name", "coarse", "on_thin", nullptr};
+  static const char* kwlist[] = {"name", "coarse", "on_thin", "root", nullptr};
   PyObject* name_obj;
   int coarse;
   PyObject* on_thin = Py_None;
-  if (!PyArg_ParseTupleAndKeywords(args, kwds, "Op|O:ModuleHook", const_cast<char**>(kwlist), &name_obj, &coarse,
-                                   &on_thin))
+  int root = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "Op|Op:ModuleHook", const_cast<char**>(kwlist), &name_obj, &coarse,
+                                   &on_thin, &root))
     return nullptr;
   unsigned long name;
   if (!arg_index(name_obj, recorder::g_name_count.load(std::memory_order_relaxed), "name id", &name)) return nullptr;
@@ -340,6 +345,7 @@ PyObject* module_hook_new(PyTypeObject* type, PyObject* args, PyObject* kwds) {
   h->vectorcall = module_hook_call;
   h->name = uint32_t(name);
   h->coarse = coarse != 0;
+  h->root = root != 0;
   h->thinned = false;
   h->open = 0;
   h->on_thin = on_thin == Py_None ? nullptr : (Py_INCREF(on_thin), on_thin);
@@ -379,6 +385,9 @@ PyObject* module_hook_get_name(PyObject* self, void*) {
 PyObject* module_hook_get_coarse(PyObject* self, void*) {
   return PyBool_FromLong(reinterpret_cast<ModuleHook*>(self)->coarse);
 }
+PyObject* module_hook_get_root(PyObject* self, void*) {
+  return PyBool_FromLong(reinterpret_cast<ModuleHook*>(self)->root);
+}
 
 PyMethodDef g_module_hook_methods[] = {
     {"reset", module_hook_reset, METH_NOARGS, "reset() -> None\nNot thinned, no call open: for the next pass."},
@@ -389,6 +398,7 @@ PyGetSetDef g_module_hook_getset[] = {
     {"thinned", module_hook_get_thinned, nullptr, "A call of this pass was not recorded (its budget was spent).", nullptr},
     {"name", module_hook_get_name, nullptr, "The span's interned name id.", nullptr},
     {"coarse", module_hook_get_coarse, nullptr, "Kept when module calls are thinned to coarse ones.", nullptr},
+    {"root", module_hook_get_root, nullptr, "Samples the host counters at both boundaries whatever the gap.", nullptr},
     {nullptr, nullptr, nullptr, nullptr, nullptr}};
 
 PyTypeObject ModuleHookType = {PyVarObject_HEAD_INIT(nullptr, 0)};
@@ -398,7 +408,7 @@ int add_module_hook_type(PyObject* module) {
   ModuleHookType.tp_basicsize = sizeof(ModuleHook);
   ModuleHookType.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL;
   ModuleHookType.tp_doc =
-      "ModuleHook(name, coarse, on_thin=None)\nOne module's forward pre-hook (called with module, args) and forward "
+      "ModuleHook(name, coarse, on_thin=None, root=False)\nOne module's forward pre-hook (called with module, args) and forward "
       "hook (module, args, output), native: the span of each call and, at most once a gap, the host counters.";
   ModuleHookType.tp_new = module_hook_new;
   ModuleHookType.tp_dealloc = module_hook_dealloc;

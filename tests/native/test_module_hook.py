@@ -121,3 +121,24 @@ def test_the_gap_can_be_set_and_given_back_to_the_default():
     finally:
         _native.set_boundary_gap_ns(-1)
     assert _native.boundary_gap_ns() != pytest.approx(250_000, rel=0.01)
+
+
+def test_a_root_hook_samples_at_both_boundaries_whatever_the_gap():
+    """The pass's own samples lie outside its window: the traced model's module (root) samples on
+    entry and exit even right after another sample, so the pass's first and last counters are inside."""
+    nid = timeline.name_id("module:test_root")
+    root = _native.ModuleHook(nid, True, None, True)
+    assert root.root
+    try:
+        _native.set_boundary_gap_ns(1e9)  # a second: no other boundary here samples
+        with Recording() as rec:
+            _native.begin_section(1)
+            timeline.sample_host()
+            root(None, ())
+            _native.module_enter(timeline.name_id("module:test_root.child"), False)
+            _native.module_exit(timeline.name_id("module:test_root.child"))
+            root(None, (), None)
+        tl = rec.drain()
+    finally:
+        _native.set_boundary_gap_ns(-1)
+    assert len(_counters(tl)) == 3  # the pass boundary, the root's entry and its exit

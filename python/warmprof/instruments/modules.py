@@ -47,16 +47,16 @@ class ModuleHooks(Instrument):
     def _targets(self):
         root_name = type(getattr(self.model, "_orig_mod", self.model)).__name__
         if self.top_level_only:
-            return [(root_name, self.model, True)]
-        return [(root_name if not q else f"{root_name}.{q}", m, not q or q.count(".") < COARSE_DEPTH)
+            return [(root_name, self.model, True, True)]
+        return [(root_name if not q else f"{root_name}.{q}", m, not q or q.count(".") < COARSE_DEPTH, not q)
                 for q, m in self.model.named_modules()]
 
     def __enter__(self) -> "ModuleHooks":
         if self.reason:
             return self
         try:
-            for qual, mod, coarse in self._targets():
-                hooked = _Hooked(mod, name_id(f"module:{qual}"), coarse)
+            for qual, mod, coarse, root in self._targets():
+                hooked = _Hooked(mod, name_id(f"module:{qual}"), coarse, root)
                 self._hooked.append(hooked)
                 hooked.install()
                 self.modules += 1
@@ -127,17 +127,18 @@ class _Hooked:
     recorder does not take (this pass's module budget is spent, recorder.h) takes the module's
     pre-hook off for the rest of the pass, and its post-hook once no recorded call of it is still
     open (a recursive module, or one running on several threads, still closes what it opened), so
-    thinned calls cost nothing; mark_pass puts them back."""
+    thinned calls cost nothing; mark_pass puts them back. The root module's hook samples the counters
+    at both its boundaries whatever the gap: the pass's own samples lie outside its window."""
 
     __slots__ = ("module", "hook", "pre", "post", "__weakref__")
 
-    def __init__(self, module: Any, nid: int, coarse: bool) -> None:
+    def __init__(self, module: Any, nid: int, coarse: bool, root: bool = False) -> None:
         self.module = module
         self.pre = self.post = None
         # on_thin holds this object only weakly: the hook lives in the module's hook dicts, and a
         # strong reference back would keep the module alive through its own hook.
         ref = weakref.ref(self)
-        self.hook = _native.ModuleHook(nid, coarse, lambda: _thin(ref))
+        self.hook = _native.ModuleHook(nid, coarse, lambda: _thin(ref), root)
 
     def install(self) -> None:
         self.remove()
