@@ -15,7 +15,9 @@ observer runs again under that interpreter (another warmprof installed there, e.
 in the same rounds, as rows OBSERVER@baseline: a before/after table from one run. --nice N: the children
 run at that niceness (negative: ahead of the machine's other work, which on a busy machine is most of
 the spread; needs the privilege to raise priority). Prints each figure's median, min
-and max over the runs and the ratio of medians to clean's: the acceptance bound is 1.10 for default.
+and max over the runs and the ratio of medians to clean's (the acceptance bound is 1.10 for default), and
+the same for the pass thread's CPU time (time.thread_time_ns around the forward; around the pass,
+inside every instrument's pass-boundary work, under warmprof), which leaves out a busy machine's waits.
 """
 
 from __future__ import annotations
@@ -69,21 +71,41 @@ if observer in ("clean", "profiler"):
     runner = torch.compile(model) if compiled else model
     ctx = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) if observer == "profiler" else contextlib.nullcontext()
     with torch.no_grad(), ctx:
-        t0 = time.perf_counter_ns()
+        c0, t0 = time.thread_time_ns(), time.perf_counter_ns()
         runner(*inputs)
-        first = (time.perf_counter_ns() - t0) / 1e6
-    print(json.dumps({"first_ms": first}))
+        first, cpu = (time.perf_counter_ns() - t0) / 1e6, (time.thread_time_ns() - c0) / 1e6
+    print(json.dumps({"first_ms": first, "cpu_ms": cpu}))
     sys.exit(0)
 
 import warmprof
 import warmprof.traces.api as api
 mode, _, without = observer.partition("-")
-if without:
-    drop = set(without.split("+"))
-    make = api._instruments
-    api._instruments = lambda *a, **k: [i for i in make(*a, **k) if i.name not in drop]
+from warmprof.instruments.base import Instrument
+drop = set(without.split("+")) if without else set()
+cpu = {}
+
+
+class CpuFrom(Instrument):  # last to mark a pass: the pass thread's CPU time from here...
+    name = "bench_cpu_from"
+
+    def mark_pass(self, name):
+        super().mark_pass(name)
+        cpu.setdefault(name, [time.thread_time_ns(), None])
+
+
+class CpuTo(Instrument):  # ...to the first end_pass after it (the instruments' own pass-boundary work is outside)
+    name = "bench_cpu_to"
+
+    def end_pass(self, name):
+        if cpu[name][1] is None:
+            cpu[name][1] = time.thread_time_ns()
+
+
+make = api._instruments
+api._instruments = lambda *a, **k: [CpuTo(), *(i for i in make(*a, **k) if i.name not in drop), CpuFrom()]
 r = warmprof.trace(model, inputs=inputs, steady=5, op_view=mode == "op_view", compile=True if compiled else None)
-print(json.dumps({"first_ms": r.first_pass_ms, "steady_ms": r.steady_median_ms}))
+print(json.dumps({"first_ms": r.first_pass_ms, "steady_ms": r.steady_median_ms,
+                  "cpu_ms": (cpu["first"][1] - cpu["first"][0]) / 1e6}))
 """
 
 
@@ -102,17 +124,22 @@ def run_child(model: str, observer: str, compiled: bool, python: str = sys.execu
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def table(results: dict[str, dict[str, list[float]]]) -> tuple[list[str], dict]:
-    lines = [f"{'model':<7} {'observer':<24} {'median ms':>10} {'min ms':>8} {'max ms':>8} {'ratio':>7}"]
+def table(results: dict[str, dict[str, list[float]]], cpu: dict[str, dict[str, list[float]]]) -> tuple[list[str], dict]:
+    """Rows of (model, observer): wall median, min, max and the ratio of medians to clean's; the pass
+    thread's CPU time (median) and its ratio, which a busy machine's waits for a core leave out."""
+    lines = [f"{'model':<7} {'observer':<24} {'median ms':>10} {'min ms':>8} {'max ms':>8} {'ratio':>7} "
+             f"{'cpu ms':>8} {'cpu ratio':>10}"]
     summary: dict = {}
     for model, by_obs in results.items():
-        clean = statistics.median(by_obs["clean"]) if by_obs.get("clean") else None
+        clean = statistics.median(by_obs["clean"])
+        clean_cpu = statistics.median(cpu[model]["clean"])
         for obs, vals in by_obs.items():
-            med = statistics.median(vals)
-            ratio = med / clean if clean else None
-            summary[f"{model}.{obs}"] = {"median_ms": med, "runs_ms": vals, "ratio_to_clean": ratio}
-            lines.append(f"{model:<7} {obs:<24} {med:>10.2f} {min(vals):>8.2f} {max(vals):>8.2f} "
-                         + (f"{ratio:>7.2f}" if ratio is not None else f"{'':>7}"))
+            med, cpu_med = statistics.median(vals), statistics.median(cpu[model][obs])
+            summary[f"{model}.{obs}"] = {"median_ms": med, "runs_ms": vals, "ratio_to_clean": med / clean,
+                                         "cpu_median_ms": cpu_med, "cpu_runs_ms": cpu[model][obs],
+                                         "cpu_ratio_to_clean": cpu_med / clean_cpu}
+            lines.append(f"{model:<7} {obs:<24} {med:>10.2f} {min(vals):>8.2f} {max(vals):>8.2f} {med / clean:>7.2f} "
+                         f"{cpu_med:>8.2f} {cpu_med / clean_cpu:>10.2f}")
     return lines, summary
 
 
@@ -138,15 +165,17 @@ def main() -> int:
     if args.baseline:
         runs += [(f"{o}@baseline", o, args.baseline) for o in observers if o not in ("clean", "profiler")]
     results: dict[str, dict[str, list[float]]] = {m: {label: [] for label, _, _ in runs} for m in models}
+    cpu_results: dict[str, dict[str, list[float]]] = {m: {label: [] for label, _, _ in runs} for m in models}
     t_start = time.monotonic()
     for i in range(args.runs):
         for model in models:
             for label, obs, python in runs:  # interleaved: drift in the machine's load hits every observer alike
-                ms = run_child(model, obs, args.compiled, python, args.nice)["first_ms"]
-                results[model][label].append(ms)
-                print(f"  run {i + 1}/{args.runs} {model:<6} {label:<22} first pass {ms:9.2f} ms", file=sys.stderr,
-                      flush=True)
-    lines, summary = table(results)
+                got = run_child(model, obs, args.compiled, python, args.nice)
+                results[model][label].append(got["first_ms"])
+                cpu_results[model][label].append(got.get("cpu_ms", float("nan")))
+                print(f"  run {i + 1}/{args.runs} {model:<6} {label:<22} first pass {got['first_ms']:9.2f} ms "
+                      f"(cpu {got.get('cpu_ms', float('nan')):.2f})", file=sys.stderr, flush=True)
+    lines, summary = table(results, cpu_results)
     print(f"\nobserver effect on the first pass ({args.runs} fresh processes each, 1 thread"
           f"{', compiled' if args.compiled else ''}{f', nice {args.nice}' if args.nice else ''}; "
           f"{time.monotonic() - t_start:.0f} s in all); ratio: median / clean's")
