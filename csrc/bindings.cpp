@@ -41,6 +41,8 @@ thread_local int64_t t_slices_sampled = -1;
 // The fault count (minor + major) at the last read of /proc/self/statm: RSS only moves when a fault
 // does (or memory is given back), so a module boundary reads it only when faults moved since.
 std::atomic<int64_t> g_faults_at_memory{-1};
+// This thread's last host sample, at a pass or module boundary (boundary_counters says why).
+thread_local uint64_t t_last_sample_ticks = 0;
 
 // Parses a non-negative int argument below `limit`; sets a Python error and returns false otherwise.
 inline bool arg_index(PyObject* o, unsigned long limit, const char* what, unsigned long* out) {
@@ -187,6 +189,7 @@ PyObject* fast_sample_host(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     if (with_rss) append_memory(f.minor + f.major, t);
     recorder::append(kCounter, kStructure, g_threads_name, host::thread_count(), t);
     append_sched(t, true);
+    t_last_sample_ticks = clock::ticks();
   }
   Py_RETURN_NONE;
 }
@@ -208,6 +211,59 @@ inline void append_host_counters() {
   append_sched(t, false);
 }
 
+// Module boundaries take the host counters at most once every g_boundary_gap ticks per thread (a
+// pass boundary always does): each sample is several syscalls (3.5-7 us on a VM), so a boundary
+// that comes less than the gap after the last sample records its span and nothing else. A counter
+// step then covers a few boundaries and attribution places it where most of its time was
+// (attribution/reading.py _cover); totals are unchanged. The gap: kBoundaryBudget times the
+// cheapest sample taken so far, so sampling takes at most about 1/kBoundaryBudget of a pass
+// (set_boundary_gap_ns overrides: 0 samples every boundary). A pass's own samples lie outside its
+// window, so the root module's boundaries (`always`) sample whatever the gap: the first and the last
+// counters inside the pass.
+constexpr uint64_t kBoundaryBudget = 40;
+std::atomic<int64_t> g_boundary_gap_ticks{-1};  // -1: kBoundaryBudget x the cheapest sample
+std::atomic<uint64_t> g_cheapest_sample_ticks{UINT64_MAX};
+
+inline uint64_t boundary_gap_ticks() {
+  const int64_t set = g_boundary_gap_ticks.load(std::memory_order_relaxed);
+  if (set >= 0) return uint64_t(set);
+  const uint64_t cheapest = g_cheapest_sample_ticks.load(std::memory_order_relaxed);
+  return cheapest == UINT64_MAX ? 0 : cheapest * kBoundaryBudget;
+}
+
+inline void boundary_counters(bool always = false) {
+  const uint64_t t0 = clock::ticks();
+  if (!always && t0 - t_last_sample_ticks < boundary_gap_ticks()) return;
+  append_host_counters();
+  const uint64_t t1 = clock::ticks();
+  t_last_sample_ticks = t1;
+  const uint64_t cost = t1 - t0;
+  uint64_t cheapest = g_cheapest_sample_ticks.load(std::memory_order_relaxed);
+  while (cost < cheapest &&
+         !g_cheapest_sample_ticks.compare_exchange_weak(cheapest, cost, std::memory_order_relaxed)) {
+  }
+}
+
+// A module call opens (closes): the span's begin (end) and, at most once a gap, the host counters.
+// Whether the call is recorded (an exit exactly when its enter was).
+inline bool module_enter_impl(uint32_t name, bool coarse, bool always = false) {
+  if (!recorder::enabled()) return false;
+  const bool take = recorder::module_admit(coarse);
+  if (take) {
+    boundary_counters(always);
+    recorder::record(kBegin, kStructure, name, 0);
+  }
+  recorder::module_push(name, take);
+  return take;
+}
+
+inline bool module_exit_impl(uint32_t name, bool always = false) {
+  if (!recorder::enabled() || !recorder::module_pop(name)) return false;
+  recorder::record(kEnd, kStructure, name, 0);
+  boundary_counters(always);
+  return true;
+}
+
 PyObject* fast_module_enter(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (nargs != 2) {
     PyErr_Format(PyExc_TypeError, "module_enter() takes 2 arguments (%zd given)", nargs);
@@ -220,16 +276,7 @@ PyObject* fast_module_enter(PyObject*, PyObject* const* args, Py_ssize_t nargs) 
                  Py_TYPE(args[1])->tp_name);
     return nullptr;
   }
-  bool take = false;
-  if (recorder::enabled()) {
-    take = recorder::module_admit(args[1] == Py_True);
-    if (take) {
-      append_host_counters();
-      recorder::record(kBegin, kStructure, uint32_t(name), 0);
-    }
-    recorder::module_push(uint32_t(name), take);
-  }
-  return PyBool_FromLong(take);
+  return PyBool_FromLong(module_enter_impl(uint32_t(name), args[1] == Py_True));
 }
 
 PyObject* fast_module_exit(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
@@ -239,12 +286,162 @@ PyObject* fast_module_exit(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   }
   unsigned long name;
   if (!arg_index(args[0], recorder::g_name_count.load(std::memory_order_relaxed), "name id", &name)) return nullptr;
-  if (recorder::enabled() && recorder::module_pop(uint32_t(name))) {
-    recorder::record(kEnd, kStructure, uint32_t(name), 0);
-    append_host_counters();
-    Py_RETURN_TRUE;
+  return PyBool_FromLong(module_exit_impl(uint32_t(name)));
+}
+
+// ModuleHook(name, coarse, on_thin, root): one module's forward pre-hook and forward hook in one native
+// object (registered as both: called with 2 arguments it is the pre-hook, with 3 the post-hook), so
+// no Python frame runs per module call. A call the recorder does not take (the pass's module budget
+// is spent) marks the hook thinned and calls on_thin() (no arguments), which takes the pre-hook off;
+// a post-hook call that finds it thinned with no recorded call of it still open calls on_thin()
+// again, which takes the post-hook off (a recursive module, or one running on several threads, still
+// closes what it opened). reset() clears both for the next pass. A root hook (the traced model's
+// own module) samples the host counters at both its boundaries whatever the gap.
+struct ModuleHook {
+  PyObject_HEAD
+  vectorcallfunc vectorcall;
+  PyObject* on_thin;
+  uint32_t name;
+  bool coarse;
+  bool root;
+  bool thinned;
+  long open;  // recorded calls of this module not yet closed
+};
+
+int module_hook_thin(ModuleHook* h) {
+  if (h->on_thin == nullptr) return 0;
+  PyObject* cb = h->on_thin;
+  Py_INCREF(cb);
+  PyObject* r = PyObject_CallNoArgs(cb);
+  Py_DECREF(cb);
+  if (r == nullptr) return -1;
+  Py_DECREF(r);
+  return 0;
+}
+
+PyObject* module_hook_call(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+  ModuleHook* h = reinterpret_cast<ModuleHook*>(self);
+  const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+  if ((kwnames != nullptr && PyTuple_GET_SIZE(kwnames) != 0) || (nargs != 2 && nargs != 3)) {
+    PyErr_Format(PyExc_TypeError, "ModuleHook takes (module, args) or (module, args, output), got %zd arguments%s",
+                 nargs, kwnames != nullptr && PyTuple_GET_SIZE(kwnames) != 0 ? " and keywords" : "");
+    return nullptr;
   }
-  Py_RETURN_FALSE;
+  (void)args;
+  if (nargs == 2) {
+    if (module_enter_impl(h->name, h->coarse, h->root)) {
+      ++h->open;
+    } else if (!h->thinned) {
+      h->thinned = true;
+      if (module_hook_thin(h) < 0) return nullptr;
+    }
+  } else {
+    if (module_exit_impl(h->name, h->root)) --h->open;
+    if (h->thinned && h->open <= 0 && module_hook_thin(h) < 0) return nullptr;
+  }
+  Py_RETURN_NONE;
+}
+
+PyObject* module_hook_new(PyTypeObject* type, PyObject* args, PyObject* kwds) {
+  static const char* kwlist[] = {"name", "coarse", "on_thin", "root", nullptr};
+  PyObject* name_obj;
+  int coarse;
+  PyObject* on_thin = Py_None;
+  int root = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "Op|Op:ModuleHook", const_cast<char**>(kwlist), &name_obj, &coarse,
+                                   &on_thin, &root))
+    return nullptr;
+  unsigned long name;
+  if (!arg_index(name_obj, recorder::g_name_count.load(std::memory_order_relaxed), "name id", &name)) return nullptr;
+  if (on_thin != Py_None && !PyCallable_Check(on_thin)) {
+    PyErr_SetString(PyExc_TypeError, "on_thin must be callable or None");
+    return nullptr;
+  }
+  ModuleHook* h = reinterpret_cast<ModuleHook*>(type->tp_alloc(type, 0));
+  if (h == nullptr) return nullptr;
+  h->vectorcall = module_hook_call;
+  h->name = uint32_t(name);
+  h->coarse = coarse != 0;
+  h->root = root != 0;
+  h->thinned = false;
+  h->open = 0;
+  h->on_thin = on_thin == Py_None ? nullptr : (Py_INCREF(on_thin), on_thin);
+  return reinterpret_cast<PyObject*>(h);
+}
+
+int module_hook_traverse(PyObject* self, visitproc visit, void* arg) {
+  Py_VISIT(reinterpret_cast<ModuleHook*>(self)->on_thin);
+  return 0;
+}
+
+int module_hook_clear(PyObject* self) {
+  Py_CLEAR(reinterpret_cast<ModuleHook*>(self)->on_thin);
+  return 0;
+}
+
+void module_hook_dealloc(PyObject* self) {
+  PyObject_GC_UnTrack(self);
+  module_hook_clear(self);
+  Py_TYPE(self)->tp_free(self);
+}
+
+PyObject* module_hook_reset(PyObject* self, PyObject*) {
+  ModuleHook* h = reinterpret_cast<ModuleHook*>(self);
+  h->thinned = false;
+  h->open = 0;
+  Py_RETURN_NONE;
+}
+
+PyObject* module_hook_get_open(PyObject* self, void*) { return PyLong_FromLong(reinterpret_cast<ModuleHook*>(self)->open); }
+PyObject* module_hook_get_thinned(PyObject* self, void*) {
+  return PyBool_FromLong(reinterpret_cast<ModuleHook*>(self)->thinned);
+}
+PyObject* module_hook_get_name(PyObject* self, void*) {
+  return PyLong_FromUnsignedLong(reinterpret_cast<ModuleHook*>(self)->name);
+}
+PyObject* module_hook_get_coarse(PyObject* self, void*) {
+  return PyBool_FromLong(reinterpret_cast<ModuleHook*>(self)->coarse);
+}
+PyObject* module_hook_get_root(PyObject* self, void*) {
+  return PyBool_FromLong(reinterpret_cast<ModuleHook*>(self)->root);
+}
+
+PyMethodDef g_module_hook_methods[] = {
+    {"reset", module_hook_reset, METH_NOARGS, "reset() -> None\nNot thinned, no call open: for the next pass."},
+    {nullptr, nullptr, 0, nullptr}};
+
+PyGetSetDef g_module_hook_getset[] = {
+    {"open", module_hook_get_open, nullptr, "Recorded calls of this module not yet closed.", nullptr},
+    {"thinned", module_hook_get_thinned, nullptr, "A call of this pass was not recorded (its budget was spent).", nullptr},
+    {"name", module_hook_get_name, nullptr, "The span's interned name id.", nullptr},
+    {"coarse", module_hook_get_coarse, nullptr, "Kept when module calls are thinned to coarse ones.", nullptr},
+    {"root", module_hook_get_root, nullptr, "Samples the host counters at both boundaries whatever the gap.", nullptr},
+    {nullptr, nullptr, nullptr, nullptr, nullptr}};
+
+PyTypeObject ModuleHookType = {PyVarObject_HEAD_INIT(nullptr, 0)};
+
+int add_module_hook_type(PyObject* module) {
+  ModuleHookType.tp_name = "warmprof._native.ModuleHook";
+  ModuleHookType.tp_basicsize = sizeof(ModuleHook);
+  ModuleHookType.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL;
+  ModuleHookType.tp_doc =
+      "ModuleHook(name, coarse, on_thin=None, root=False)\nOne module's forward pre-hook (called with module, args) and forward "
+      "hook (module, args, output), native: the span of each call and, at most once a gap, the host counters.";
+  ModuleHookType.tp_new = module_hook_new;
+  ModuleHookType.tp_dealloc = module_hook_dealloc;
+  ModuleHookType.tp_traverse = module_hook_traverse;
+  ModuleHookType.tp_clear = module_hook_clear;
+  ModuleHookType.tp_vectorcall_offset = offsetof(ModuleHook, vectorcall);
+  ModuleHookType.tp_call = PyVectorcall_Call;
+  ModuleHookType.tp_methods = g_module_hook_methods;
+  ModuleHookType.tp_getset = g_module_hook_getset;
+  if (PyType_Ready(&ModuleHookType) < 0) return -1;
+  Py_INCREF(&ModuleHookType);
+  if (PyModule_AddObject(module, "ModuleHook", reinterpret_cast<PyObject*>(&ModuleHookType)) < 0) {
+    Py_DECREF(&ModuleHookType);
+    return -1;
+  }
+  return 0;
 }
 
 PyObject* fast_now_ticks(PyObject*, PyObject* const*, Py_ssize_t nargs) {
@@ -339,6 +536,7 @@ PYBIND11_MODULE(_native, m) {
   m.attr("RECORD_BYTES") = int(sizeof(recorder::Record));
   if (PyModule_AddFunctions(m.ptr(), g_fast_methods) != 0) throw py::error_already_set();
   if (warmprof_add_watch(m.ptr()) != 0) throw py::error_already_set();
+  if (add_module_hook_type(m.ptr()) != 0) throw py::error_already_set();
 
   g_minor_faults_name = recorder::intern("host:minor_faults");
   g_major_faults_name = recorder::intern("host:major_faults");
@@ -371,6 +569,17 @@ PYBIND11_MODULE(_native, m) {
     recorder::release();
   }, "Return every recording buffer's pages to the system (after stop() and drain()).");
   m.def("enabled", &recorder::enabled);
+  m.def("set_boundary_gap_ns", [](double ns) {
+    if (ns < 0) {
+      g_boundary_gap_ticks.store(-1);
+    } else {
+      g_boundary_gap_ticks.store(int64_t(ns / clock::calibration().ns_per_tick));
+    }
+  }, py::arg("ns"),
+     "How far apart module boundaries take the host counters, per thread: at least `ns` after the last sample "
+     "(0: every boundary; negative: the default, 40 times the cheapest sample so far). Pass boundaries always do.");
+  m.def("boundary_gap_ns", [] { return double(boundary_gap_ticks()) * clock::calibration().ns_per_tick; },
+        "The gap in force now (ns): module boundaries closer than this to the last host sample take none.");
   m.def("intern", &recorder::intern, py::arg("name"), "Interned id of a span/counter name.");
   m.def("names", &recorder::names);
   m.def("drain", &drain_to_arrays,

@@ -4,7 +4,7 @@ Typed stub of the extension built from csrc/bindings.cpp. tests/native/test_stub
 its names and parameters equal to the module's; classes here are type-only and start with "_".
 """
 
-from typing import Any, TypedDict
+from typing import Any, Callable, TypedDict
 
 import numpy as np
 import numpy.typing as npt
@@ -138,6 +138,10 @@ def release() -> None:
     """Return every recording buffer's pages to the system (after stop() and drain())."""
 
 def enabled() -> bool: ...
+def set_boundary_gap_ns(ns: float) -> None:
+    """How far apart module boundaries take the host counters, per thread: at least `ns` after the last sample (0: every boundary; negative: the default, 40 times the cheapest sample so far). Pass boundaries always do."""
+def boundary_gap_ns() -> float:
+    """The gap in force now (ns): module boundaries closer than this to the last host sample take none."""
 def intern(name: str) -> int:
     """Interned id of a span/counter name."""
 
@@ -287,6 +291,17 @@ class _TestingModule:
         """The reader's splitter over chunks (b'' = the pipe is empty here): (passthrough, lines, segments)."""
 
 _testing: _TestingModule
+
+# The module hooks (instruments/modules.py): one object is a module's pre-hook and its post-hook.
+class ModuleHook:
+    name: int
+    coarse: bool
+    root: bool
+    open: int
+    thinned: bool
+    def __init__(self, name: int, coarse: bool, on_thin: Callable[[], Any] | None = None, root: bool = False) -> None: ...
+    def __call__(self, module: Any, args: tuple[Any, ...], output: Any = ..., /) -> None: ...
+    def reset(self) -> None: ...
 
 # warmprof.watch's hot path (csrc/watch_type.cpp); python/warmprof/serving/watch/core.py subclasses it.
 class WatchCall(tuple[Any, ...]):

@@ -74,6 +74,45 @@ def test_threads_reach_the_child(tmp_path, monkeypatch):
     assert aten.run_child({"threads": 3}, 3, 30)[0]["error"] == "3 3"
 
 
+_TIMED_CHILD = """import json, os, sys, time
+started = time.monotonic()
+time.sleep(0.3)  # its imports
+fd = os.environ.get("WARMPROF_PROBE_READY_FD")
+if fd and {ready}:
+    os.write(int(fd), b"1")
+job = json.load(sys.stdin)
+got = time.monotonic()
+time.sleep(0.2)  # its measuring
+print(json.dumps({{"ok": False, "error": json.dumps([started, got, time.monotonic()])}}))
+"""
+
+
+def _spans(report):
+    return [json.loads(o.error) for o in report.ops]
+
+
+def test_children_import_side_by_side_and_measure_one_at_a_time(tmp_path, monkeypatch):
+    """Several ops: their children start together (the imports overlap), and each gets its job only
+    once the others have said they are imported, one after another (the measuring never overlaps)."""
+    monkeypatch.setattr(aten.os, "cpu_count", lambda: 2)
+    _fake_child(tmp_path, monkeypatch, _TIMED_CHILD.format(ready=True))
+    mul = dict(ADD_CALL, op="aten.mul.Tensor")
+    r = warmprof.probe_ops([ADD_CALL, mul, dict(ADD_CALL, op="aten.sub.Tensor")], timeout_s=30)
+    (s1, j1, e1), (s2, j2, e2), (s3, j3, e3) = _spans(r)
+    assert s2 < j1  # the second child was started with the first: their imports overlapped
+    assert j2 >= e1 - 0.05  # the second got its job once the first had answered
+    assert s3 >= e2 - 0.05  # a batch of two: the third child starts after the first two are done
+    assert all(o.child_wall_ms < 5000 for o in r.ops)
+
+
+def test_a_child_that_never_says_it_is_ready_only_delays_its_siblings(tmp_path, monkeypatch):
+    monkeypatch.setattr(aten.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(aten, "READY_WAIT_S", 0.5)
+    _fake_child(tmp_path, monkeypatch, _TIMED_CHILD.format(ready=False))
+    r = warmprof.probe_ops([ADD_CALL, dict(ADD_CALL, op="aten.mul.Tensor")], timeout_s=30)
+    assert len(_spans(r)) == 2  # both answered
+
+
 def test_probe_from_probes_a_traces_op_rows_with_its_threads(tmp_path):
     path = trace_report_with_ops(threads=1).save(tmp_path / "trace.json")
     r = warmprof.probe_from(path, top=1)

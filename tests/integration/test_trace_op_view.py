@@ -10,9 +10,10 @@ from warmprof.errors import InputError, ModelError  # noqa: E402
 
 
 def _mode_stack_empty() -> bool:
+    """No dispatch mode and no torch profiler left on (the op view reads the profiler's events)."""
     from torch.utils._python_dispatch import _get_current_dispatch_mode
 
-    return _get_current_dispatch_mode() is None
+    return _get_current_dispatch_mode() is None and not torch.autograd._profiler_enabled()
 
 
 class Mlp(torch.nn.Module):
@@ -83,9 +84,9 @@ def test_compiled_models_get_no_op_view():
         assert _mode_stack_empty()
 
 
-def test_the_op_views_own_first_dispatch_stays_out_of_the_first_pass():
-    """torch's first dispatch to a Python mode imports torch._dynamo (hundreds of modules): in a fresh
-    process that must happen before the passes, not be booked as the model's runtime_init."""
+def test_the_op_view_imports_nothing_into_the_first_pass():
+    """The op view reads torch's profiler: it imports no torch._dynamo (a dispatch mode did, hundreds of
+    modules), and nothing of its own is booked as the model's runtime_init in a fresh process."""
     import json
     import subprocess
     import sys
@@ -94,12 +95,75 @@ def test_the_op_views_own_first_dispatch_stays_out_of_the_first_pass():
             "assert 'torch._dynamo' not in sys.modules\n"
             "r = warmprof.trace(torch.nn.Linear(8, 8), (2, 8), steady=5, op_view=True)\n"
             "print(json.dumps({'imports': [c.ms for c in r.causes if c.source == 'python_import'],"
-            " 'first': r.first_pass_ms, 'notes': r.notes}))\n")
+            " 'dynamo': 'torch._dynamo' in sys.modules, 'ops': r.instruments['aten_ops']['ops_first_pass']}))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     got = json.loads(out.stdout.strip().splitlines()[-1])
-    assert got["imports"] == []
-    assert any("torch._dynamo" in n for n in got["notes"])
+    assert got["imports"] == [] and not got["dynamo"] and got["ops"] >= 2  # aten.t, aten.addmm
+    assert "profiler_start" not in out.stderr  # kineto's own start and stop lines are kept quiet
+
+
+class Nested(torch.nn.Module):
+    """Ops in the root, in a child and in a grandchild: each op's span lies in its own module."""
+
+    def __init__(self):
+        super().__init__()
+        self.outer = torch.nn.Sequential(torch.nn.Linear(6, 6), torch.nn.ReLU())
+        self.head = torch.nn.Linear(6, 3)
+
+    def forward(self, x):
+        x = torch.tanh(x) * 2  # the root's own ops
+        x = self.outer(x).view(-1, 6)
+        return self.head(x).to(torch.float64)
+
+
+def test_op_spans_land_under_the_module_that_ran_them():
+    from warmprof.attribution import build_spans
+    from warmprof.instruments.aten_ops import AtenOps
+    from warmprof.instruments.modules import ModuleHooks
+    from warmprof.timeline import Recording
+    from warmprof import _native
+
+    model, x = Nested(), torch.randn(4, 6)
+    with torch.no_grad(), Recording() as rec:
+        with ModuleHooks(model) as hooks, AtenOps() as ops:
+            _native.begin_section(1)
+            for inst in (hooks, ops):
+                inst.mark_pass("first")
+            model(x)
+            ops.end_pass("first")
+        tl = rec.drain()
+    spans = build_spans(tl)
+    mods = [s for s in spans if s.name.startswith("module:")]
+    where = {}
+    for s in spans:
+        if s.name.startswith("op:"):
+            inside = [m for m in mods if m.start_ns <= s.start_ns and s.end_ns <= m.end_ns]
+            crossing = [m for m in mods if s.start_ns < m.start_ns < s.end_ns or s.start_ns < m.end_ns < s.end_ns]
+            assert inside and not crossing, s
+            where.setdefault(max(inside, key=lambda m: m.start_ns).name[len("module:"):], []).append(s.name[3:])
+    assert {"aten.tanh.default", "aten.mul.Tensor", "aten.view.default", "aten._to_copy.default"} <= set(where["Nested"])
+    assert where["Nested.outer.0"] == ["aten.t.default", "aten.addmm.default"]  # linear, looked through
+    assert where["Nested.outer.1"] == ["aten.relu.default"]
+    assert where["Nested.head"] == ["aten.t.default", "aten.addmm.default"]
+    calls = {op: (args, kwargs) for op, args, kwargs in ops.calls["first"]}
+    view = opspec.call_spec("aten.view.default", *calls["aten.view.default"])
+    assert view["args"][1] == {"list": [{"value": -1}, {"value": 6}]}  # a scalar list, from the profiler
+    to = opspec.call_spec("aten._to_copy.default", *calls["aten._to_copy.default"])
+    assert to["kwargs"]["dtype"] == {"dtype": "float64"}  # a ScalarType, read against the schema
+    for op, (args, kwargs) in calls.items():
+        spec = opspec.call_spec(op, args, kwargs)
+        assert opspec.replayable(spec) == "", spec
+        opspec.resolve_op(op)(*opspec.build(spec, "cpu")[0], **opspec.build(spec, "cpu")[1])
+    assert _mode_stack_empty()
+
+
+def test_the_op_view_refuses_to_share_a_profiler_the_caller_runs():
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
+        r = warmprof.trace(Mlp(), (3, 24), steady=3, op_view=True)
+    assert not r.instruments["aten_ops"]["active"]
+    assert "already on" in r.instruments["aten_ops"]["reason"]
+    assert _mode_stack_empty()
 
 
 def test_explain_probes_the_top_op_in_a_fresh_process_and_folds_its_verdict():

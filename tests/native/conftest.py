@@ -11,3 +11,12 @@ def recorder_capacity():
     previous = _native._testing.capacity()
     yield _native._testing.set_capacity
     _native._testing.set_capacity(previous)
+
+
+@pytest.fixture
+def every_boundary():
+    """Module boundaries take the host counters at every call for this test (no gap); the default
+    (a gap of 40 times the cheapest sample) comes back after it."""
+    _native.set_boundary_gap_ns(0)
+    yield
+    _native.set_boundary_gap_ns(-1)

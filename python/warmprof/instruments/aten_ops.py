@@ -1,33 +1,46 @@
 """The op view: a span per aten op (`op:aten.addmm.default`), nested in its module, with its arguments.
 
-A TorchDispatchMode on the tracing thread sees every aten op the model's forward dispatches (after
-CompositeImplicit ops decompose: F.linear arrives as aten.t and aten.addmm), records a structure
-span around it and writes the call's arguments down (shapes, dtypes, strides, scalars: opspec.raw)
-in call order, one list per pass. Attribution places each unexplained nanosecond in a (module, op)
-site; the report keeps the first call's arguments of each site, so the probes can replay the op
-(`warmprof probe --from`).
+torch's own op observer does the watching: its CPU profiler (kineto, CPU activity only, input shapes
+recorded) keeps a RecordFunction event of every op the dispatcher runs, at a microsecond or two an
+event, where a Python TorchDispatchMode cost 10-15 us an op (the C++ to Python round trip per op; an
+empty mode costs as much). After the passes the events are read back (instruments/op_events.py) and
+turned into what the mode gave: the ops a dispatch mode would have seen (CompositeImplicit ops such as
+aten::linear are looked through to what they decompose into, aten::t and aten::addmm; what an op's
+kernel calls inside it is not an op of the model's), each a structure span on warmprof's clock, in
+call order, with the call's arguments (shapes, dtypes, strides, scalars: the opspec.raw form), one
+list per pass. Attribution places each unexplained nanosecond in a (module, op) site; the report keeps
+the first call's arguments of each site, so the probes can replay the op (`warmprof probe --from`).
 
-It is not free: a Python dispatch mode costs about 10-15 us per op on this class of machine, which is
-why the default trace leaves it off and `--explain` turns it on. Its cost on the model is measured
-like every instrument's (the instrumented steady passes, booked as profiler_overhead), and it cancels
-in the (module, op) residuals, which compare the first pass with the seen re-run under the same
-instruments. Ops run on other threads and inside a compiled region are not seen (a compiled model
-gets no op view: the mode would change what dynamo traces).
+The profiler's clock is its own (its events are in epoch ns, from the TSC): warmprof maps it onto its
+own with anchors, a RecordFunction of its own between two reads of the native clock (the tightest of
+several tries), at entry, at each pass's start and end and at exit, linearly between them.
+
+What the profiler does not record: strings (a `str` argument is written down as its schema's default:
+gelu's approximate='none'), devices (written down as the call's tensors' device), scalar lists past its length
+limit (the call is then not replayable). Its cost on the model is measured like every instrument's (the
+instrumented steady passes, booked as profiler_overhead), and it cancels in the (module, op) residuals,
+which compare the first pass with the seen re-run under the same instruments. Ops run on other threads
+and inside a compiled region are not seen (a compiled model gets no op view). Nothing of the
+profiler outlives the instrument: it is stopped on exit, even when the model raised, and refused (with
+the reason) when the caller already runs torch's profiler.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
-from ..opspec import UNSUPPORTED as _UNREADABLE
-from ..opspec import call_spec, raw
-from ..timeline import STRUCTURE, begin, end, name_id
+from ..opspec import call_spec
+from ..timeline import STRUCTURE, record_span_ns
 from .base import Instrument
+from .op_events import Anchors, Session, visible_ops
 
 PREFIX = "op:"
 # Cheap unary ops a model rarely runs: the op view's own first-dispatch cost is calibrated on them.
 COLD_PROBE_OPS = ("sinh", "cosh", "expm1", "log1p", "erfc", "asinh", "frac", "trunc", "sgn", "rad2deg", "deg2rad",
                   "erfinv", "lgamma", "digamma", "sinc", "logit", "exp2", "i0", "atanh", "acosh")
+# kineto prints two lines on stderr at every profiler start and stop unless its log level is past them.
+_KINETO_QUIET = ("KINETO_LOG_LEVEL", "6")
 
 
 class AtenOps(Instrument):
@@ -35,47 +48,77 @@ class AtenOps(Instrument):
 
     def __init__(self, *, compiled: bool = False) -> None:
         super().__init__()
-        self._mode: Any = None
-        self._entered = False
+        self._session: Session | None = None
+        self._anchors = Anchors()
+        self._windows: list[tuple[str, int, int]] = []  # (pass, index of its start anchor, of its end anchor)
+        self._open: dict[str, int] = {}
         self.calls: dict[str, list[tuple[str, tuple, dict]]] = {}  # pass -> [(op, raw args, raw kwargs)]
+        self.events = 0  # profiler events read back (all threads, all passes)
         if compiled:
             self.reason = "compiled model: a dispatch mode would change what dynamo traces (compile causes are measured)"
             return
         try:
-            import torch  # noqa: F401
-            from torch.utils._python_dispatch import TorchDispatchMode  # noqa: F401
+            import torch
         except ImportError as e:
-            self.reason = f"torch's dispatch modes are unavailable: {e}"
+            self.reason = f"torch's profiler is unavailable: {e}"
+            return
+        if not torch.autograd.kineto_available():
+            self.reason = "this torch build has no kineto profiler (the op view reads its op events)"
 
     def __enter__(self) -> "AtenOps":
         if self.reason:
             return self
-        import sys
+        import torch
 
-        had_dynamo = "torch._dynamo" in sys.modules
-        _materialise_aten_ops()
-        self._mode = _make_mode(self)
-        self._mode.__enter__()
-        self._entered = True
+        if torch.autograd._profiler_enabled():
+            self.reason = ("torch's profiler is already on in this process: the op view reads that profiler's op "
+                           "events and cannot share it (stop it, or trace without the op view)")
+            return self
+        if _KINETO_QUIET[0] not in os.environ:  # read when kineto starts: effective only before its first use
+            os.environ[_KINETO_QUIET[0]] = _KINETO_QUIET[1]
         try:
-            _first_dispatch()
-        except BaseException:
-            self.__exit__(None, None, None)
-            raise
-        if not had_dynamo and "torch._dynamo" in sys.modules:
-            self.notes.append("torch's dispatch modes import torch._dynamo: done before the passes, so an import of "
-                              "it in the model's own first pass is not seen under the op view")
+            self._session = Session.start()
+        except RuntimeError as e:
+            self.reason = f"torch's profiler would not start: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
+            return self
+        self._anchors.take()
         return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if self._entered:
-            self._entered = False
-            self._mode.__exit__(None, None, None)
-        self._mode = None
 
     def mark_pass(self, name: str) -> None:
         super().mark_pass(name)
-        self.calls[name] = []  # a pass run again (the instrumented steady passes) starts its own list
+        self.calls[name] = []  # a pass run again (the instrumented steady passes) keeps its last run's calls
+        if self._session is not None:
+            self._open[name] = self._anchors.take()
+
+    def end_pass(self, name: str) -> None:
+        if self._session is not None and name in self._open:
+            self._windows.append((name, self._open.pop(name), self._anchors.take()))
+
+    def __exit__(self, *exc: Any) -> None:
+        session, self._session = self._session, None
+        if session is None:
+            return
+        self._anchors.take()
+        result = session.stop()
+        if result is None:
+            self.notes.append("torch's profiler gave no events back: no op spans")
+            return
+        self._ingest(result)
+
+    def _ingest(self, result: Any) -> None:
+        """Each pass window's visible ops, as spans on warmprof's clock and as calls."""
+        to_ns, thread, events = self._anchors.mapping(result)
+        self.events = len(events)
+        if to_ns is None:
+            self.notes.append("the op view's clock anchors were not found among torch's profiler events: no op spans")
+            return
+        for name, a, b in self._windows:
+            lo, hi = self._anchors.kineto_window(a, b)
+            calls = []
+            for op in visible_ops(events, thread, lo, hi):
+                record_span_ns(STRUCTURE, PREFIX + op.name, to_ns(op.start_ns), max(to_ns(op.start_ns), to_ns(op.end_ns)))
+                calls.append((op.name, op.args, op.kwargs))
+            self.calls[name] = calls
 
     def call(self, pass_name: str, index: int) -> dict[str, Any] | None:
         """The JSON spec of the pass's index-th recorded op call (None: no such call)."""
@@ -89,6 +132,7 @@ class AtenOps(Instrument):
         out = super().summary()
         out["ops_first_pass"] = len(self.calls.get("first", []))
         out["distinct_ops_first_pass"] = len({c[0] for c in self.calls.get("first", [])})
+        out["source"] = "torch profiler (kineto, CPU activity): RecordFunction events"
         return out
 
     def firsts(self, pass_name: str) -> tuple[dict[str, int], set[int]]:
@@ -111,102 +155,46 @@ class AtenOps(Instrument):
 
     def cold_dispatch_cost(self, exclude: set[str], ops: int = 9) -> dict[str, Any]:
         """ns the op view adds to an op's first dispatch under it, beyond a later one: on cheap
-        unary ops the model did not run (`exclude`: op names), each warmed outside the mode first
-        (so its kernel is not what is timed), then called twice under the mode; the median of
+        unary ops the model did not run (`exclude`: op names), each warmed outside the profiler first
+        (so its kernel is not what is timed), then called twice under it; the median of
         (first - second). Run after the passes, outside any recording."""
         import torch
 
         from .. import _native
 
         x = torch.full((4,), 0.5)
-        samples: list[float] = []
-        self.current_pass = ""  # nothing of this is recorded as a pass's call
-        mode = _make_mode(self)
+        chosen = []
         for name in COLD_PROBE_OPS:
-            if len(samples) >= ops:
-                break
             op = getattr(getattr(torch.ops.aten, name, None), "default", None)
             if op is None or str(op) in exclude:
                 continue
             try:
                 for _ in range(3):
                     op(x)
-                with mode:
-                    t0 = _native.now_ns()
-                    op(x)
-                    t1 = _native.now_ns()
-                    op(x)
-                    t2 = _native.now_ns()
             except RuntimeError:
                 continue
-            samples.append(max(0.0, (t1 - t0) - (t2 - t1)))
-        if not samples:
+            chosen.append(op)
+            if len(chosen) >= ops:
+                break
+        if not chosen or torch.autograd._profiler_enabled():
             return {"ns": 0.0, "n": 0}
+        samples: list[float] = []
+        try:
+            session = Session.start()
+        except RuntimeError:
+            return {"ns": 0.0, "n": 0}
+        try:
+            for op in chosen:
+                t0 = _native.now_ns()
+                op(x)
+                t1 = _native.now_ns()
+                op(x)
+                t2 = _native.now_ns()
+                samples.append(max(0.0, (t1 - t0) - (t2 - t1)))
+        finally:
+            session.stop(read=False)
         samples.sort()
         return {"ns": samples[len(samples) // 2], "low": samples[0], "high": samples[-1], "n": len(samples)}
 
 
-def _materialise_aten_ops() -> None:
-    """Create torch's Python object of every aten op overload before the passes (about 0.1 s).
-
-    Under a dispatch mode the dispatcher hands each op to Python as its OpOverload object, which
-    torch creates on the op's first such call (a schema parse and a few Python objects: tens of
-    microseconds each). That is the op view's own first-call cost, not the model's, and the
-    instrumented steady passes never see it; made up front, it stays out of the first pass. A model
-    that calls torch.ops.aten.<op> itself would have created the same objects: the only work moved."""
-    import torch
-
-    aten = torch.ops.aten
-    for full in torch._C._dispatch_get_all_op_names():
-        ns, _, rest = full.partition("::")
-        if ns != "aten":
-            continue
-        name, _, overload = rest.partition(".")
-        try:
-            getattr(getattr(aten, name), overload or "default")
-        except (AttributeError, RuntimeError):
-            continue
-
-
-def _first_dispatch() -> None:
-    """One op through the mode before the passes: torch's first dispatch to a Python mode imports
-    torch._dynamo (about 800 modules, most of a second here), which is the op view's cost, not the
-    model's. A model that would import torch._dynamo in its own first pass does not pay that under
-    the op view (the report's op rows come from a trace that says so in its notes)."""
-    import torch
-
-    torch.ops.aten.alias.default(torch.empty(0))  # no pass marked yet: not recorded as a call
-
-
-def _make_mode(owner: AtenOps) -> Any:
-    import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    tensor_type, dtype_type, strided = torch.Tensor, torch.dtype, torch.strided
-
-    def record(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-        try:
-            return (tuple(raw(a, tensor_type, dtype_type, strided) for a in args),
-                    {k: raw(v, tensor_type, dtype_type, strided) for k, v in kwargs.items()})
-        except Exception as e:  # recording never breaks the model: the call is kept as not replayable
-            return ((_UNREADABLE, type(e).__name__, None),), {}
-    ids: dict[Any, tuple[int, str]] = {}
-
-    class _OpView(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            known = ids.get(func)
-            if known is None:
-                name = str(func)
-                known = ids[func] = (name_id(PREFIX + name), name)
-            nid, name = known
-            kwargs = kwargs or {}
-            calls = owner.calls.get(owner.current_pass)
-            if calls is not None:
-                calls.append((name, *record(args, kwargs)))
-            begin(STRUCTURE, nid)
-            try:
-                return func(*args, **kwargs)
-            finally:
-                end(STRUCTURE, nid)
-
-    return _OpView()
+__all__ = ["AtenOps", "PREFIX", "COLD_PROBE_OPS"]

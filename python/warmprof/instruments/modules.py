@@ -1,7 +1,10 @@
 """Per-module forward hooks: structure spans that place every cause in the innermost module.
 
-Each boundary also samples the host counters (faults, threads), so counter deltas land in
-the right module and cause (attribution.py). Module calls are the one kind of record the recorder
+The hooks are native (_native.ModuleHook: no Python frame per module call). A boundary also samples
+the host counters (faults, threads, run-queue delay) unless the last sample on its thread is less than
+a gap ago (bindings.cpp boundary_counters: the syscalls of a sample cost 3.5-7 us on a VM, more than
+everything else a hooked call adds), so counter deltas land in the module that held most of their
+interval (attribution/reading.py) and sampling takes a bounded share of the pass. Module calls are the one kind of record the recorder
 may thin: when a pass's share of a buffer is spent it records only coarse modules (the root and
 two levels below it), then none, and never drops a cause span or a pass boundary for them. The
 hooks' own cost per module call is calibrated (traces/calibrate.py): the floor of the estimated
@@ -11,9 +14,11 @@ attribution.instrument_cost). Hooks are removed on exit, even if the model raise
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
-from ..timeline import module_enter, module_exit, name_id
+from .. import _native
+from ..timeline import name_id
 
 COARSE_DEPTH = 2  # modules at most this many levels below the root stay when calls are thinned
 from .base import Instrument
@@ -42,16 +47,16 @@ class ModuleHooks(Instrument):
     def _targets(self):
         root_name = type(getattr(self.model, "_orig_mod", self.model)).__name__
         if self.top_level_only:
-            return [(root_name, self.model, True)]
-        return [(root_name if not q else f"{root_name}.{q}", m, not q or q.count(".") < COARSE_DEPTH)
+            return [(root_name, self.model, True, True)]
+        return [(root_name if not q else f"{root_name}.{q}", m, not q or q.count(".") < COARSE_DEPTH, not q)
                 for q, m in self.model.named_modules()]
 
     def __enter__(self) -> "ModuleHooks":
         if self.reason:
             return self
         try:
-            for qual, mod, coarse in self._targets():
-                hooked = _Hooked(mod, name_id(f"module:{qual}"), coarse)
+            for qual, mod, coarse, root in self._targets():
+                hooked = _Hooked(mod, name_id(f"module:{qual}"), coarse, root)
                 self._hooked.append(hooked)
                 hooked.install()
                 self.modules += 1
@@ -115,24 +120,31 @@ class ModuleHooks(Instrument):
 
 
 class _Hooked:
-    """One module's two hooks. One native call each: faults, threads and the span's begin (end);
-    RSS only at pass boundaries. A call the recorder does not take (this pass's module budget is
-    spent, recorder.h) takes the module's pre-hook off for the rest of the pass, and its post-hook
-    once no recorded call of it is still open (a recursive module, or one running on several
-    threads, still closes what it opened), so thinned calls cost nothing; mark_pass puts them back."""
+    """One module's hooks: one native object (_native.ModuleHook) registered as both its forward
+    pre-hook and its forward hook, so no Python frame runs per module call. Each call is one native
+    call at each end: the span's begin (end) and, at most once a gap, the host counters (faults,
+    threads, run-queue delay; RSS where faults moved: bindings.cpp boundary_counters). A call the
+    recorder does not take (this pass's module budget is spent, recorder.h) takes the module's
+    pre-hook off for the rest of the pass, and its post-hook once no recorded call of it is still
+    open (a recursive module, or one running on several threads, still closes what it opened), so
+    thinned calls cost nothing; mark_pass puts them back. The root module's hook samples the counters
+    at both its boundaries whatever the gap: the pass's own samples lie outside its window."""
 
-    __slots__ = ("module", "nid", "coarse", "pre", "post", "open")
+    __slots__ = ("module", "hook", "pre", "post", "__weakref__")
 
-    def __init__(self, module: Any, nid: int, coarse: bool) -> None:
-        self.module, self.nid, self.coarse = module, nid, coarse
+    def __init__(self, module: Any, nid: int, coarse: bool, root: bool = False) -> None:
+        self.module = module
         self.pre = self.post = None
-        self.open = 0  # recorded calls of this module not yet closed
+        # on_thin holds this object only weakly: the hook lives in the module's hook dicts, and a
+        # strong reference back would keep the module alive through its own hook.
+        ref = weakref.ref(self)
+        self.hook = _native.ModuleHook(nid, coarse, lambda: _thin(ref), root)
 
     def install(self) -> None:
         self.remove()
-        self.open = 0
-        self.pre = self.module.register_forward_pre_hook(self._enter)
-        self.post = self.module.register_forward_hook(self._exit)
+        self.hook.reset()
+        self.pre = self.module.register_forward_pre_hook(self.hook)
+        self.post = self.module.register_forward_hook(self.hook)
 
     def remove(self) -> None:
         for handle in (self.pre, self.post):
@@ -140,16 +152,18 @@ class _Hooked:
                 handle.remove()
         self.pre = self.post = None
 
-    def _enter(self, _m: Any, _args: Any) -> None:
-        if module_enter(self.nid, self.coarse):
-            self.open += 1
-        elif self.pre is not None:
-            self.pre.remove()  # torch iterates over a copy of its hook dicts: safe inside a hook
+    def thin(self) -> None:
+        """Called by the native hook: take off what a thinned module no longer needs (torch iterates
+        over a copy of its hook dicts: safe inside a hook)."""
+        if self.pre is not None:
+            self.pre.remove()
             self.pre = None
-
-    def _exit(self, _m: Any, _args: Any, _out: Any) -> None:
-        if module_exit(self.nid):
-            self.open -= 1
-        if self.pre is None and self.open <= 0 and self.post is not None:
+        if self.hook.open <= 0 and self.post is not None:
             self.post.remove()
             self.post = None
+
+
+def _thin(ref: "weakref.ref[_Hooked]") -> None:
+    hooked = ref()
+    if hooked is not None:
+        hooked.thin()

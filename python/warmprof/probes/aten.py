@@ -4,6 +4,12 @@ Each call spec (opspec JSON) goes to a child (`python -m warmprof.probes.aten_ch
 the order of the measurements) on stdin; its figures come back as JSON on stdout and are judged here
 (aten_verdict.judge_op). A child that raises, crashes or runs past the timeout is that op's
 "failed" row with the reason, never a hang and never the end of the other ops.
+
+Most of a child's time is `import torch` (2-3 s here, against a fraction of a second of measuring),
+so several ops are probed by children spawned together (at most PARALLEL_IMPORTS, and no more than
+the CPUs): they import side by side, each says when it is done, and each gets its job in turn once
+none of the others is still importing, so every op is measured in a fresh process that its siblings
+leave alone (they wait on a pipe meanwhile).
 """
 
 from __future__ import annotations
@@ -27,6 +33,9 @@ from .aten_table import call_for, split_names
 from .aten_verdict import OpTiming, VariantTiming, judge_op
 
 CHILD = "warmprof.probes.aten_child"
+READY_FD_ENV = "WARMPROF_PROBE_READY_FD"  # aten_child's: the pipe it writes to once imported
+PARALLEL_IMPORTS = 4  # children importing torch at once, at most (and at most the CPUs)
+READY_WAIT_S = 60.0  # how long a child's turn waits for a sibling still importing (then it goes anyway)
 STEADY_CALLS = 20
 VARIANT_CALLS = 10
 RERUN_ROUNDS = 3
@@ -99,12 +108,27 @@ def _probe(sites: list[tuple[dict[str, Any], dict[str, Any] | None]], *, device:
     say = progress_printer(progress, "warmprof probe")
     start_ns = _native.now_ns()
     results = []
-    for i, (call, source) in enumerate(sites, 1):
-        say(f"[{i}/{len(sites)}] {opspec.short_op(call['op'])} {opspec.label(call)}: in a fresh process")
-        result = probe_one(call, device=device, threads=threads, timeout_s=timeout_s)
-        result.source = source
-        say(f"[{i}/{len(sites)}] {result.short}: {result.verdict}" + (f" ({result.error})" if result.error else ""))
-        results.append(result)
+    batch = max(1, min(PARALLEL_IMPORTS, os.cpu_count() or 1))
+    spawned: list[_Child] = []
+    try:
+        for i, (call, source) in enumerate(sites, 1):
+            if not spawned:  # the next batch, importing side by side while nothing is measured
+                spawned = [_Child(threads) for _ in range(min(batch, len(sites) - i + 1))]
+            child = spawned[0]
+            for sibling in spawned[1:]:  # none of them still importing while this one measures
+                sibling.wait_ready(READY_WAIT_S)
+            say(f"[{i}/{len(sites)}] {opspec.short_op(call['op'])} {opspec.label(call)}: in a fresh process")
+            try:
+                result = probe_one(call, device=device, threads=threads, timeout_s=timeout_s,
+                                   run=lambda job, _threads, timeout, c=child: c.run(job, timeout))
+            finally:
+                spawned.pop(0).close()
+            result.source = source
+            say(f"[{i}/{len(sites)}] {result.short}: {result.verdict}" + (f" ({result.error})" if result.error else ""))
+            results.append(result)
+    finally:
+        for c in spawned:
+            c.close()
     threads_used = next((r.threads for r in results if r.threads), None)
     return OpProbeReport(
         device=device, ops=results, platform=fingerprint(gpu_index=cuda_index(device)),
@@ -151,26 +175,98 @@ def result_of(a: dict[str, Any], base: dict[str, Any], device: str) -> OpResult:
     )
 
 
+def _child_env(tmp: str, threads: int | None) -> dict[str, str]:
+    env = dict(os.environ)
+    # A cold device: the driver's PTX JIT cache and torch's NVRTC kernel cache start empty.
+    env["CUDA_CACHE_PATH"] = os.path.join(tmp, "cuda_cache")
+    env["PYTORCH_KERNEL_CACHE_PATH"] = os.path.join(tmp, "torch_kernels")
+    # the child imports this very warmprof, even when it is importable here only through sys.path
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the folder holding warmprof/
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (os.path.dirname(here), env.get("PYTHONPATH", "")) if p)
+    if threads is not None:  # the pools OpenMP and MKL start with, before torch.set_num_threads
+        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
+    env.pop(READY_FD_ENV, None)
+    return env
+
+
 def run_child(job: dict[str, Any], threads: int | None, timeout_s: float) -> tuple[dict[str, Any], float]:
     """(the child's answer, its wall ms). A crash, a timeout or an unreadable answer is {"ok": False, "error"}."""
-    with tempfile.TemporaryDirectory(prefix="warmprof-op-") as tmp:
-        env = dict(os.environ)
-        # A cold device: the driver's PTX JIT cache and torch's NVRTC kernel cache start empty.
-        env["CUDA_CACHE_PATH"] = os.path.join(tmp, "cuda_cache")
-        env["PYTORCH_KERNEL_CACHE_PATH"] = os.path.join(tmp, "torch_kernels")
-        # the child imports this very warmprof, even when it is importable here only through sys.path
-        here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the folder holding warmprof/
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (os.path.dirname(here), env.get("PYTHONPATH", "")) if p)
-        if threads is not None:  # the pools OpenMP and MKL start with, before torch.set_num_threads
-            env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
-        t0 = _native.now_ns()
+    child = _Child(threads)
+    try:
+        return child.run(job, timeout_s)
+    finally:
+        child.close()
+
+
+class _Child:
+    """One fresh probe child, started now: it imports torch, writes a byte on a pipe of its own, then
+    waits for its job on stdin (aten_child). Its timeout counts its own work (the import and the
+    measuring), not the time it waited for its turn."""
+
+    def __init__(self, threads: int | None) -> None:
+        self._tmp = tempfile.TemporaryDirectory(prefix="warmprof-op-")
+        env = _child_env(self._tmp.name, threads)
+        read_end, write_end = os.pipe()
+        env[READY_FD_ENV] = str(write_end)
+        self._t0 = _native.now_ns()
+        self._ready_ns: int | None = None
+        self._ready_fd: int | None = read_end
         try:
-            proc = subprocess.run([sys.executable, "-m", CHILD], input=json.dumps(job).encode(), capture_output=True,
-                                  env=env, cwd=tmp, timeout=timeout_s)
+            self.proc = subprocess.Popen([sys.executable, "-m", CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE, env=env, cwd=self._tmp.name, pass_fds=(write_end,))
+        except BaseException:
+            os.close(read_end)
+            self._ready_fd = None
+            self._tmp.cleanup()
+            raise
+        finally:
+            os.close(write_end)
+
+    def wait_ready(self, timeout_s: float) -> None:
+        """Until the child has imported (or exited, or timeout_s passed: a child that never says so
+        only costs its siblings that wait)."""
+        import select
+
+        if self._ready_fd is None:
+            return
+        readable, _, _ = select.select([self._ready_fd], [], [], max(0.0, timeout_s))
+        if readable:
+            try:
+                os.read(self._ready_fd, 1)  # a byte: imported; b"": exited before saying so
+            except OSError:
+                pass
+            self._ready_ns = _native.now_ns()
+            os.close(self._ready_fd)
+            self._ready_fd = None
+
+    def run(self, job: dict[str, Any], timeout_s: float) -> tuple[dict[str, Any], float]:
+        """Send the job and wait for the answer: (answer, the child's own wall ms)."""
+        self.wait_ready(0.0)
+        imported_ms = ((self._ready_ns or _native.now_ns()) - self._t0) / 1e6 if self._ready_ns else 0.0
+        t_job = _native.now_ns()
+        try:
+            out, err = self.proc.communicate(json.dumps(job).encode(), timeout=max(1e-3, timeout_s - imported_ms / 1e3))
         except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.communicate()
             return {"ok": False, "error": f"timed out after {timeout_s:g} s (the child was killed)"}, timeout_s * 1e3
-        wall_ms = (_native.now_ns() - t0) / 1e6
-    return _answer(proc.returncode, proc.stdout, proc.stderr), wall_ms
+        except BrokenPipeError:  # it exited before reading its job
+            out, err = self.proc.communicate()
+        wall_ms = imported_ms + (_native.now_ns() - t_job) / 1e6
+        return _answer(self.proc.returncode, out or b"", err or b""), wall_ms
+
+    def close(self) -> None:
+        """Stop the child if it is still running; remove its folder."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            try:
+                self.proc.communicate(timeout=5)
+            except (subprocess.TimeoutExpired, ValueError, OSError):
+                pass
+        if self._ready_fd is not None:
+            os.close(self._ready_fd)
+            self._ready_fd = None
+        self._tmp.cleanup()
 
 
 def _answer(rc: int, stdout: bytes, stderr: bytes) -> dict[str, Any]:

@@ -4,6 +4,9 @@ on stdin, the measurements as one JSON object on stdout.
 Job: {"call": SPEC, "device": "cpu", "threads": N | null, "steady_calls": 20, "variant_calls": 10,
 "rerun_rounds": 3}. Answer: {"ok": true, <figures>} or {"ok": false, "error": "<one line>"}.
 
+The child imports torch first and says so on the pipe named by WARMPROF_PROBE_READY_FD (when set),
+then reads its job: a parent may spawn several children ahead and hand each its job in turn.
+
 Order (a first call is only a first call once per process): the runtime warm-up (a 1M-element add,
 then a 1-element add, each first call vs its steady), the op's first call at the recorded shapes,
 its steady calls, new shapes of the now-warm op (first call, then steady, each), seen-shape re-runs
@@ -28,16 +31,40 @@ MAX_PERTURBATIONS = 8  # perturbation patterns tried before the shape question i
 WARMUP_CALLS = 20
 
 
+READY_FD_ENV = "WARMPROF_PROBE_READY_FD"  # a pipe the parent reads: written once the imports are done
+
+
 def main() -> int:
     real_stdout = os.dup(1)
     os.dup2(2, 1)  # whatever torch or the op prints goes to stderr; stdout carries the answer alone
     try:
+        _import_then_say_ready()
         answer = measure(json.loads(sys.stdin.read()))
     except Exception as e:  # the op, the spec, the device: any refusal is this op's failure, in one line
         answer = {"ok": False, "error": one_line(e)}
     with os.fdopen(real_stdout, "w") as out:
         out.write(json.dumps(answer, allow_nan=False) + "\n")
     return 0
+
+
+def _import_then_say_ready() -> None:
+    """Import what measure() needs (torch: seconds), then tell the parent, which may have spawned this
+    child ahead of its turn: it sends the job once no other child is importing, so this child measures
+    on a machine its siblings leave alone. The imports are those of any fresh process, done before the
+    job is read instead of after: nothing runs an op before measure()."""
+    import torch  # noqa: F401
+
+    from .. import opspec  # noqa: F401
+    from ..timeline import Recording  # noqa: F401
+    from .backends import TorchEager  # noqa: F401
+
+    fd = os.environ.pop(READY_FD_ENV, "")
+    if fd.isdigit():
+        try:
+            os.write(int(fd), b"1")
+            os.close(int(fd))
+        except OSError:
+            pass
 
 
 def one_line(e: BaseException) -> str:
