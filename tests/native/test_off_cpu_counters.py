@@ -80,10 +80,12 @@ def test_quiet_boundaries_do_not_read_the_cpu_clock():
     tl = rec.drain()
     boundaries, _ = _series(tl, RUN_DELAY_COUNTER)
     cpu, _ = _series(tl, THREAD_CPU_COUNTER)
-    assert len(boundaries) == 401  # every boundary reads the run-queue delay
-    # the CPU clock only where the thread left its CPU since the boundary before: a busy machine
-    # preempts now and then, never at most boundaries
-    assert 1 <= len(cpu) < 100
+    # module boundaries sample the host counters at most once a gap (instruments/modules.py): 200 empty
+    # calls in a row sample rarely, the section's own sample always; each sample reads the run-queue delay
+    assert 1 <= len(boundaries) <= 401
+    # the CPU clock only where the thread left its CPU since the sample before: a busy machine
+    # preempts now and then, never at most samples
+    assert len(cpu) <= len(boundaries) and (len(boundaries) < 20 or len(cpu) < len(boundaries) / 2)
 
 
 def test_thread_times_reads_what_the_boundaries_record():
