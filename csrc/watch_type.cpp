@@ -3,8 +3,13 @@
 //
 // One call: the key (a key function's result, or each argument's shape and dtype), the idle gap
 // since the last call ended, getrusage(RUSAGE_THREAD) before and after (the thread's CPU time, page
-// faults and involuntary switches: about 0.2 us each), the compiles counted so far (an atomic the
-// dynamo callbacks bump), two clock reads around the call, and the key's sketch under a mutex. Only
+// faults, blocks read and involuntary switches: about 0.2 us each), the compiles counted so far (an
+// atomic the dynamo callbacks bump), two clock reads around the call, and the key's sketch under a
+// mutex. getrusage's CPU time is the scheduler's as of its last update, up to a tick behind, so a call
+// whose time off the CPU is booked (a wait) has its CPU time read from the thread's CPU clock: at both
+// ends, with the run-queue delay from schedstat, for a call known to be kept before it runs (after an
+// idle gap, or at a new key: a mutex-held lookup); at its end only for another kept call (an outlier),
+// whose CPU time is then at most a tick high and its time off the CPU at most that low. Only
 // a call kept as an event (the first at its key, an outlier, the first after an idle gap with no
 // other call running, or one during which dynamo compiled on its thread, or, with CUPTI asked for,
 // one during which an allocation, module load or graph capture closed on its thread) goes back to
@@ -13,6 +18,7 @@
 #include <Python.h>
 #include <structmember.h>
 #include <sys/resource.h>
+#include <time.h>
 
 #include <atomic>
 #include <initializer_list>
@@ -25,6 +31,7 @@
 
 #include "backends/cupti.h"
 #include "core/clock.h"
+#include "core/host.h"
 #include "core/watch.h"
 
 namespace {
@@ -61,6 +68,12 @@ PyStructSequence_Field kCallFields[] = {
     {"calls_before", "the key's calls before this one"},
     {"median_ns", "the key's median before this call (0: none yet)"},
     {"cupti", "CUPTI's rows, (cause id, spans, ns, bytes), that closed on the thread (None: none or off)"},
+    {"inblock", "blocks the thread read from storage over the call (getrusage ru_inblock; a page-cache hit reads none)"},
+    {"run_delay_ns", "the thread's run-queue delay over the call (schedstat; None: not read, see cpu_exact)"},
+    {"cpu_exact", "cpu_ns read from the thread's CPU clock at both ends (a call kept before it ran: after an idle gap "
+                  "or at a new key); False: its start is getrusage's, so cpu_ns may be high by up to a scheduler tick"},
+    {"usual_off_cpu_ns", "the key's mean time off the CPU over its earlier calls that were neither first nor outliers "
+                         "(0: none yet)"},
     {nullptr, nullptr},
 };
 constexpr int kCallFieldCount = int(sizeof(kCallFields) / sizeof(kCallFields[0])) - 1;
@@ -205,24 +218,47 @@ struct Usage {
   int64_t minflt = 0;
   int64_t majflt = 0;
   int64_t nivcsw = 0;
+  int64_t inblock = 0;
 };
 
-// macOS has no per-thread getrusage: there the figures stay 0 and the causes read from them
-// (page faults, off-CPU time) are not booked; the compile and CUPTI ones still are.
+// The calling thread's CPU time from its CPU clock, to the ns (the kernel brings the running thread's
+// figure up to date first; getrusage does not).
+inline int64_t thread_cpu_ns() {
+  timespec ts{};
+  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return 0;
+  return int64_t(ts.tv_sec) * 1000000000ll + int64_t(ts.tv_nsec);
+}
+
+// macOS has no per-thread getrusage: there the counts stay 0 and the causes read from them (page
+// faults, preemption) are not booked, and the CPU time is the thread's CPU clock's (exact at both ends);
+// the compile and CUPTI ones still are.
+#ifdef RUSAGE_THREAD
+constexpr bool kUsageCpuLags = true;
 inline Usage usage() {
   rusage ru{};
-#ifdef RUSAGE_THREAD
   getrusage(RUSAGE_THREAD, &ru);
-#else
-  return Usage{};
-#endif
   Usage u;
   u.cpu_ns = (int64_t(ru.ru_utime.tv_sec) + int64_t(ru.ru_stime.tv_sec)) * 1000000000ll +
              (int64_t(ru.ru_utime.tv_usec) + int64_t(ru.ru_stime.tv_usec)) * 1000ll;
   u.minflt = ru.ru_minflt;
   u.majflt = ru.ru_majflt;
   u.nivcsw = ru.ru_nivcsw;
+  u.inblock = ru.ru_inblock;
   return u;
+}
+#else
+constexpr bool kUsageCpuLags = false;
+inline Usage usage() {
+  Usage u;
+  u.cpu_ns = thread_cpu_ns();
+  return u;
+}
+#endif
+
+// The thread's run-queue delay so far, or -1 where the kernel has no schedstat.
+inline int64_t run_delay_ns() {
+  const warmprof::host::SchedStat s = warmprof::host::thread_schedstat();
+  return s.ok ? s.delay_ns : -1;
 }
 
 inline uint64_t now_ns() { return uint64_t(warmprof::clock::to_ns(warmprof::clock::ticks())); }
@@ -268,11 +304,26 @@ PyObject* call(PyObject* self_obj, PyObject* args, PyObject* kwargs) {
   if (cupti) tally0.emplace(warmprof::backends::cupti::thread_tally());
   const uint64_t compiles0 = t_compiles;
   const uint64_t compile_ns0 = t_compile_ns;
+  const bool after_idle = gap != 0 && gap >= st->idle_ns;
+  bool new_key = false;
+  if (!after_idle) {
+    std::lock_guard<std::mutex> lock(st->mu);
+    new_key = st->table.new_admitted(key);
+  }
+  // Kept whatever it takes: its run-queue delay is read, and its CPU time from the CPU clock at both
+  // ends (see the top of this file); where getrusage has no thread CPU time, always from the CPU clock.
+  const bool kept_before = after_idle || new_key;
+  const bool exact = kept_before || !kUsageCpuLags;
+  const int64_t delay0 = kept_before ? run_delay_ns() : -1;
   const Usage u0 = usage();
+  const int64_t cpu0 = kUsageCpuLags && exact ? thread_cpu_ns() : u0.cpu_ns;
   const uint64_t t0 = warmprof::clock::ticks();
   PyObject* result = PyObject_Call(self->fn, args, kwargs);
   const uint64_t t1 = warmprof::clock::ticks();
+  int64_t cpu1 = kUsageCpuLags && exact ? thread_cpu_ns() : 0;
   const Usage u1 = usage();
+  if (!kUsageCpuLags) cpu1 = u1.cpu_ns;
+  const int64_t delay1 = kept_before ? run_delay_ns() : -1;
   const uint64_t compiles = t_compiles - compiles0;
   const uint64_t end = uint64_t(warmprof::clock::to_ns(t1));
   const uint64_t dur = uint64_t(warmprof::clock::to_ns(t1) - warmprof::clock::to_ns(t0));
@@ -306,29 +357,39 @@ PyObject* call(PyObject* self_obj, PyObject* args, PyObject* kwargs) {
     }
   }
   Verdict v;
-  const bool after_idle = gap != 0 && gap >= st->idle_ns;
   bool keep = false;
+  // the key's usual calls' time off the CPU: getrusage's figures for a call not read exactly (each may be
+  // a tick out; the key's sum evens them out)
+  const int64_t usage_cpu = exact ? cpu1 - cpu0 : u1.cpu_ns - u0.cpu_ns;
   {
     std::lock_guard<std::mutex> lock(st->mu);
-    v = st->table.add(key, dur, st->rule);
+    v = st->table.add(key, dur, st->rule, int64_t(dur) - usage_cpu);
     // a compile is kept even at a key past max_keys: a new shape is what watch is for
     keep = compiles > 0 || one_time || (v.admitted && (v.first || v.outlier || after_idle));
     if (keep) st->table.mark_event(key);
   }
   if (keep && self->on_event != nullptr) {
+    // an outlier's CPU time ends on the CPU clock (its start is getrusage's: at most a tick low)
+    if (!exact) cpu1 = thread_cpu_ns();
+    const bool delay_read = delay0 >= 0 && delay1 >= delay0;
+    PyObject* delay = delay_read ? PyLong_FromLongLong(delay1 - delay0) : Py_None;
     // one WatchCall, its fields in kCallFields' order (declared there once)
     PyObject* info = PyStructSequence_New(WatchCallType);
     PyObject* values[kCallFieldCount] = {
         PyLong_FromUnsignedLongLong(key), key_obj ? key_obj : Py_None, args, kwargs ? kwargs : Py_None,
         v.first ? Py_True : Py_False, v.outlier ? Py_True : Py_False, PyLong_FromUnsignedLongLong(start),
         PyLong_FromUnsignedLongLong(dur), PyLong_FromUnsignedLongLong(gap), clock ? clock : Py_None,
-        PyLong_FromLongLong(u1.cpu_ns - u0.cpu_ns), PyLong_FromLongLong(u1.minflt - u0.minflt),
+        PyLong_FromLongLong(cpu1 - cpu0), PyLong_FromLongLong(u1.minflt - u0.minflt),
         PyLong_FromLongLong(u1.majflt - u0.majflt), PyLong_FromLongLong(u1.nivcsw - u0.nivcsw),
         PyLong_FromUnsignedLongLong(compiles), PyLong_FromUnsignedLongLong(compile_ns),
-        PyLong_FromUnsignedLongLong(v.calls), PyFloat_FromDouble(v.median_ns), booked ? booked : Py_None};
+        PyLong_FromUnsignedLongLong(v.calls), PyFloat_FromDouble(v.median_ns), booked ? booked : Py_None,
+        PyLong_FromLongLong(u1.inblock - u0.inblock), delay, exact ? Py_True : Py_False,
+        PyFloat_FromDouble(v.usual_off_cpu_ns)};
     // borrowed ones (objects the call already holds) get a reference of their own; SetItem steals one
     for (PyObject* borrowed : {key_obj ? key_obj : Py_None, args, kwargs ? kwargs : Py_None, v.first ? Py_True : Py_False,
-                               v.outlier ? Py_True : Py_False, clock ? clock : Py_None, booked ? booked : Py_None}) {
+                               v.outlier ? Py_True : Py_False, clock ? clock : Py_None, booked ? booked : Py_None,
+                               delay_read ? nullptr : Py_None, exact ? Py_True : Py_False}) {
+      if (borrowed == nullptr) continue;  // the run-queue delay, when read: a new object already
       Py_INCREF(borrowed);
     }
     bool complete = info != nullptr;

@@ -15,10 +15,25 @@ DESKTOP = {"os": "Ubuntu 22.04.4 LTS", "cpu": "AMD Ryzen 9 5950X 16-Core Process
            "gpu": "NVIDIA GeForce RTX 4090", "cuda_driver": "550.54.14", "python": "3.10.12", "torch": "2.5.0"}
 
 
+_DEFAULT = object()
+
+
+def trace_settings(device: str = "cpu", compile: str | None = None, shape=(1, 64), torch: str = "2.5.0", **over):
+    """A trace's settings record as `warmprof trace --shape 1,64` on 4 threads would write it."""
+    from warmprof.report.settings import Settings
+
+    base = dict(device=device, compile=compile, model_dtype="float32", input_dtype="float32",
+                input_shape=list(shape) if shape else None, threads=4, cache="fresh", fresh_process=True,
+                torch_version=torch)
+    return Settings(**{**base, **over})
+
+
 def trace_report(causes: dict[str, float], *, steady: float = 4.0, unattributed: float = 1.5, model: str = "demo_lm",
                  shape=(1, 64), device: str = "cpu", platform: dict | None = None, compile: str | None = None,
-                 version: str = "0.1.0", rerun_causes: dict[str, float] | None = None, steady_spans: int = 0) -> Report:
-    """A consistent trace report: excess = causes + unattributed, spans nested inside modules."""
+                 version: str = "0.1.0", rerun_causes: dict[str, float] | None = None, steady_spans: int = 0,
+                 settings=_DEFAULT) -> Report:
+    """A consistent trace report: excess = causes + unattributed, spans nested inside modules. Its
+    settings record matches its fields (trace_settings); settings=None: a report written before the record."""
     excess = sum(causes.values()) + unattributed
     first = steady + excess
     entries = [CauseEntry(cause=c, ms=ms, share=ms / excess, evidence="measured", source=f"src_{c}", module="blocks.0", count=2)
@@ -51,6 +66,8 @@ def trace_report(causes: dict[str, float], *, steady: float = 4.0, unattributed:
         attributed_ms=excess - unattributed,
         seen_rerun_causes=[CauseEntry(c, ms, 0.0, "measured", f"src_{c}") for c, ms in rerun.items()],
         spans=spans, counter_samples=samples, warmprof_version=version, created="2025-01-01T00:00:00Z",
+        settings=(trace_settings(device, compile, shape, torch=str((platform or DESKTOP).get("torch", "")))
+                  if settings is _DEFAULT else settings),
     )
 
 

@@ -44,7 +44,7 @@ double Sketch::quantile(double q) const {
   return mid_ns(kBuckets - 1);
 }
 
-Verdict Table::add(uint64_t key, uint64_t ns, const Rule& rule) {
+Verdict Table::add(uint64_t key, uint64_t ns, const Rule& rule, int64_t off_cpu_ns) {
   Verdict v;
   auto it = keys_.find(key);
   if (it == keys_.end()) {
@@ -64,6 +64,11 @@ Verdict Table::add(uint64_t key, uint64_t ns, const Rule& rule) {
   if (!v.first && v.calls >= rule.min_calls) {
     v.median_ns = k.sketch.quantile(0.5);
     v.outlier = double(ns) > rule.factor * v.median_ns && double(ns) - v.median_ns >= double(rule.floor_ns);
+  }
+  if (k.usual_calls > 0 && k.usual_off_cpu_ns > 0) v.usual_off_cpu_ns = double(k.usual_off_cpu_ns) / double(k.usual_calls);
+  if (!v.first && !v.outlier) {
+    k.usual_off_cpu_ns += off_cpu_ns;
+    ++k.usual_calls;
   }
   k.sketch.add(ns);
   k.total_ns += ns;

@@ -39,6 +39,12 @@ struct KeyState {
   uint64_t total_ns = 0;
   uint64_t events = 0;  // calls kept as events (first, outlier, or something fired)
   uint64_t order = 0;   // the order keys were first seen in
+  // Off-CPU time (wall less the thread's CPU time) summed over the key's usual calls, those neither its
+  // first nor outliers: what a call at this key waits anyway (a remote call it always makes), which an
+  // outlier's wait is counted beyond. Signed: a call's CPU time read through getrusage can be high by a
+  // scheduler tick, and those errors cancel in the sum.
+  int64_t usual_off_cpu_ns = 0;
+  uint64_t usual_calls = 0;
 };
 
 // The outlier rule: once a key has `min_calls` calls, a call longer than `factor` x its median and
@@ -55,14 +61,18 @@ struct Verdict {
   bool admitted = true;   // false: the table was full, the call counted as overflow only
   uint64_t calls = 0;     // calls at the key before this one
   double median_ns = 0;   // the key's median before this call
+  double usual_off_cpu_ns = 0;  // the key's mean off-CPU time over its usual calls before this one (0: none, or below 0)
 };
 
 class Table {
  public:
   explicit Table(size_t max_keys) : max_keys_(max_keys) {}
   bool known(uint64_t key) const { return keys_.count(key) != 0; }
-  // Add one call's duration at `key`; says whether it is the first there or an outlier.
-  Verdict add(uint64_t key, uint64_t ns, const Rule& rule);
+  // A call at `key` now would be its first, and admitted (the table has room): kept, whatever it takes.
+  bool new_admitted(uint64_t key) const { return keys_.size() < max_keys_ && keys_.count(key) == 0; }
+  // Add one call's duration at `key`, and its off-CPU time; says whether it is the first there or an
+  // outlier, and what the key's usual calls spent off the CPU.
+  Verdict add(uint64_t key, uint64_t ns, const Rule& rule, int64_t off_cpu_ns = 0);
   void mark_event(uint64_t key);
   size_t size() const { return keys_.size(); }
   uint64_t overflow_calls() const { return overflow_calls_; }

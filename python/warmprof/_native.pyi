@@ -313,6 +313,10 @@ class WatchCall(tuple[Any, ...]):
     calls_before: int
     median_ns: float
     cupti: list[tuple[int, int, int, int]] | None
+    inblock: int
+    run_delay_ns: int | None
+    cpu_exact: bool
+    usual_off_cpu_ns: float
     def __new__(cls, fields: Any) -> "WatchCall": ...
 
 class WatchCore:

@@ -509,8 +509,14 @@ void test_watch_and_tap() {
   watch::Verdict v = table.add(1, 1000, rule);
   for (int i = 0; i < 9; ++i) v = table.add(1, 1000, rule);
   check(v.first == false && v.outlier == false, "watch.steady_calls_not_outliers");
-  v = table.add(1, 1000000, rule);
+  v = table.add(1, 1000000, rule, 900000);
   check(v.outlier && v.calls == 10, "watch.slow_call_is_outlier", "outlier %d calls %" PRIu64, int(v.outlier), v.calls);
+  watch::Table waits(1);
+  waits.add(1, 1000, rule, 500);  // a first call: not a usual one
+  for (int i = 0; i < 10; ++i) waits.add(1, 1000, rule, i % 2 ? 300 : 100);
+  waits.add(1, 1000000, rule, 900000);  // an outlier: not a usual one either
+  v = waits.add(1, 1000, rule, 0);
+  check(v.usual_off_cpu_ns == 200.0, "watch.usual_off_cpu_is_the_usual_calls_mean", "%.1f", v.usual_off_cpu_ns);
   v = table.add(2, 1000, rule);
   check(!v.admitted && table.overflow_calls() == 1, "watch.table_bounded");
 

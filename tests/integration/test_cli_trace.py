@@ -25,6 +25,9 @@ def test_trace_demo_in_fresh_process_writes_json(tmp_path):
     assert data["protocol"]["cache"] == "fresh"
     assert not data["protocol"]["runtime_warm"]  # the child's first and only trace
     assert not any("caller's process" in n for n in data["notes"])  # fresh: nothing ran before it
+    settings = data["settings"]
+    assert (settings["fresh_process"], settings["cache"], settings["steady"]) == (True, "fresh", [3, 3])
+    assert settings["threads"] >= 1 and settings["threads_set"] is False and settings["op_view"] is False
 
 
 def test_trace_op_view_in_a_fresh_process_gives_module_op_rows(tmp_path):
@@ -38,7 +41,7 @@ def test_trace_op_view_in_a_fresh_process_gives_module_op_rows(tmp_path):
     assert "unattributed sits in (module, op)" in p.stdout or data["unattributed_ms"] <= data["noise_band_ms"]
 
 
-def test_trace_explain_from_the_cli_probes_and_runs_a_warm_process(tmp_path):
+def test_trace_explain_from_the_cli_probes_with_the_controls_figures(tmp_path):
     f = tmp_path / "mlp.py"
     f.write_text("import torch\n"
                  "def build():\n"
@@ -50,12 +53,16 @@ def test_trace_explain_from_the_cli_probes_and_runs_a_warm_process(tmp_path):
     data = json.loads(out.read_text())
     notes = " ".join(data["notes"])
     assert "--explain: 1 op(s) probed" in notes or "--explain: nothing probed" in notes
-    assert "the same trace in fresh processes that ran the model once first: warm at this shape" in notes
-    assert "warm at 4x24" in notes
+    # the control measured warmprof's own first-pass cost and ran the other shape: no warm processes
+    assert data["clean"]["other_shape"]["shape"] == [[4, 24]]
+    assert data["own_cost"]["first_pass_ms"] is not None and "--explain: the same trace" not in notes
     assert data["attributed_ms"] + data["unattributed_ms"] == pytest.approx(data["excess_ms"])
     for c in data["causes"]:
         if c["source"] in ("probe", "warm_process", "warm_same_shape"):
             assert c["evidence"] == "inferred"
+    settings = data["settings"]
+    assert (settings["explain"], settings["explain_top"], settings["op_view"]) == (True, 1, True)
+    assert (settings["threads"], settings["threads_set"]) == (1, True)
 
 
 def test_trace_factory_from_a_file(tmp_path):

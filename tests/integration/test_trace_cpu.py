@@ -26,7 +26,9 @@ def test_demo_trace_structure_and_round_trip(tmp_path):
     assert isinstance(r, Report)
     assert r.dtype == "int64" and r.shape == [1, 32] and r.model == "DemoLM"
     assert r.first_pass_ms > 0 and r.steady_median_ms > 0 and r.steady_passes == 5
-    assert r.excess_ms == pytest.approx(r.first_pass_ms - r.steady_median_ms)
+    # in the caller's process (no control): the instrumented pass less warmprof's estimated own cost
+    assert r.clean is None and r.own_cost["in_headline_ms"] >= 0
+    assert r.excess_ms == pytest.approx(r.first_pass_ms - r.steady_median_ms - r.own_cost["in_headline_ms"])
     assert r.unattributed_ms == pytest.approx(r.excess_ms - sum(c.ms for c in r.causes))
     assert all(c.ms >= 0 and 0 <= c.share <= 1 for c in r.causes)
     assert sum(c.share for c in r.causes) <= 1 + 1e-9
@@ -40,7 +42,8 @@ def test_demo_trace_structure_and_round_trip(tmp_path):
     assert any(s.name == "module:DemoLM.blocks.0.attn" for s in r.spans)
     # warmprof's own cost, measured on the model: steady passes with every instrument on less the
     # clean ones, never below the calibrated floor (module calls x hook cost per call)
-    (own,) = [c for c in r.causes if c.cause == "profiler_overhead"]
+    (own,) = r.own_entries()
+    assert "profiler_overhead" not in r.by_cause() and r.own_cost["steady_ms"] == pytest.approx(own.ms)
     instrumented = r.protocol.instrumented_steady_ms
     assert 3 <= len(instrumented) <= 5 and r.steady_passes == 5 == len(r.protocol.steady_ms)  # at most max_steady
     assert (own.source, own.evidence, own.count) == ("instrumented_steady", "estimated", len(instrumented))
@@ -61,6 +64,16 @@ def test_demo_trace_structure_and_round_trip(tmp_path):
     loaded = warmprof.load(r.save(tmp_path / "r.json"))
     assert loaded.to_dict() == r.to_dict()
     assert "warmprof trace: DemoLM" in str(r)
+    # every setting that changes what is measured, as trace() was called and as it measured them
+    import torch
+
+    from warmprof.report.settings import IN_CALLERS_PROCESS, Settings
+
+    assert r.settings == Settings(device="cpu", compile=None, model_dtype="float32", model_cast=None,
+                                  input_dtype="int64", input_shape=[1, 32], inputs=None, op_view=False, explain=False,
+                                  threads=torch.get_num_threads(), threads_set=False, cache=IN_CALLERS_PROCESS,
+                                  fresh_process=False, steady=[5, 5], steady_budget_s=3.0, no_grad=True,
+                                  warm_shape=None, torch_version=torch.__version__, controls=[])
 
 
 def test_second_trace_of_same_model_says_runtime_is_warm():

@@ -74,13 +74,15 @@ def test_platform_lines_that_differ_are_listed_above_the_table():
     b = trace_report({"jit_compile": 1.0}, platform=DESKTOP, device="cuda", compile="default")
     c = compare(a, b)
     keys = [k for k, _ in c.differs]
-    assert keys[0] == "compile"  # settings first, then the platform
+    assert [r.key for r in c.settings_differ()] == ["compile"]  # settings are the settings record's
     assert {"cpu", "cpu_count", "gpu", "jetson", "power_mode", "cuda_driver"} <= set(keys)
-    assert "os" not in keys and "torch" not in keys
+    assert "os" not in keys and "torch" not in keys and "compile" not in keys
     assert dict(c.differs)["jetson"] == ["NVIDIA Jetson AGX Orin Developer Kit", "-"]
     text = str(c)
-    assert text.index("differs") < text.index("cause (share")
-    assert "platform and settings: identical" in str(compare(a, a))
+    assert text.index("settings that differ") < text.index("  compile: off (eager) vs default") \
+        < text.index("platform differs") < text.index("cause (share")
+    same = str(compare(a, a))
+    assert "settings: identical" in same and "platform: identical" in same
 
 
 @pytest.mark.parametrize("field, value", [("model", "other_model"), ("shape", (1, 128)), ("version", "0.2.0")])
@@ -169,7 +171,9 @@ def test_two_real_reports_compare_into_their_own_numbers(tmp_path):
             line = next(line for line in text.splitlines() if line.strip().startswith(row.key + " "))
             assert ms_cell(row.cells[i].ms) in line.split()
         assert [row.cells[i].ms for row in c.summary] == [r.first_pass_ms, r.seen_rerun_ms, r.steady_median_ms, r.excess_ms]
-    assert ("torch_threads", ["1", "2"]) in c.differs
+    threads = next(row for row in c.settings if row.key == "threads")
+    assert threads.values == ["1", "2"] and "threads: 1 vs 2" in text
+    assert all(r.settings is not None and r.settings.threads_set is False for r in reports)
 
 
 # -- probe comparisons ---------------------------------------------------------------------------

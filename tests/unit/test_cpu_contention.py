@@ -135,7 +135,7 @@ def test_a_first_pass_slow_only_from_waiting_for_a_cpu_is_too_noisy_to_tell_not_
     from warmprof.traces.advice import advise
 
     lines = advise(_report(contention_ms=20.0, other_ms=0.2))
-    assert lines[0].startswith("Too noisy to tell: without the wait for a CPU (20.00 ms, measured)")
+    assert lines[0].startswith("No first-call cost of the model's at this shape: without the wait for a CPU (20.00 ms, measured)")
     assert any("no warm-up removes it" in a for a in lines)
     assert not any(a.startswith("allocator_growth") for a in lines)
     # beyond the wait, a real first-call cost is still advised on, and the wait's line says no warm-up fixes it

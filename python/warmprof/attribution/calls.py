@@ -10,7 +10,12 @@ goes through engine.attribute_pass; both share compiles.py's table and faults.py
   known, none are booked): allocator_growth estimated at faults.split_faults' price when they pass
   faults.is_growth, file-backed growth as runtime_init (no time: mapping cached pages is cheap); growth
   of the CUDA caching allocator as allocator_growth with no time.
-- cpu_contention (estimated): wall time less the thread's CPU time, when the thread was preempted.
+- cpu_contention: the thread's run-queue delay over the call where it was read (measured, from
+  WAIT_FLOOR_NS); else (estimated) wall time less the thread's CPU time, when the thread was preempted.
+- wait, or disk_read when the call read from storage (major faults, blocks read): its time off the
+  CPU that was no wait for a CPU (above), less the measured stretches' time and what its key's usual
+  calls spend off it, from WAIT_FLOOR_NS (measured where the CPU time and run-queue delay were read
+  exactly, else estimated); before clock_ramp, which takes what the excess leaves.
 - The estimates fit in the call's time outside its measured parts and, for an outlier, in its excess
   over the key's median less those, allocator growth first (`capped` says when one was cut).
 - clock_ramp (inferred): an outlier after an idle gap with the device clock below CLOCK_LOW of its
@@ -34,8 +39,13 @@ CLOCK_LOW = 0.9  # a device clock below this share of its maximum has not ramped
 Costs = Union[Calibration, Callable[[], Calibration]]
 SOURCES = {  # rule -> the source name a part carries
     "compiles": "dynamo", "counters": "dynamo_counters", "faults": "page_faults", "files": "file_pages", "cuda_reserved": "cuda_caching_allocator",
-    "cupti": "cupti", "off_cpu": "off_cpu", "idle_clock": "idle_clock",
+    "cupti": "cupti", "off_cpu": "off_cpu", "idle_clock": "idle_clock", "blocked": "thread_blocked",
 }
+# Off-CPU time below this is not booked as a wait (nor a run-queue delay as contention): both clocks
+# read to the ns, but a call's own bookkeeping, a page-cache read or a GIL hand-off is tens of us off the
+# CPU in any call; and it is watch's own default floor for an outlier (floor_ms 0.05), so a wait below it
+# could not make a call slow enough to be kept.
+WAIT_FLOOR_NS = 50_000
 
 
 @dataclass(frozen=True)
@@ -74,6 +84,13 @@ class CallFacts:
     cuda_reserved_bytes: int | None = None  # growth of the CUDA caching allocator's reserve
     cpu_ns: int | None = None  # the calling thread's CPU time over the call
     involuntary_switches: int = 0
+    run_delay_ns: int | None = None  # the thread's run-queue delay over the call (schedstat), where read
+    # False: cpu_ns may be high by a scheduler tick (its start read late), so its time off the CPU that low;
+    # None: both ends may be a tick out either way (a record from before this field): no wait is read from it
+    cpu_exact: bool | None = True
+    usual_off_cpu_ns: float = 0.0  # what its key's usual calls spend off the CPU (their mean)
+    major_faults: int = 0  # of `faults`, those that read a page from storage
+    blocks_read: int = 0  # blocks the thread read from storage
     cuda_calls: Mapping[str, CudaCalls] = field(default_factory=dict)  # CUPTI, by cause
     compiled_graphs: int = 0  # graphs dynamo's counters say it produced (seen even with no callback)
     excess_ns: float | None = None  # over its key's median, for an outlier; None: no baseline
@@ -185,6 +202,27 @@ def _idle_part(facts: CallFacts, left: float) -> CallPart | None:
     return None
 
 
+def _blocked_part(facts: CallFacts, off_cpu_ns: float, measured_ns: float, room: float) -> CallPart | None:
+    """wait, or disk_read when the call read from storage: its time off the CPU that was no wait for a
+    CPU (`off_cpu_ns`, that taken out already), less the measured stretches' time (a compile's or a
+    CUDA call's own waits are theirs, and where in the call the thread was off its CPU is not known)
+    and its key's usual, fitted in the room left."""
+    if facts.cpu_ns is None or facts.cpu_exact is None or room <= 0:
+        return None
+    beyond = off_cpu_ns - measured_ns - max(0.0, facts.usual_off_cpu_ns)
+    if beyond < WAIT_FLOOR_NS:
+        return None
+    reads = facts.major_faults + facts.blocks_read
+    exact = facts.cpu_exact and facts.run_delay_ns is not None
+    part = CallPart(Name.DISK_READ if reads else Name.WAIT, SOURCES["blocked"],
+                    "measured" if exact and not reads else "estimated", beyond, reads or 1,
+                    {"off_cpu_ns": float(off_cpu_ns), "measured_ns": float(measured_ns),
+                     "usual_off_cpu_ns": max(0.0, facts.usual_off_cpu_ns),
+                     "major_faults": facts.major_faults, "blocks_read": facts.blocks_read,
+                     "lower_bound": 0.0 if facts.cpu_exact else 1.0})
+    return _fit(part, room)
+
+
 def attribute_call(facts: CallFacts, costs: Costs) -> CallAttribution:
     """The parts of one call, in the order the rules find them (see the module docstring). `costs`: the
     unit costs its faults are priced with, or a callable giving them, called only when some faults
@@ -203,9 +241,19 @@ def attribute_call(facts: CallFacts, costs: Costs) -> CallAttribution:
         room -= p.ns or 0.0
         parts.append(p)
     off_cpu = facts.ns - facts.cpu_ns if facts.cpu_ns is not None else 0
-    if facts.involuntary_switches > 0 and off_cpu > 0 and room > 0:
-        parts.append(CallPart(Name.CPU_CONTENTION, SOURCES["off_cpu"], "estimated", min(float(off_cpu), room),
+    ready, evidence = 0.0, ""  # of the time off the CPU, the wait for a CPU, and how it is known
+    if facts.run_delay_ns is not None:  # read: that wait itself
+        ready = float(min(max(0, facts.run_delay_ns), max(0, off_cpu)))
+        evidence = "measured" if ready >= WAIT_FLOOR_NS else ""
+    elif facts.involuntary_switches > 0 and off_cpu > 0:  # preempted, the wait not read: all of it
+        ready, evidence = float(off_cpu), "estimated"
+    if evidence and room > 0:
+        parts.append(CallPart(Name.CPU_CONTENTION, SOURCES["off_cpu"], evidence, min(ready, room),
                               facts.involuntary_switches))
+        room -= parts[-1].ns or 0.0
+    blocked = _blocked_part(facts, off_cpu - ready, measured, room)
+    if blocked is not None:
+        parts.append(blocked)
     attributed = sum(p.ns or 0.0 for p in parts)
     idle = _idle_part(facts, (facts.excess_ns or 0.0) - attributed)
     if idle is not None:

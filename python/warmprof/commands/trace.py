@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import Any
 
 from ..errors import InputError, WarmprofError
 from ..report.trace import RunContext
@@ -62,9 +63,17 @@ def setup(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeat", type=int, default=1, metavar="N",
                         help="run the trace N times, each in a fresh process, into one report with each cause's "
                              "median and range over the runs (a busy or noisy machine; see the README)")
+    parser.add_argument("--no-control", action="store_true",
+                        help="skip the control process (the model's first pass clean, in a second fresh process, and "
+                             "warmprof's own first-pass cost on the model warm): faster, but the excess is the "
+                             "instrumented pass's less an estimate of warmprof's own cost, which may stay in the causes")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
-    # --explain's second process: the model runs once at this shape before the trace
-    parser.add_argument("--warm-shape", help=argparse.SUPPRESS)
+    # the control process of a fresh-process trace (traces/controls.py): its two pipe descriptors
+    parser.add_argument("--control-fds", help=argparse.SUPPRESS)
+    parser.add_argument("--warm-shape", metavar="SHAPE",
+                        help="run the model once at SHAPE before the trace (in both fresh processes), as a server "
+                             "that warmed up: follow the advice and see what is left (the same shape as --shape: a "
+                             "warm-up at the served shape; another: what a process pays once whatever the shape)")
     parser.add_argument("--fresh-process", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--status-file", help=argparse.SUPPRESS)  # the parent's, for the child's phase
 
@@ -73,7 +82,7 @@ def _child_argv(args: argparse.Namespace) -> list[str]:
     argv = ["trace"]
     if args.target:
         argv.append(args.target)
-    for flag in ("demo", "quiet", "op_view", "explain"):
+    for flag in ("demo", "quiet", "op_view", "explain", "no_control"):
         if getattr(args, flag):
             argv.append(f"--{flag.replace('_', '-')}")
     if args.explain:
@@ -152,6 +161,8 @@ def run(args: argparse.Namespace) -> int:
                          "explained by the compile's own spans); drop --explain or --compile")
     if args.json is not None:
         check_output_path(args.json)
+    if args.control_fds is not None:
+        return _serve_control(args)
     if args.repeat != 1:
         return _repeat(args)
     if not args.in_process:
@@ -191,7 +202,64 @@ def _repeat(args: argparse.Namespace) -> int:
     return save_and_print(report, args.json)
 
 
+def _control_argv(args: argparse.Namespace) -> list[str]:
+    """The control process's command line: the same model on the same inputs, nothing of the
+    trace's own outputs (controls.ControlProcess adds its pipes)."""
+    argv = ["trace"] + ([args.target] if args.target else ["--demo"])
+    for opt in ("shape", "inputs", "dtype", "model_dtype", "device", "threads", "warm_shape"):
+        v = getattr(args, opt)
+        if v is not None:
+            argv += [f"--{opt.replace('_', '-')}", str(os.path.abspath(v) if opt == "inputs" and os.path.exists(v) else v)]
+    if args.compile is not None:
+        argv.append(f"--compile={args.compile}")
+    if args.op_view or args.explain:
+        argv.append("--op-view")
+    return argv + ["--in-process", "--quiet"]
+
+
+def _serve_control(args: argparse.Namespace) -> int:
+    """This process is a trace's control (traces/controls.py): it builds the model and runs the
+    phases the trace's process asks for."""
+    from ..traces import controls
+
+    def load():
+        if args.demo:
+            from ..traces.demo import demo_model
+
+            model = demo_model()
+        else:
+            model = load_target(args.target)
+        return model, (load_inputs(args.inputs) if args.inputs is not None else None)
+
+    shape = args.shape
+    if args.demo and shape is None and args.inputs is None:
+        from ..traces.demo import DEFAULT_SHAPE
+
+        shape = DEFAULT_SHAPE
+    return controls.serve(args.control_fds, load, device=args.device, threads=args.threads, shape=shape,
+                          inputs=args.inputs, dtype=args.dtype, model_dtype=args.model_dtype, compile=args.compile,
+                          op_view=args.op_view or args.explain, warm_shape=args.warm_shape)
+
+
 def _trace_here(args: argparse.Namespace, status: child.Status) -> int:
+    from ..traces import controls
+
+    control: controls.ControlProcess | str
+    if not args.fresh_process:
+        control = "traced with --in-process (in the caller's process): no control process"
+    elif args.no_control:
+        control = "--no-control"
+    else:  # started first: its import and model build run beside this process's own
+        control = controls.ControlProcess(_control_argv(args), env=controls.control_env(args.cache))
+    try:
+        with controls.attached(control):
+            return _trace_with(args, status, control if isinstance(control, controls.ControlProcess) else None)
+    finally:
+        if isinstance(control, controls.ControlProcess):
+            control.close()
+
+
+def _trace_with(args: argparse.Namespace, status: child.Status, control: Any) -> int:
     status.write("importing torch")
     torch = child.import_torch()
     import warmprof
@@ -213,12 +281,18 @@ def _trace_here(args: argparse.Namespace, status: child.Status) -> int:
     if args.warm_shape:
         status.write("running the model once at the warm-up shape")
         warm_process.warm_run(torch, model, args.warm_shape, args.dtype, args.device, args.model_dtype)
+    if control is not None:
+        status.progress(args.quiet)("clean first pass (a second fresh process, no instruments)")
+        control.run_clean()
     status.write("setting up the trace")
     import time
 
     started = time.monotonic()
     report = warmprof.trace(model, shape, inputs=inputs, dtype=args.dtype, model_dtype=args.model_dtype,
                             device=args.device, compile=args.compile, steady=steady,
+                            # with a control, the headline's steady passes are the control's: this
+                            # process's serve its own attribution only (faults, waits, noise)
+                            steady_budget_s=1.0 if control is not None and control.clean is not None else 3.0,
                             progress=status.progress(args.quiet), run=_run_context(args),
                             op_view=args.op_view or args.explain)
     if args.warm_shape:
@@ -246,10 +320,11 @@ def _run_context(args: argparse.Namespace) -> RunContext:
     before it) and knows its caches: the user's own, or fresh folders removed after; `--in-process`
     alone is the caller's process, as for warmprof.trace() from Python."""
     if not args.fresh_process:
-        return RunContext(threads=args.threads)
+        return RunContext(threads=args.threads, warm_shape=args.warm_shape)
     # --cache keep: the user's own folders, read after the trace (see _trace_here)
     caches = None if args.cache == "keep" else {var: "fresh (removed after)" for var in child.CACHES}
-    return RunContext(fresh_process=True, cache=args.cache, threads=args.threads, caches=caches)
+    return RunContext(fresh_process=True, cache=args.cache, threads=args.threads, caches=caches,
+                      warm_shape=args.warm_shape)
 
 
 def _warm_argv(args: argparse.Namespace) -> tuple[list[str], list[str]]:

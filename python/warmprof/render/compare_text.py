@@ -6,7 +6,7 @@ import string
 from typing import Any
 
 from .base import Renderer
-from .format import ms_cell, subject, table
+from .format import ms_cell, setting_line, subject, table
 from .registry import register
 from .safe import one_line
 
@@ -24,7 +24,10 @@ class CompareTextRenderer(Renderer):
         letters = _letters(len(c.labels))
         lines = [f"warmprof compare: {len(c.labels)} {c.kind} reports (ratios are to {letters[0]})"]
         lines += _legend(c, letters)
-        if c.differs:
+        if c.kind == "trace":  # settings one by one (the settings record), then the platform
+            lines += [""] + _settings(c, letters)
+            lines += ["", "platform differs"] + _differs(c.differs, letters) if c.differs else ["", "platform: identical"]
+        elif c.differs:
             lines += ["", "differs"] + _differs(c.differs, letters)
         else:
             lines += ["", "platform and settings: identical"]
@@ -53,6 +56,23 @@ def _legend(c: Any, letters: list[str]) -> list[str]:
         what = subject(report)
         src = f"  [{one_line(source)}]" if source and source != label else ""
         out.append(f"  {letter}  {label:<{width}}  {what + ' ' if what else ''}on {one_line(device)}{src}")
+    return out
+
+
+def _settings(c: Any, letters: list[str]) -> list[str]:
+    """Each setting that differs, by name with every report's value ("threads: 1 vs 2"); which settings
+    a report cannot tell; "settings: identical" only when every report records every one alike."""
+    if c.settings_identical():
+        return ["settings: identical"]
+    differ, unknown = c.settings_differ(), c.settings_unknown()
+    out = (["settings that differ"] + [f"  {setting_line(row)}" for row in differ] if differ
+           else ["settings: the same wherever the reports record them"])
+    if unknown:
+        out.append("settings it cannot tell (a report written before reports recorded their settings)")
+        for i, letter in enumerate(letters):
+            names = [row.name for row in unknown if row.values[i] is None]
+            if names:
+                out.append(f"  {letter}: {', '.join(names)}")
     return out
 
 

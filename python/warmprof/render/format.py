@@ -117,6 +117,12 @@ def device(report: Any) -> str:
     return describe_device(report.platform or {}, report.device)
 
 
+def setting_line(row: Any) -> str:
+    """A compared setting as one line, every report's value in order: 'threads: 1 vs 2', 'op view: on vs
+    off'; '?' for a report that cannot tell (written before reports recorded their settings)."""
+    return one_line(f"{row.name}: " + " vs ".join("?" if v is None else v for v in row.values))
+
+
 # -- tables --------------------------------------------------------------------------------------
 def table(header: list[str], rows: list[list[str]], right: Container[int] = (), rule: bool = False) -> list[str]:
     """Aligned columns, two spaces apart, each line indented two; the columns in `right` are

@@ -18,7 +18,7 @@ from typing import Any
 from .. import causes
 from ..errors import WarmprofError
 from .base import Renderer
-from .format import device, subject
+from .format import device, setting_line, subject
 from .format import ms as _ms
 from .registry import kind_of, register
 
@@ -179,9 +179,24 @@ def _comparison_figure(Figure: Any, c: Any) -> Any:
         who = f"on {devices[0]}: " + " vs ".join(labels)
     else:
         who = " vs ".join(f"{lab} on {dev}" for lab, dev in zip(labels, devices))
-    ax.set_title(f"{what}\n{textwrap.fill(who, 110)}", fontsize=11)
+    settings = f"\n{textwrap.fill(_fit(settings_header(c), 400), 110)}" if c.kind == "trace" else ""
+    ax.set_title(f"{what}\n{textwrap.fill(who, 110)}{settings}", fontsize=11)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8.5, frameon=False)  # beside the bars
     return fig
+
+
+def settings_header(c: Any) -> str:
+    """The trace comparison's settings in one line for the figure's title: those that differ, by name
+    with every report's value, and how many a report cannot tell; "settings: identical" only when
+    every report records every one alike."""
+    if c.settings_identical():
+        return "settings: identical"
+    differ, unknown = c.settings_differ(), c.settings_unknown()
+    said = "settings differ: " + "; ".join(setting_line(r) for r in differ) if differ else \
+        "settings: the same wherever recorded"
+    if unknown:
+        said += f" ({len(unknown)} not recorded in every report: {', '.join(r.name for r in unknown)})"
+    return said
 
 
 # -- one probe report: first vs steady per op ------------------------------------------------------

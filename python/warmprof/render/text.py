@@ -46,8 +46,9 @@ class TraceTextRenderer(Renderer):
         mode = f"torch.compile({r.compile})" if r.compile else "eager"
         lines.append(f"warmprof trace: {what} on {one_line(r.device)}, {one_line(mode)}")
         lines.append(f"  platform: {_platform_line(r.platform)}")
+        clean = " clean" if r.clean else ""
         lines.append(
-            f"  first pass {_ms(r.first_pass_ms)} | seen-shape re-run {_ms(r.seen_rerun_ms)} | "
+            f"  first pass{clean} {_ms(r.first_pass_ms)} | seen-shape re-run {_ms(r.seen_rerun_ms)} | "
             f"steady median {_ms(r.steady_median_ms)} (p10-p90 {_ms(r.steady_p10_ms)}-{_ms(r.steady_p90_ms)}, "
             f"{r.steady_passes} passes)"
         )
@@ -57,6 +58,9 @@ class TraceTextRenderer(Renderer):
         else:  # said as it is, with no shares: a first pass faster than the steady median is noise
             lines.append(f"  excess -{_ms(-r.excess_ms)}: the first pass was faster than the steady median; noise band "
                          f"{_ms(r.noise_band_ms)}")
+        lines.extend(_own_cost_lines(r))
+        if r.verdict == "no_first_call_cost":
+            lines.append("  no first-call cost at this shape: the first pass is within the steady passes' noise band")
         lines.append("")
         residual_source = "excess - attributed"
         rows = [(c, one_line(c.source) + (f" x{c.count}" if c.count > 1 else "")) for c in sorted(r.causes, key=lambda c: -c.ms)]
@@ -115,6 +119,24 @@ class TraceTextRenderer(Renderer):
             lines.append("  notes:")
             lines.extend(f"    - {one_line(n)}" for n in r.notes)
         return "\n".join(lines) + "\n"
+
+
+def _own_cost_lines(r: Any) -> list[str]:
+    """warmprof's own cost, its own line: never a share of the model's excess."""
+    own = r.own_cost or {}
+    if not own:
+        return []
+    parts = []
+    if isinstance(own.get("first_pass_ms"), (int, float)):
+        parts.append(f"{_ms(own['first_pass_ms'])} on a first pass (the warm control, measured)")
+    if isinstance(own.get("steady_ms"), (int, float)):
+        parts.append(f"{_ms(own['steady_ms'])} per steady pass (estimated)")
+    inst = own.get("instrumented_first_pass_ms")
+    tail = f"; the instrumented first pass took {_ms(inst)}" if isinstance(inst, (int, float)) and r.clean else ""
+    taken = own.get("in_headline_ms")
+    if not r.clean and isinstance(taken, (int, float)) and taken > 0:
+        tail += f"; {_ms(taken)} of it taken out of the excess"
+    return [f"  warmprof's own cost (not the model's): {', '.join(parts) or 'not measured'}{tail}"]
 
 
 def _where_lines(r: Any) -> list[str]:

@@ -15,7 +15,12 @@ from . import schema
 
 # 2: a trace report's torch_compile figures are a field of their own (1 kept them in
 # instruments.torch_compile only); version 1 files still load, converted by Report._upgrade.
-SCHEMA_VERSION = 2
+# 3: a trace report's excess is the model's own (its clean first pass when `clean` is there), its
+# causes the model's, and warmprof's own cost is `own_cost`, not a profiler_overhead cause; older
+# files load as they were written (their profiler_overhead rows stay).
+# 4: a trace report has a settings record (report/settings.py); files before it load without one
+# (settings None: compare reads what their other fields tell and says which settings it cannot).
+SCHEMA_VERSION = 4
 _KINDS: dict[str, type["ReportBase"]] = {}
 # str() of a report or a comparison: the render layer's "text" format, set by warmprof.render when it
 # is imported (warmprof/__init__ imports it), so the report layer never imports the layer above it.

@@ -19,12 +19,14 @@ from ..errors import InputError, ReportError
 from ..stats import median
 from ..system.platform import describe_device
 from . import SCHEMA_VERSION, ReportBase, load
+from . import settings as trace_settings
 from .trace import inputs_label
 
-# Report settings that are part of the configuration being compared (shown when they differ).
-_TRACE_SETTINGS = ("device", "dtype", "compile")
+# Report settings that are part of the configuration being compared (shown when they differ). A trace
+# report's are its settings record (report/settings.py), compared setting by setting (SettingRow).
 _PROBE_SETTINGS = ("device", "backend", "dtype")
-_PROTOCOL_SETTINGS = ("threads", "cache", "fresh_process")  # how the trace ran (report["protocol"])
+# Platform keys a trace's settings record already compares (torch's version, and its threads as measured)
+_PLATFORM_IN_SETTINGS = ("torch", "torch_threads")
 _SUMMARY = (("first pass", "first_pass_ms"), ("seen re-run", "seen_rerun_ms"),
             ("steady median", "steady_median_ms"), ("excess", "excess_ms"))
 
@@ -57,18 +59,49 @@ class PredictionRow:
 
 
 @dataclass
+class SettingRow:
+    """One setting of the trace reports compared (report/settings.py COMPARED): how it reads in each
+    report, None where that report cannot tell (written before the settings record)."""
+
+    key: str  # the settings record's field
+    name: str  # for people: "op view"
+    values: list[str | None]
+
+    @property
+    def differs(self) -> bool:
+        """Two reports that record it give different values."""
+        return len({v for v in self.values if v is not None}) > 1
+
+    @property
+    def known(self) -> bool:
+        return all(v is not None for v in self.values)
+
+
+@dataclass
 class Comparison:
     KIND: ClassVar[str] = "comparison"  # what the render registry calls it (a report's KIND is "trace"/"probe")
     kind: str  # the kind of the reports compared: "trace" | "probe"
     labels: list[str]
     sources: list[str]  # the file each report came from ("" for an in-memory report)
     devices: list[str]  # a short device name per report, for titles
-    differs: list[tuple[str, list[str]]]  # settings and platform keys whose values differ
+    differs: list[tuple[str, list[str]]]  # platform keys (and a probe's or watch's settings) whose values differ
     warnings: list[str]
     summary: list[Row]  # trace: first pass, seen re-run, steady median, excess
     rows: list[Row]  # trace: one per cause; probe: one per op and shape
     predictions: list[PredictionRow] = field(default_factory=list)
+    settings: list[SettingRow] = field(default_factory=list)  # trace reports: every compared setting
     reports: list[ReportBase] = field(default_factory=list, repr=False)
+
+    def settings_differ(self) -> list[SettingRow]:
+        return [r for r in self.settings if r.differs]
+
+    def settings_unknown(self) -> list[SettingRow]:
+        """Settings some report cannot tell (it was written before the settings record)."""
+        return [r for r in self.settings if not r.known]
+
+    def settings_identical(self) -> bool:
+        """Every report records every setting, with the same value: only then are they identical."""
+        return all(r.known and not r.differs for r in self.settings)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON of the comparison itself (kind "comparison": load() refuses it as a report)."""
@@ -78,6 +111,8 @@ class Comparison:
             "differs": [{"key": k, "values": v} for k, v in self.differs], "warnings": self.warnings,
             "summary": [asdict(r) for r in self.summary], "rows": [asdict(r) for r in self.rows],
             "predictions": [asdict(p) for p in self.predictions],
+            **({"settings": [dict(asdict(r), differs=r.differs, known=r.known) for r in self.settings],
+                "settings_identical": self.settings_identical()} if self.kind == "trace" else {}),
         }
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -127,6 +162,7 @@ def compare(*reports: ReportBase | str | os.PathLike, labels: list[str] | None =
         devices=[describe_device(r.platform or {}, r.device or "cpu") for r in loaded],
         differs=_differs(loaded, kind), warnings=medians + _warnings(loaded, labels, kind),
         summary=summary, rows=rows, predictions=predictions, reports=loaded,
+        settings=_setting_rows(loaded) if kind == "trace" else [],
     )
 
 
@@ -259,16 +295,21 @@ def _number(v: Any) -> float | None:
 
 
 # -- what differs ----------------------------------------------------------------------------
+def _setting_rows(reports: list[Any]) -> list[SettingRow]:
+    """Each compared setting of the trace reports, as each reads it (report/settings.py)."""
+    values = [trace_settings.values_of(r) for r in reports]
+    return [SettingRow(key, name, [v[key] for v in values]) for key, name, _ in trace_settings.COMPARED]
+
+
 def _differs(reports: list[Any], kind: str) -> list[tuple[str, list[str]]]:
-    """Settings, then how the trace ran, then platform keys: each whose values are not all equal."""
-    settings = _TRACE_SETTINGS if kind == "trace" else _PROBE_SETTINGS if kind == "probe" else ("model",)
+    """A probe's or watch's settings, then platform keys: each whose values are not all equal (a trace's
+    settings are its SettingRows; the platform keys they cover are left to them)."""
+    settings = () if kind == "trace" else _PROBE_SETTINGS if kind == "probe" else ("model",)
     fields = [{k: getattr(r, k, None) for k in settings} for r in reports]
-    protocols = [r.protocol.to_dict() if kind == "trace" and r.protocol else {} for r in reports]
     platforms = [r.platform or {} for r in reports]
     sources = [(key, fields) for key in settings]
-    if kind == "trace":
-        sources += [(key, protocols) for key in _PROTOCOL_SETTINGS]
-    sources += [(key, platforms) for key in dict.fromkeys(k for p in platforms for k in p)]
+    covered = _PLATFORM_IN_SETTINGS if kind == "trace" else ()
+    sources += [(key, platforms) for key in dict.fromkeys(k for p in platforms for k in p) if key not in covered]
     out: list[tuple[str, list[str]]] = []
     for key, where in sources:
         values = [_show(w.get(key)) for w in where]

@@ -163,7 +163,7 @@ class RepeatReport(ReportBase):
                       steady_passes=int(median([r.steady_passes for r in self.runs])),
                       steady_p10_ms=median([r.steady_p10_ms for r in self.runs]),
                       steady_p90_ms=median([r.steady_p90_ms for r in self.runs]),
-                      protocol=self.runs[0].protocol,
+                      protocol=self.runs[0].protocol, settings=self.runs[0].settings,
                       notes=[f"the median of {len(self.runs)} runs, each a fresh process (warmprof trace --repeat)"],
                       warmprof_version=self.warmprof_version, created=self.created)
 

@@ -11,8 +11,8 @@ from ..causes import EVIDENCE
 from ..errors import ReportError
 from . import schema as S
 from .base import SCHEMA_VERSION, ReportBase, non_negative, register_kind
-
-IN_CALLERS_PROCESS = "in-process (caller's)"  # RunContext.cache of a trace in the caller's process
+from .settings import IN_CALLERS_PROCESS, Settings  # noqa: F401  (IN_CALLERS_PROCESS: RunContext.cache in the caller's process)
+from .settings import SCHEMA as _SETTINGS
 
 
 @dataclass
@@ -82,13 +82,15 @@ class CounterSample:
 class RunContext:
     """Where a trace ran, set as data by whoever knows it: trace() alone knows only that it runs in
     its caller's process (the default); `warmprof trace`'s child knows that its process is fresh,
-    how its caches were set and how many threads it was given. In the JSON these are the protocol's
-    fresh_process, cache, threads and caches keys (the last two only when set)."""
+    how its caches were set, how many threads it was given and at what shape the model ran before the
+    trace. In the JSON these are the protocol's fresh_process, cache, threads, caches and warm_shape
+    keys (the last three only when set); the report's settings record repeats what they say."""
 
     fresh_process: bool = False
     cache: str = IN_CALLERS_PROCESS  # or the command line's --cache: "fresh" | "keep"
     threads: int | None = None  # torch.set_num_threads(N) first (--threads)
     caches: dict[str, str] | None = None  # a fresh process's caches: variable -> folder (or "fresh (removed after)")
+    warm_shape: str | None = None  # the model ran once at this input shape before the trace (--warm-shape "1,64")
 
 
 @dataclass
@@ -200,7 +202,7 @@ _MODULE = S.Obj({"module": S.STR, "ms": S.NUM, "causes": S.MapOf(S.NUM)})
 _WHERE = S.Obj({"module": S.STR, "ms": S.NUM}, {"op": S.STR, "calls": S.NON_NEGATIVE_INT,
                                                       "index": S.NON_NEGATIVE_INT, "call": S.MapOf(S.ANY), "rerun_ms": S.NUM,
                                                       "first_of_op": S.BOOL, "new_signature": S.BOOL,
-                                                      "warm_process_ms": S.NUM, "warm_own_ms": S.NUM,
+                                                      "warm_process_ms": S.NUM, "warm_own_ms": S.NUM, "own_ms": S.NUM,
                                                       "inferred": S.Obj({"cause": S.STR, "ms": S.NUM})})
 # The shapes of the caller's inputs (trace(inputs=), --inputs): one per positional argument and per
 # keyword, null where the argument is not a tensor with a plain shape.
@@ -216,6 +218,7 @@ _PROTOCOL = S.Obj(optional={
     "recorder": _RECORDER, "fresh_process": S.BOOL, "cache": S.STR, "threads": S.Nullable(S.POSITIVE_INT),
     "caches": S.MapOf(S.STR), "instrumented_steady_ms": S.ListOf(S.NUM), "seen_rerun_residual_ms": S.Nullable(S.NUM),
     "oversubscription": S.STR, "steady_run_delay_ms": S.ListOf(S.NUM), "steady_net_median_ms": S.Nullable(S.NUM),
+    "warm_shape": S.Nullable(S.STR),
 })
 SCHEMA = S.Obj(
     {
@@ -224,7 +227,8 @@ SCHEMA = S.Obj(
         "excess_ms": S.NUM, "unattributed_ms": S.NUM, "causes": S.ListOf(_CAUSE_ENTRY), "platform": S.PLATFORM,
     },
     {
-        "dtype": S.STR, "compile": S.Nullable(S.STR), "inputs": S.Nullable(_INPUTS), "steady_passes": S.NON_NEGATIVE_INT,
+        "dtype": S.STR, "compile": S.Nullable(S.STR), "inputs": S.Nullable(_INPUTS), "settings": _SETTINGS,
+        "steady_passes": S.NON_NEGATIVE_INT,
         "steady_p10_ms": S.NUM, "steady_p90_ms": S.NUM, "attributed_ms": S.NUM,
         "seen_rerun_causes": S.ListOf(_CAUSE_ENTRY), "modules": S.ListOf(_MODULE), "counters": S.MapOf(S.ANY),
         "unattributed_where": S.ListOf(_WHERE),
@@ -232,6 +236,7 @@ SCHEMA = S.Obj(
         "torch_compile": S.Nullable(_TORCH_COMPILE_FIGURES),
         "spans": S.ListOf(_SPAN), "counter_samples": S.ListOf(_COUNTER_SAMPLE), "advice": S.ListOf(S.STR),
         "notes": S.ListOf(S.STR), "warmprof_version": S.STR, "created": S.STR,
+        "clean": S.Nullable(S.MapOf(S.ANY)), "own_cost": S.MapOf(S.ANY), "verdict": S.STR,
     },
 )
 
@@ -287,6 +292,9 @@ class Report(ReportBase):
     # None for a trace from a shape (`shape` says it), and then left out of the JSON, as files written
     # before this field have none (so a loaded one is saved back as it was).
     inputs: dict[str, Any] | None = None
+    # Every setting that changes what is measured (report/settings.py), filled by the trace protocol;
+    # None in a report written before schema version 4 (and then left out of the JSON, as it had none).
+    settings: Settings | None = None
     steady_passes: int = 0
     steady_p10_ms: float = 0.0
     steady_p90_ms: float = 0.0
@@ -310,6 +318,19 @@ class Report(ReportBase):
     counter_samples: list[CounterSample] = field(default_factory=list)
     advice: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # The model's first pass measured clean (traces/controls.py: a second fresh process, no instrument
+    # but the pass timer): first_pass_ms, steady_median_ms, excess_ms, steady_passes, noise_band_ms, ...;
+    # the headline fields above are these when present. None: no clean pass (traced in the caller's
+    # process, --no-control, or the control failed: the notes say which).
+    clean: dict[str, Any] | None = None
+    # warmprof's own cost, never a cause: "first_pass_ms" (the warm control's first pass over the
+    # steady median, measured), "steady_ms" (per instrumented steady pass, estimated),
+    # "instrumented_first_pass_ms", "instrumented_excess_ms", and "in_headline_ms" (what of it the
+    # headline excess already had taken out: 0 with a clean pass, the estimate without one).
+    own_cost: dict[str, Any] = field(default_factory=dict)
+    # controls.verdict(): "first_call_cost", "no_first_call_cost" (within the noise band) or
+    # "first_pass_faster"; "" in reports written before it.
+    verdict: str = ""
     warmprof_version: str = ""
     created: str = ""
     schema_version: int = SCHEMA_VERSION
@@ -317,6 +338,8 @@ class Report(ReportBase):
     def __post_init__(self) -> None:
         if isinstance(self.protocol, dict):  # a caller's (or a version-1 reader's) plain dict
             self.protocol = Protocol.from_dict(self.protocol) if self.protocol else None
+        if isinstance(self.settings, dict):
+            self.settings = Settings.from_dict(self.settings)
 
     # -- data access -------------------------------------------------------------------------
     def cause_ms(self, cause: str) -> float:
@@ -337,6 +360,14 @@ class Report(ReportBase):
         the attributed time, not of the excess (traces.build.overshoot_note says so in the notes)."""
         return self.excess_ms > 0 and self.causes_ms() > self.excess_ms
 
+    def own_entries(self) -> list[CauseEntry]:
+        """warmprof's own estimated cost per pass as attribution booked it (own_cost["entries"]:
+        source, module, detail); for reports before schema 3, their profiler_overhead causes."""
+        rows = (self.own_cost or {}).get("entries")
+        if isinstance(rows, list):
+            return [CauseEntry(**r) for r in rows if isinstance(r, dict)]
+        return [c for c in self.causes if c.cause == "profiler_overhead"]
+
     def top_cause(self) -> CauseEntry | None:
         real = [c for c in self.causes if c.cause != "unattributed"]
         return max(real, key=lambda c: c.ms) if real else None
@@ -346,6 +377,9 @@ class Report(ReportBase):
         d = super().to_dict()
         if d.get("inputs") is None:  # optional: absent unless the trace ran on the caller's inputs
             d.pop("inputs", None)
+        for name, empty in (("clean", None), ("own_cost", {}), ("verdict", ""), ("settings", None)):  # absent in older reports:
+            if d.get(name) == empty:  # a loaded one is saved back as it was
+                d.pop(name, None)
         return d
 
     def _field_to_json(self, name: str, value: Any) -> Any:
@@ -357,6 +391,8 @@ class Report(ReportBase):
             return value.to_dict() if value is not None else {}
         if name == "torch_compile":
             return dataclasses.asdict(value) if value is not None else None
+        if name == "settings":
+            return value.to_dict() if value is not None else None
         return value
 
     @classmethod
@@ -369,6 +405,7 @@ class Report(ReportBase):
             "counter_samples": [CounterSample.from_dict(s) for s in data.get("counter_samples", [])],
             "protocol": Protocol.from_dict(data["protocol"]) if data.get("protocol") else None,
             "torch_compile": TorchCompileFigures(**compile_figures) if compile_figures else None,
+            "settings": Settings.from_dict(data["settings"]) if data.get("settings") is not None else None,
         }
 
     @classmethod
@@ -395,6 +432,9 @@ class Report(ReportBase):
         shares = sum(c.share for c in self.causes if c.cause != "unattributed")
         if shares > 1.0 + 1e-6:
             raise ReportError(f"cause shares sum to {shares:.3f} > 1")
-        expected = self.first_pass_ms - self.steady_median_ms
+        own_in = self.own_cost.get("in_headline_ms", 0.0) if isinstance(self.own_cost, dict) else 0.0
+        own_in = own_in if isinstance(own_in, (int, float)) and not isinstance(own_in, bool) else 0.0
+        expected = self.first_pass_ms - self.steady_median_ms - own_in
         if abs(self.excess_ms - expected) > 1e-3 * max(1.0, abs(expected)):
-            raise ReportError(f"excess_ms {self.excess_ms} != first_pass_ms - steady_median_ms ({expected})")
+            raise ReportError(f"excess_ms {self.excess_ms} != first_pass_ms - steady_median_ms"
+                              f"{' - own_cost.in_headline_ms' if own_in else ''} ({expected})")

@@ -26,6 +26,10 @@ _BY_SOURCE = {
         "oneDNN generates a kernel per new shape: warm each served shape once at start-up (primitive cache "
         "capacity: ONEDNN_PRIMITIVE_CACHE_CAPACITY).",
     ],
+    ("runtime_init", "file_pages"): [
+        "The first run of torch's and the model's code pages it in from the loaded libraries (code and data "
+        "pages never touched before): one pass at start-up, at any shape, moves it before traffic.",
+    ],
     ("runtime_init", "warm_process"): [
         "A process pays it once whatever the input shape (the first run of the model's Python code and of torch's "
         "bindings and ops): one pass at start-up, at any shape, moves it before traffic.",
@@ -35,6 +39,24 @@ _BY_SOURCE = {
         "before traffic.",
     ],
 }
+
+
+# What following a cause's advice means, for the test that follows each line in a fresh process
+# (tests/integration/test_advice_followed.py: `warmprof trace --warm-shape` at that shape, and the
+# cause must shrink): one pass at the served shape ("same"), at any shape ("any"), at the largest
+# served shape ("largest"). A cause with no entry gets no warm-up advice (cpu_contention: the
+# machine's load; a warm-up does not remove it).
+FOLLOW = {
+    causes.Name.JIT_COMPILE: "same", causes.Name.ALGORITHM_SELECTION: "same", causes.Name.GRAPH_CAPTURE: "same",
+    causes.Name.ALLOCATOR_GROWTH: "largest", causes.Name.RUNTIME_INIT: "any", causes.Name.CLOCK_RAMP: "same",
+    causes.Name.WAIT: "same", causes.Name.DISK_READ: "same", causes.Name.UNATTRIBUTED: "same",
+}
+
+
+def cause_of_line(line: str) -> str:
+    """The cause an advice line is about ("" for a verdict or a threads line)."""
+    head = line.split(" (", 1)[0].split(",", 1)[0]
+    return head if head in causes.names() else ""
 
 
 def _lines(cause: str, source: str, column: str | None = None) -> list[str]:
@@ -56,34 +78,30 @@ def _lines(cause: str, source: str, column: str | None = None) -> list[str]:
 def advise(report: Any, share_floor: float = 0.1, max_causes: int = 3) -> list[str]:
     """Advice for the causes holding at least `share_floor` of the excess, largest first.
 
-    A first pass within the steady passes' noise (or faster than them) gets no cause advice and no
-    "no warm-up needed" either: it is too noisy to tell, and the line says why. Threads that clash
-    with the CPUs or the other work (protocol.oversubscription) get their own line."""
+    A first pass within the steady passes' noise (or faster than them) gets the verdict instead: no
+    first-call cost at this shape (with a warning when the machine was too noisy for a small cost to
+    show). Never empty: a report whose excess no cause holds a share of gets the unattributed line.
+    Threads that clash with the CPUs or the other work (protocol.oversubscription) get their own line."""
     crowded = _threads_line(report)
     band, excess = report.noise_band_ms, report.excess_ms
     if excess <= band:
-        p10, p90 = getattr(report, "steady_p10_ms", 0.0), getattr(report, "steady_p90_ms", 0.0)
-        why = (f"the first pass was {excess:+.2f} ms from the steady median, and the steady passes themselves spread "
-               f"over {band:.2f} ms (p10-p90 {p10:.2f}-{p90:.2f} ms)")
-        return [f"Too noisy to tell: {why}, so no first-call cost can be told apart from noise here. Trace again on "
-                "a quieter machine (or with fewer threads); an excess that stays within the noise on a quiet machine "
-                "means no warm-up is needed for this shape."] + crowded
-    own = sum(c.ms for c in report.causes if c.cause == causes.OWN)
+        return [_no_cost_line(report)] + crowded
     waited = sum(c.ms for c in report.causes if c.cause == CONTENTION)
+    own = sum(c.ms for c in report.causes if c.cause == causes.OWN)  # reports written before own_cost
     if (own > 0 or waited > 0) and excess - own - waited <= band:
         less = " and ".join(x for x in (f"the wait for a CPU ({waited:.2f} ms, measured)" if waited > 0 else "",
                                         f"warmprof's own instrument cost ({own:.2f} ms, estimated)" if own > 0 else "")
                             if x)
-        return [f"Too noisy to tell: without {less} the rest of the excess ({excess - own - waited:.2f} ms) is within "
-                f"the steady passes' spread ({band:.2f} ms), so no first-call cost of the model's can be told apart "
-                "from noise here."] + ([_lines(CONTENTION, "run_queue")[0]] if waited > 0 else []) + crowded
+        return [f"No first-call cost of the model's at this shape: without {less} the rest of the excess "
+                f"({excess - own - waited:.2f} ms) is within the steady passes' spread ({band:.2f} ms)."] + (
+            [_lines(CONTENTION, "run_queue")[0]] if waited > 0 else []) + crowded
     workers = _workers_waited_ms(report)
     if workers > 0 and excess - own - waited <= band + workers:
         return [f"Too noisy to tell: the rest of the excess ({excess - own - waited:.2f} ms, without "
-                f"the pass thread's wait for a CPU, {waited:.2f} ms, and warmprof's own cost, {own:.2f} ms) is no more "
-                f"than the steady passes' spread ({band:.2f} ms) and what one other thread of the process waited for a "
-                f"CPU ({workers:.2f} ms), which adds to the pass whenever the pass waits for that thread, so no "
-                "first-call cost of the model's can be told apart here."] + [_lines(CONTENTION, "run_queue")[0]] + crowded
+                f"the pass thread's wait for a CPU, {waited:.2f} ms) is no more than the steady passes' spread "
+                f"({band:.2f} ms) and what one other thread of the process waited for a CPU ({workers:.2f} ms), which "
+                "adds to the pass whenever the pass waits for that thread, so no first-call cost of the model's can be "
+                "told apart here."] + [_lines(CONTENTION, "run_queue")[0]] + crowded
     totals: dict[str, float] = {}
     sources: dict[str, dict[str, float]] = {}
     for c in report.causes:
@@ -117,7 +135,31 @@ def advise(report: Any, share_floor: float = 0.1, max_causes: int = 3) -> list[s
         lines.append(f"unattributed ({unattributed / report.excess_ms:.0%} of the excess{at}) is the largest part: no "
                      f"instrument here names its cause. {_next_step(rows)}, or warm the served shapes with one pass "
                      "at start-up, which covers one-time costs of any cause.")
+    if not lines:  # never silent: a first-call cost outside the noise that no line above names
+        lines.append(f"A first-call cost of {report.excess_ms:.2f} ms outside the noise band ({report.noise_band_ms:.2f} "
+                     "ms), with no single cause holding a tenth of it: one pass per served shape at start-up moves "
+                     "one-time costs of any cause before traffic.")
     return lines + _threads_line(report)
+
+
+NOISY_BAND = 0.5  # a noise band over this fraction of the steady median: the machine was too noisy to say more
+
+
+def _no_cost_line(report: Any) -> str:
+    """The verdict when the first pass is within the steady passes' noise: no first-call cost at this
+    shape, said whatever else the report holds; on a machine so noisy that the band is wide, also
+    that a smaller cost could hide in it."""
+    band, excess = report.noise_band_ms, report.excess_ms
+    p10, p90 = getattr(report, "steady_p10_ms", 0.0), getattr(report, "steady_p90_ms", 0.0)
+    clean = "clean first pass" if getattr(report, "clean", None) else "first pass"
+    line = (f"No first-call cost at this shape: the {clean} was {excess:+.2f} ms from the steady median, within the "
+            f"steady passes' own spread ({band:.2f} ms, p10-p90 {p10:.2f}-{p90:.2f} ms), so no warm-up is needed "
+            "for this shape.")
+    steady = getattr(report, "steady_median_ms", 0.0)
+    if steady > 0 and band > NOISY_BAND * steady:
+        line += (f" The machine was noisy (the spread is {band / steady:.0%} of a steady pass): a smaller cost could "
+                 "hide in it; trace again on a quieter machine (or with fewer threads) to see one.")
+    return line
 
 
 def _workers_waited_ms(report: Any) -> float:

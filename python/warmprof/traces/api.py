@@ -41,6 +41,7 @@ from ..timeline import (
     name_id,
 )
 from . import calibrate as calibration
+from . import controls
 from .build import InstrumentSummary, TraceFacts, build_report, steady_fault_median
 from .compile_options import check_compile, compile_label, compile_model
 from .inputs import (
@@ -51,6 +52,7 @@ from .inputs import (
     parse_device,
     parse_model_dtype,
 )
+from .settings import trace_settings
 
 _traced_models: "weakref.WeakSet[Any]" = weakref.WeakSet()
 
@@ -187,6 +189,15 @@ def _run_delay_ns() -> int | None:
     return None if got is None else got[1]
 
 
+def _waited_ms(d0: int | None, d1: int | None, wall_ns: int, cpu_ns: int) -> float | None:
+    """A window's wait for a CPU (schedstat delta), at most the window's wall time less its thread's
+    CPU time: the kernel adds a delay when the thread next gets a CPU, so a delta can hold one from
+    before the window (on a busy machine, many ms more than the window itself)."""
+    if d0 is None or d1 is None:
+        return None
+    return min(max(0, d1 - d0), max(0, wall_ns - cpu_ns)) / 1e6
+
+
 def _steady(model, args, kwargs, sync, min_passes: int, max_passes: int,
             budget_s: float) -> tuple[list[float], list[int], list[float], list[float]]:
     """Clean steady passes: each one's time (ms), page faults, and the time its thread waited for a
@@ -196,19 +207,20 @@ def _steady(model, args, kwargs, sync, min_passes: int, max_passes: int,
     deadline = time.monotonic() + budget_s
     while len(times) < max_passes:
         f0 = sum(_native.faults())
-        d0 = _run_delay_ns()
+        d0, c0 = _run_delay_ns(), time.thread_time_ns()
         o0 = thread_times()
         t0 = _native.now_ns()
         model(*args, **kwargs)
         sync()
         t1 = _native.now_ns()
         o1 = thread_times()
-        d1 = _run_delay_ns()
+        d1, c1 = _run_delay_ns(), time.thread_time_ns()
         blocked.append(blocked_ns(o0, o1))
         faults.append(sum(_native.faults()) - f0)
         times.append((t1 - t0) / 1e6)
-        if d0 is not None and d1 is not None:
-            waits.append((d1 - d0) / 1e6)
+        waited = _waited_ms(d0, d1, t1 - t0, c1 - c0)
+        if waited is not None:
+            waits.append(waited)
         if len(times) >= min_passes and time.monotonic() > deadline:
             break
     return times, faults, waits if len(waits) == len(times) else [], [b for b in blocked if b is not None]
@@ -233,11 +245,12 @@ def _instrumented_steady(runner, args, kwargs, dev, compiled: bool, op_view: boo
             for inst in instruments:
                 stack.enter_context(inst)
             while len(windows) < most:
-                d0 = _run_delay_ns()
+                d0, c0 = _run_delay_ns(), time.thread_time_ns()
                 windows.append(_run_pass(runner, args, kwargs, INSTRUMENTED_STEADY, instruments, sync,
                                          most - len(windows)))
-                d1 = _run_delay_ns()
-                waits.append((d1 - d0) / 1e6 if d0 is not None and d1 is not None else 0.0)
+                d1, c1 = _run_delay_ns(), time.thread_time_ns()
+                t0, t1 = windows[-1]
+                waits.append(_waited_ms(d0, d1, t1 - t0, c1 - c0) or 0.0)
                 if len(windows) >= least and time.monotonic() > deadline:
                     break
         timeline = rec.drain()
@@ -379,6 +392,7 @@ def trace(
                         label=label, run=run if run is not None else RunContext(), op_view=op_view or explain,
                         model_dtype=model_dt)
         report.notes.extend(before.changes_since())
+        controls.fold_controls(report)  # the headline and the model's causes, warmprof's own cost apart
         if model_dt is not None:
             report.notes.append(f"the model's floating parameters and buffers were cast to "
                                 f"{str(model_dt).removeprefix('torch.')} before the trace (model_dtype=, --model-dtype); "
@@ -500,7 +514,9 @@ def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, devic
         least_s = (passes[0] + 1) * clean.median / 1e3
         so_far_s = time.monotonic() - started
         instrumented_ms, module_calls, warm_baseline = [], {}, None
-        if least_s > max(SELF_COST_MAX_SHARE * so_far_s, SELF_COST_ALWAYS_S):
+        if controls.in_warm_control():  # the control process's warm control: the trace measures this
+            self_cost_skipped = "warm control: warmprof's own cost per steady pass is measured by the trace itself"
+        elif least_s > max(SELF_COST_MAX_SHARE * so_far_s, SELF_COST_ALWAYS_S):
             self_cost_skipped = (f"warmprof's own cost is the calibrated figures only: measuring it on this model "
                                  f"({passes[0] + 1} instrumented steady passes, about {least_s:.1f} s) would add more than "
                                  f"{SELF_COST_MAX_SHARE:.0%} to the trace's {so_far_s:.1f} s")
@@ -525,6 +541,10 @@ def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, devic
     say("calibrating (timer, page-fault cost, thread start, hook cost)")
     costs = calibration.measure(touched_bytes=calibration.largest_anonymous_growth(timeline))
     cal = costs.for_attribution()
+    ctl = controls.current()
+    if ctl is not None and ctl.clean is not None:
+        say("warm control (the second fresh process: the same instrumented passes on the model already warm)")
+        ctl.run_warm(costs.to_dict(), controls.PHASE_MARGIN_S + controls.PHASE_FACTOR * (time.monotonic() - started))
     op_view_cold: dict[str, Any] = {}
     ops_inst = next((i for i in instruments if i.name == "aten_ops" and i.available), None)
     if ops_inst is not None:
@@ -579,6 +599,10 @@ def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, devic
         warm_pass=warm_pass,
         oversubscription=crowded,
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        settings=trace_settings(torch, model, device=str(dev), compile=compile_label(compile),
+                                input_dtype=_dtype_of(args, kwargs), input_shape=_shape_of(args[0]) if args else None,
+                                inputs=input_shapes, op_view=op_view, steady=(min_steady, max_steady),
+                                steady_budget_s=steady_budget_s, no_grad=no_grad, model_cast=model_dtype, run=run),
     ))
 
 

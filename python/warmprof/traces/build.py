@@ -16,6 +16,7 @@ from ..attribution import (
     unattributed_where,
 )
 from ..report import CauseEntry, CounterSample, Report, Span
+from ..report.settings import Settings
 from ..report.trace import Protocol, RecorderStats, RunContext, TorchCompileFigures
 from ..stats import median
 from ..timeline import COUNTER, INSTANT, THINNED, Timeline, cause_name, source_of
@@ -77,6 +78,7 @@ class TraceFacts:
     oversubscription: str = ""  # platform.oversubscription() at the start of the trace
     # trace(inputs=): each argument's shape by position and keyword (api._input_shapes); None from a shape
     inputs: dict[str, Any] | None = None
+    settings: Settings | None = None  # every setting that changes what is measured (traces/settings.py)
 
 
 def steady_fault_median(steady_faults: list[int]) -> int:
@@ -337,6 +339,7 @@ def build_report(facts: TraceFacts) -> Report:
            if f.steady_run_delay_ms and len(f.steady_run_delay_ms) == len(f.steady_ms) else [])
     report = Report(
         model=f.model, shape=f.shape, device=f.device, dtype=f.dtype, compile=f.compile, inputs=f.inputs,
+        settings=f.settings,
         first_pass_ms=first.pass_ms, seen_rerun_ms=rerun.pass_ms,
         steady_median_ms=stats.median, steady_p10_ms=stats.p10, steady_p90_ms=stats.p90,
         steady_passes=stats.n, noise_band_ms=stats.noise_band,

@@ -199,7 +199,9 @@ def explain_report(report: Any, *, top: int = 8, threads: int | None = None, dev
 
     from ..errors import InputError, ReportError
     from ..probes.aten import probe_from
+    from .settings import mark_explained
 
+    mark_explained(report, top)
     t0 = time.monotonic()
     try:
         result = probe_from(report, top=top, threads=threads, device=device, progress=progress, one_per_op=True)
@@ -246,6 +248,16 @@ def _free_excess_ms(r: Any) -> float:
     return float(r.unattributed_ms) - float(rerun or 0.0)
 
 
+def _own_unbooked_ms(report: Any) -> float:
+    """warmprof's own first-pass cost (the control's warm control) beyond what it booked as causes:
+    what of it a trace without a control keeps in its residual."""
+    own = getattr(report, "own_cost", None) or {}
+    first = own.get("first_pass_ms")
+    if not isinstance(first, (int, float)):
+        return 0.0
+    return max(0.0, float(first) - float(own.get("booked_in_control_ms", 0.0) or 0.0))
+
+
 def fold_warm_processes(report: Any, same: Any | None, other: Any | None) -> list[Folded]:
     """Fold in two more traces of the same model (op view on), each in a fresh process that ran the
     model once first, row by (module, op) row (c: this trace's row, r_c its rerun_ms; s, r_s: the
@@ -286,10 +298,14 @@ def fold_warm_processes(report: Any, same: Any | None, other: Any | None) -> lis
                 second_call = max(0.0, float(w.get("rerun_ms", 0.0)) - float(t.get("rerun_ms", 0.0)))
                 f = min(c, float(t.get("ms", 0.0)) - second_call)
             else:
-                f = min(c - w.get("warm_own_ms", 0.0), c - float(t.get("ms", 0.0)))
+                # the other run had no control: its rows hold warmprof's own first-call time at the
+                # site, which this trace's control measured (own_ms) and took out of this row
+                theirs_net = float(t.get("ms", 0.0)) - float(w.get("own_ms", 0.0))
+                f = min(c - w.get("warm_own_ms", 0.0), c - theirs_net)
             if f > 0:
                 per_row.append((w, f))
-        signed = _free_excess_ms(warm) if cause == Name.PROFILER_OVERHEAD else here_free - _free_excess_ms(warm)
+        signed = (_free_excess_ms(warm) if cause == Name.PROFILER_OVERHEAD
+                  else here_free - (_free_excess_ms(warm) - _own_unbooked_ms(report)))
         booked = _spread(per_row, min(max(0.0, signed), budget), "warm_own_ms" if cause == Name.PROFILER_OVERHEAD
                          else "warm_process_ms")
         if booked <= 0:

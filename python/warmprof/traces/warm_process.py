@@ -1,6 +1,6 @@
 """A model run before its trace: --warm-shape's one pass in this process (warm_run), and --explain's
-two more fresh processes, each tracing the model after one such pass (warm_processes), folded into
-the report by explain.fold_warm_processes. `warmprof trace` (commands/trace.py) reads the command
+one more fresh process, tracing the model after one such pass at another shape (warm_processes),
+folded into the report by explain.fold_warm_processes. `warmprof trace` (commands/trace.py) reads the command
 line and calls these; the warm processes are that command again, in a child interpreter.
 """
 
@@ -40,40 +40,36 @@ def warm_run(torch: Any, model: Any, shape: str, dtype: str | None, device: str,
 
 def warm_processes(report: Any, target_argv: list[str], option_argv: list[str], *, inputs_given: bool,
                    say: Callable[[str], None], trace_s: float) -> None:
-    """--explain's two more fresh processes: the same trace (op view on) where the model first ran
-    once at this very shape (what is left is warmprof's own first-pass cost), and where it first ran
-    at another shape (what it did not pay again is paid once per process); folded in by
-    explain.fold_warm_processes. A run that fails is left out, with a note saying which.
+    """--explain's one more fresh process: the same trace (op view on) where the model first ran once
+    at another shape; what it did not pay again is paid once per process, whatever the shape (folded
+    in by explain.fold_warm_processes as runtime_init, source warm_process). A run that fails is left
+    out, with a note saying which. warmprof's own first-pass cost needs no run of its own here: the
+    trace's control process measured it on the model warm (traces/controls.py).
 
     target_argv: the trace's target on the command line (["pkg.mod:make"] or ["--demo"]);
-    option_argv: the options the warm traces keep (--cache, --device, --dtype, ...)."""
+    option_argv: the options the warm trace keeps (--cache, --device, --dtype, ...)."""
     from .explain import fold_warm_processes, other_shape
 
+    if (getattr(report, "clean", None) or {}).get("other_shape"):
+        return  # the control process ran the other shape already, clean (traces/controls.py)
     if inputs_given:
-        report.notes.append("--explain: no warm-process runs (they run the model at a --shape first; this trace "
-                            "ran on --inputs)")
+        report.notes.append("--explain: no other-shape run (it runs the model at another --shape first; this trace ran "
+                            "on --inputs, which have no shape to vary): what is paid once per process is not told "
+                            "apart from what is paid once per shape")
         return
     if not report.shape:
-        report.notes.append("--explain: no warm-process runs (the input has no plain shape to give them)")
+        report.notes.append("--explain: no other-shape run (the input has no plain shape to give it)")
         return
     shape = ",".join(str(d) for d in report.shape)
     other = ",".join(str(d) for d in other_shape(report.shape))
     timeout_s = WARM_PROCESS_MARGIN_S + WARM_PROCESS_FACTOR * trace_s
-    runs = {}
-    for what, warm_shape in (("same", shape), ("other", other)):
-        say(f"a fresh process: the model once at {warm_shape}, then the trace at {shape}")
-        runs[what] = traced_after_warm_up(target_argv, option_argv, shape, warm_shape, report, timeout_s)
-    folded = {f.cause: f.ms for f in fold_warm_processes(report, runs["same"], runs["other"])}
-    said = []
-    if runs["same"] is not None:
-        said.append(f"warm at this shape, its rows still paid {folded.get('profiler_overhead', 0.0):.2f} ms of this "
-                    "trace's (profiler_overhead, source warm_same_shape)")
-    if runs["other"] is not None:
-        said.append(f"warm at {other.replace(',', 'x')}, {folded.get('runtime_init', 0.0):.2f} ms of this trace's rows "
-                    "were not paid again (runtime_init, source warm_process)")
-    if said:
-        report.notes.append("--explain: the same trace in fresh processes that ran the model once first: "
-                            + "; ".join(said) + " (inferred)")
+    say(f"a fresh process: the model once at {other}, then the trace at {shape}")
+    run = traced_after_warm_up(target_argv, option_argv, shape, other, report, timeout_s)
+    folded = {f.cause: f.ms for f in fold_warm_processes(report, None, run)}
+    if run is not None:
+        report.notes.append(f"--explain: the same trace in a fresh process that ran the model once at "
+                            f"{other.replace(',', 'x')} first: {folded.get('runtime_init', 0.0):.2f} ms of this trace's "
+                            "rows were not paid again (runtime_init, source warm_process; inferred)")
 
 
 def traced_after_warm_up(target_argv: list[str], option_argv: list[str], shape: str, warm_shape: str, report: Any,
@@ -84,7 +80,7 @@ def traced_after_warm_up(target_argv: list[str], option_argv: list[str], shape: 
     with tempfile.TemporaryDirectory(prefix="warmprof-warm-") as tmp:
         out = os.path.join(tmp, "warm.json")
         argv = [sys.executable, "-m", "warmprof", "trace", *target_argv,
-                "--shape", shape, "--warm-shape", warm_shape, "--op-view", "--json", out, "--quiet", *option_argv]
+                "--shape", shape, "--warm-shape", warm_shape, "--op-view", "--json", out, "--quiet", "--no-control", *option_argv]
         proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         try:
             _, err = proc.communicate(timeout=timeout_s)

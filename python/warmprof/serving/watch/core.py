@@ -3,7 +3,9 @@
 `watch(model)` returns a Watcher, called in the model's place. Its call is native
 (csrc/watch_type.cpp): a key (each argument's shape and dtype, or `key(*args, **kwargs)`), two clock
 reads, getrusage of the calling thread before and after, and the key's latency sketch under a mutex:
-about 0.8 us a call here (bench/watch_overhead.py). A call comes back to Python only when it is kept
+about 0.8-0.9 us a call here (bench/watch_overhead.py). A call known before it runs to be kept (after an
+idle gap, at a new key) also reads the thread's CPU clock and run-queue delay, so its time off the CPU
+(a wait) is exact. A call comes back to Python only when it is kept
 as an event: the first at its key, an outlier against its key's median (`factor` x and at least
 `floor_ms` over, once the key has `min_calls` calls), the first after an idle gap (`idle_s`), or one
 during which dynamo compiled. events.py gives each event its causes, with evidence.

@@ -3,12 +3,13 @@
 The native hot path hands over, for a kept call only, one WatchCall (its fields are declared once, in
 csrc/watch_type.cpp): the key, whether it was the key's first call or an outlier against the key's
 median, its duration, the idle gap before it, the device clock at its start (after an idle gap, when a
-clock source is given), the thread's CPU time, page faults and involuntary context switches over the
-call, the stretches dynamo's callbacks bracketed during it, and CUPTI's rows when asked for. facts()
-turns it into attribution's CallFacts; attribution/calls.py books the causes, by the rules warmup books
-a warm-up call by (compiles by trigger, CUDA calls measured, faults outside the compiles above the one
-noise floor at the one price, contention, the clock ramp after an idle gap, the residual); this module
-words each cause's detail.
+clock source is given), the thread's CPU time (and whether it was read exactly), page faults, blocks
+read and involuntary context switches over the call, its run-queue delay where read, its key's usual
+time off the CPU, the stretches dynamo's callbacks bracketed during it, and CUPTI's rows when asked
+for. facts() turns it into attribution's CallFacts; attribution/calls.py books the causes, by the rules
+warmup books a warm-up call by (compiles by trigger, CUDA calls measured, faults outside the compiles
+above the one noise floor at the one price, contention, a wait or disk read off the CPU, the clock ramp
+after an idle gap, the residual); this module words each cause's detail.
 
 A first call at a key has no median to be measured against: its causes are listed as they are,
 with no excess and no residual.
@@ -106,6 +107,11 @@ def facts(call: Any, *, idle_ns: int, side: list[tuple] | None = None,
     return CallFacts(ns=dur, bracketed=tuple(bracketed), faults=int(call.minflt) + int(call.majflt),
                      cuda_reserved_bytes=cuda_reserved_bytes, cpu_ns=int(call.cpu_ns),
                      involuntary_switches=int(call.nivcsw), cuda_calls=cuda,
+                     # a record made before these fields (a test's, a recorded one) has None: not read
+                     run_delay_ns=None if call.run_delay_ns is None else int(call.run_delay_ns),
+                     cpu_exact=None if call.cpu_exact is None else bool(call.cpu_exact),
+                     usual_off_cpu_ns=float(call.usual_off_cpu_ns or 0.0),
+                     major_faults=int(call.majflt), blocks_read=int(call.inblock or 0),
                      excess_ns=float(dur - median) if call.outlier and median > 0 else None,
                      after_idle_s=gap / 1e9 if gap >= idle_ns and gap > 0 and call.outlier else None,
                      clock_mhz=_clock(call.clock))
@@ -179,13 +185,43 @@ def _detail(part: CallPart, f: CallFacts, gap: int, grown: tuple[int, int] | Non
             return said + " (no page faults to price: measured growth, no time figure)"
         return (f"{part.count} page faults on the calling thread x {part.figures['fault_cost_ns']:.0f} ns, the "
                 f"first-touch cost of a page measured here{'; ' + said if said else ''}")
+    if part.source == SOURCES["off_cpu"] and part.evidence == "measured":
+        return ("the thread's run-queue delay over the call (schedstat): ready to run, no CPU (the machine's load; "
+                "no warm-up removes it)")
     if part.source == SOURCES["off_cpu"]:
         return (f"the call's wall time less its thread's CPU time, with {part.count} involuntary context "
                 "switches: ready to run, no CPU (the machine's load; no warm-up removes it)")
+    if part.source == SOURCES["blocked"]:
+        return _blocked_detail(part, f)
     if part.source == SOURCES["idle_clock"] and f.clock_mhz is not None:
         mhz, top = f.clock_mhz
         return f"the device clock was {mhz:.0f} of {top:.0f} MHz at the call's start, after {gap / 1e9:.1f} s idle"
     return ""
+
+
+def _blocked_detail(part: CallPart, f: CallFacts) -> str:
+    """What a wait or a disk read says: how long the thread was off its CPU, what of it is taken out,
+    and what it read from storage."""
+    fig = part.figures
+    said = [f"the call's thread was off its CPU, neither running nor waiting for one, for "
+            f"{fig['off_cpu_ns'] / 1e6:.2f} ms{' or more' if fig.get('lower_bound') else ''} (its wall time less its "
+            "CPU time" + (" and run-queue delay" if f.run_delay_ns is not None else "") + ")"]
+    if fig.get("measured_ns", 0) >= 10_000:
+        said.append(f"less the {fig['measured_ns'] / 1e6:.2f} ms of the stretches measured in it (their waits are theirs)")
+    if fig.get("usual_off_cpu_ns", 0) >= 10_000:
+        said.append(f"less the {fig['usual_off_cpu_ns'] / 1e6:.2f} ms its key's usual calls spend so")
+    if part.cause == Name.DISK_READ:
+        reads = [f"{int(fig['major_faults'])} major page faults" if fig.get("major_faults") else "",
+                 f"{int(fig['blocks_read'])} blocks read" if fig.get("blocks_read") else ""]
+        said.append(f"it read from storage ({' and '.join(r for r in reads if r)}): a cold page cache, read once at "
+                    "start-up")
+    else:
+        said.append("blocked: a sleep, a lock, I/O or a remote call")
+    if f.run_delay_ns is None:
+        said.append("its wait for a CPU was not read (only after an idle gap or at a new key): that wait is in it")
+    if "capped_from_ns" in fig:
+        said.append(f"fitted in the call's excess (from {fig['capped_from_ns'] / 1e6:.2f} ms)")
+    return "; ".join(said)
 
 
 # The causes watch books from CUPTI, each with what its calls are; a call during which one of these

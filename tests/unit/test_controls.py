@@ -1,0 +1,140 @@
+"""The controls a fresh-process trace folds in (traces/controls.py): the model's clean first pass is
+the headline, the causes are the instrumented pass's less the warm control's, warmprof's own cost is
+its own line and never a cause; the clean pass's own waits decide the machine-level causes."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+from factories import trace_report
+
+from warmprof.causes import Name
+from warmprof.report import CauseEntry, Report
+from warmprof.traces import controls
+from warmprof.traces.controls import Clean, WarmControl, _off_cpu, fold
+
+
+def _instrumented(**causes: float) -> Report:
+    """A report as build_report leaves it: the instrumented pass's causes, profiler_overhead among them."""
+    r = trace_report(causes, steady=4.0, unattributed=2.0)
+    r.causes = [c for c in r.causes if c.cause != Name.UNATTRIBUTED]
+    return r
+
+
+def _clean(first: float = 9.0, steady: tuple[float, ...] = (4.0, 4.1, 3.9, 4.0, 4.2), **split) -> Clean:
+    return Clean(first, list(steady), first=dict(split), steady={})
+
+
+def _round_trip(r: Report) -> Report:
+    back = Report.from_dict(json.loads(json.dumps(r.to_dict())))
+    back.validate()
+    return back
+
+
+def test_the_clean_pass_is_the_headline_and_the_warm_control_comes_off_the_causes():
+    r = _instrumented(**{Name.ALLOCATOR_GROWTH: 3.0, Name.RUNTIME_INIT: 2.0, Name.PROFILER_OVERHEAD: 1.0})
+    warm = WarmControl(first_pass_ms=5.5, causes=[
+        {"cause": Name.ALLOCATOR_GROWTH, "source": f"src_{Name.ALLOCATOR_GROWTH}", "ms": 1.0, "module": "blocks.0"},
+        {"cause": Name.RUNTIME_INIT, "source": "elsewhere", "ms": 0.5, "module": ""},  # another source: same cause
+        {"cause": Name.PROFILER_OVERHEAD, "source": "x", "ms": 9.0, "module": ""},  # never subtracted
+    ])
+    fold(r, _clean(), warm)
+    by = r.by_cause()
+    assert Name.PROFILER_OVERHEAD not in by
+    assert by[Name.ALLOCATOR_GROWTH] == pytest.approx(2.0) and by[Name.RUNTIME_INIT] == pytest.approx(1.5)
+    assert r.first_pass_ms == 9.0 and r.steady_median_ms == pytest.approx(4.0)
+    assert r.excess_ms == pytest.approx(5.0) and r.unattributed_ms == pytest.approx(5.0 - 3.5)
+    assert r.own_cost["first_pass_ms"] == pytest.approx(1.5)  # the warm control's first pass over the steady median
+    assert r.own_cost["in_headline_ms"] == 0.0 and r.own_cost["instrumented_first_pass_ms"] > r.first_pass_ms
+    assert r.verdict == controls.FIRST_CALL_COST
+    assert "less 1.00 ms the warm control booked" in next(c for c in r.causes if c.cause == Name.ALLOCATOR_GROWTH).detail
+    back = _round_trip(r)
+    assert back.clean["excess_ms"] == pytest.approx(5.0) and back.own_cost == r.own_cost
+    assert "warmprof's own cost (not the model's)" in str(back) and "first pass clean" in str(back)
+
+
+def test_a_warm_model_reads_warm():
+    """The model pre-run: the clean first pass is a steady one, the warm control books what the cold
+    instrumented pass booked (warmprof's own first-call work): nothing is left for the model."""
+    r = _instrumented(**{Name.ALLOCATOR_GROWTH: 1.2, Name.RUNTIME_INIT: 0.8})
+    warm = WarmControl(first_pass_ms=6.0, causes=[
+        {"cause": Name.ALLOCATOR_GROWTH, "source": f"src_{Name.ALLOCATOR_GROWTH}", "ms": 1.3, "module": ""},
+        {"cause": Name.RUNTIME_INIT, "source": f"src_{Name.RUNTIME_INIT}", "ms": 0.9, "module": ""}])
+    fold(r, _clean(first=4.05), warm)
+    assert r.causes_ms() == 0.0
+    assert r.verdict == controls.NO_COST
+    assert r.advice and r.advice[0].startswith("No first-call cost at this shape")
+
+
+def test_without_a_control_the_own_estimate_comes_off_the_excess_and_the_notes_say_so():
+    r = _instrumented(**{Name.ALLOCATOR_GROWTH: 3.0, Name.PROFILER_OVERHEAD: 1.0})
+    excess = r.excess_ms
+    fold(r, None, None, "traced in the caller's process")
+    assert r.clean is None and Name.PROFILER_OVERHEAD not in r.by_cause()
+    assert r.excess_ms == pytest.approx(excess - 1.0) and r.own_cost["in_headline_ms"] == pytest.approx(1.0)
+    assert any(n.startswith("controls: traced in the caller's process") for n in r.notes)
+    _round_trip(r)  # excess = first - steady - own_cost.in_headline_ms holds
+
+
+def test_the_clean_pass_decides_contention_and_waits():
+    r = _instrumented(**{Name.ALLOCATOR_GROWTH: 1.0, Name.CPU_CONTENTION: 7.0})
+    clean = Clean(70.0, [4.0] * 5, first={"run_delay_ms": 3.0, "off_cpu_ms": 60.5, "major_faults": 0, "blocks_in": 0,
+                                          "voluntary_switches": 1}, steady={"run_delay_ms": 0.5, "off_cpu_ms": 0.2})
+    fold(r, clean, WarmControl(first_pass_ms=4.5, causes=[]))
+    by = r.by_cause()
+    assert by[Name.CPU_CONTENTION] == pytest.approx(2.5)  # the clean pass's, not the traced pass's 7 ms
+    assert by[Name.WAIT] == pytest.approx(60.3)  # no read from storage: a wait
+    r2 = _instrumented(**{Name.DISK_READ: 10.0})
+    clean2 = Clean(40.0, [4.0] * 5, first={"off_cpu_ms": 30.0, "major_faults": 3, "blocks_in": 4096}, steady={})
+    fold(r2, clean2, WarmControl(first_pass_ms=4.5, causes=[]))
+    assert r2.by_cause()[Name.DISK_READ] == pytest.approx(30.0)  # 10 by module, 20 for the whole pass
+    # a traced pass that waited more than the clean one is cut to the clean one's
+    r3 = _instrumented(**{Name.WAIT: 50.0})
+    fold(r3, Clean(30.0, [4.0] * 5, first={"off_cpu_ms": 20.0}, steady={}), WarmControl(first_pass_ms=4.5, causes=[]))
+    assert r3.by_cause()[Name.WAIT] == pytest.approx(20.0)
+
+
+def test_off_cpu_time_with_no_voluntary_switch_is_a_wait_for_a_cpu():
+    ms = 1_000_000
+    u0 = {"cpu_ns": 0, "voluntary": 5, "major_faults": 0, "blocks_in": 0}
+    never_blocked = _off_cpu(0, 30 * ms, 0, 2 * ms, u0, dict(u0, cpu_ns=10 * ms))
+    assert never_blocked["off_cpu_ms"] == 0 and never_blocked["run_delay_ms"] == pytest.approx(20.0)
+    slept = _off_cpu(0, 70 * ms, 0, 2 * ms, u0, dict(u0, cpu_ns=10 * ms, voluntary=6))
+    assert slept["off_cpu_ms"] == pytest.approx(58.0) and slept["run_delay_ms"] == pytest.approx(2.0)
+    late = _off_cpu(0, 20 * ms, 0, 90 * ms, u0, dict(u0, cpu_ns=15 * ms, voluntary=6))  # a delay from before
+    assert late["run_delay_ms"] == pytest.approx(5.0) and late["off_cpu_ms"] == 0
+
+
+def test_a_control_that_fails_says_why_and_the_trace_goes_on(tmp_path):
+    bad = tmp_path / "m.py"
+    bad.write_text("def make():\n    raise RuntimeError('no such weights')\n")
+    ctl = controls.ControlProcess(["trace", f"{bad}:make", "--shape", "1,4", "--in-process", "--quiet"])
+    try:
+        assert ctl.run_clean(timeout_s=120) is None
+        assert "no such weights" in ctl.failed
+    finally:
+        ctl.close()
+    assert ctl._proc.poll() is not None  # nothing left running
+
+
+def test_a_control_runs_its_clean_pass_when_asked(tmp_path):
+    good = tmp_path / "m.py"
+    good.write_text("import torch\ndef make():\n    return torch.nn.Linear(4, 4)\n")
+    ctl = controls.ControlProcess(["trace", f"{good}:make", "--shape", "2,4", "--in-process", "--quiet"])
+    try:
+        got = ctl.run_clean(timeout_s=300)
+        assert got is not None, ctl.failed
+        assert got.first_pass_ms > 0 and len(got.steady_ms) >= controls.CLEAN_STEADY[0]
+        if sys.platform.startswith("linux"):
+            assert {"cpu_ms", "off_cpu_ms", "run_delay_ms"} <= set(got.first)
+    finally:
+        ctl.close()
+    assert ctl._proc.poll() is not None
+
+
+def test_cause_entries_left_under_a_microsecond_go():
+    entries = [CauseEntry(Name.JIT_COMPILE, 0.5, 0.0, "measured", "onednn")]
+    left = controls._less(entries, [{"cause": Name.JIT_COMPILE, "source": "onednn", "ms": 0.5}])
+    assert left == []
