@@ -7,7 +7,8 @@ medians of N runs each, side by side.
 
 Ground truth, per fresh process: the time the sleep and the cold read kept the thread blocked (wall less
 CPU time less run-queue delay: what the trace books as wait and disk_read; a busy machine's queueing for a
-CPU is cpu_contention, measured apart); beside them the sleep's wall time, and the read's whole cost on a
+CPU is cpu_contention, measured apart), in the planted model's first call run without warmprof (each plant
+timed by its own clocks) and in a bare script; beside them the sleep's wall time, and the read's whole cost on a
 first call (a cold read's wall time less a warm one's, also net of each one's run-queue delay: the model
 reads the file on every call) with its CPU time against a warm read's (the kernel's work filling the page
 cache, which the trace does not book as disk_read). The trace's figures are
@@ -58,6 +59,17 @@ warm = timed(read)
 print(json.dumps({"sleep": sleep, "cold": cold, "warm": warm}))
 '''
 
+# The planted model itself in a fresh process, no warmprof: its first call, each plant timed by its own clocks.
+BY_ITSELF = r'''
+import sys, torch
+sys.path.insert(0, sys.argv[1])
+torch.set_num_threads(1)
+import planted_off_cpu
+model = planted_off_cpu.both()
+with torch.no_grad():
+    model(torch.randn(4, 64))
+'''
+
 PLANTS = {"wait": "Planted.sleeper", "disk_read": "Planted.reader"}
 OTHERS = ("jit_compile", "allocator_growth", "cpu_contention")
 
@@ -71,6 +83,19 @@ def truth_run(sleep_s: float, blob: str) -> dict:
             "read_first_extra_ms": cold["wall_ms"] - warm["wall_ms"], "read_first_extra_net_ms": net(cold) - net(warm),
             "cold_read_ms": cold["wall_ms"], "warm_read_ms": warm["wall_ms"], "cold_off_cpu_ms": cold["off_ms"],
             "cold_cpu_ms": cold["cpu_ms"], "warm_cpu_ms": warm["cpu_ms"]}
+
+
+def model_run(blob: str, sleep_s: float, own: Path) -> dict:
+    """The planted model's first call in a fresh process without warmprof: each plant's blocked ms."""
+    own.unlink(missing_ok=True)
+    env = {**os.environ, "PLANTED_BLOB": blob, "PLANTED_SLEEP_S": str(sleep_s), "PLANTED_SELF_TIMES": str(own)}
+    subprocess.run([sys.executable, "-c", BY_ITSELF, str(PLANTED.parent)], env=env, capture_output=True, text=True,
+                   check=True)
+    got = {}
+    for line in own.read_text().splitlines():
+        o = json.loads(line)
+        got[f"model_{o['what']}_ms"] = (o["ns"] - o["cpu_ns"] - o["delay_ns"]) / 1e6
+    return got
 
 
 def trace_run(blob: str, sleep_s: float, factory: str, out_json: Path) -> dict:
@@ -123,12 +148,17 @@ def main(argv: list[str] | None = None) -> int:
     if why:
         print(f"cannot run the disk read plant: {why}")
         return 2
-    truths = [truth_run(args.sleep_s, blob) for _ in range(args.runs)]
-    traces = [trace_run(blob, args.sleep_s, "both", Path(tmp) / f"trace{k}.json") for k in range(args.runs)]
+    truths, traces = [], []
+    for k in range(args.runs):  # taken in turn, so that both meet the machine in the same moods
+        truths.append({**truth_run(args.sleep_s, blob), **model_run(blob, args.sleep_s, Path(tmp) / f"model{k}.jsonl")})
+        traces.append(trace_run(blob, args.sleep_s, "both", Path(tmp) / f"trace{k}.json"))
     med = lambda rows, key: statistics.median(r[key] for r in rows)  # noqa: E731
     summary = {key: med(truths, key) for key in truths[0]}
     summary.update({key: med(traces, key) for key in traces[0] if key.endswith("_ms")})
-    print(f"ground truth, median of {args.runs} fresh processes (no warmprof):")
+    print(f"ground truth, median of {args.runs} fresh processes each (no warmprof):")
+    print(f"  the planted model's first call, each plant timed by its own clocks: sleep blocked "
+          f"{summary['model_sleep_ms']:.2f} ms, 64 MiB cold read blocked {summary['model_read_ms']:.2f} ms")
+    print("  the same by themselves in a bare script:")
     print(f"  sleep: blocked {summary['sleep_ms']:.2f} ms ({summary['sleep_wall_ms']:.2f} ms wall)")
     print(f"  64 MiB cold read: blocked {summary['cold_off_cpu_ms']:.2f} ms; cold {summary['cold_read_ms']:.2f} ms, warm "
           f"{summary['warm_read_ms']:.2f} ms wall, so the first call's extra {summary['read_first_extra_ms']:.2f} ms "
@@ -136,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{summary['cold_cpu_ms']:.2f} ms, warm {summary['warm_cpu_ms']:.2f} ms")
     print(f"warmprof trace {PLANTED.name}:both --shape 4,64 --threads 1, median of {args.runs} fresh CLI runs:")
     for cause, module in PLANTS.items():
-        truth = summary["sleep_ms"] if cause == "wait" else summary["cold_off_cpu_ms"]
+        truth = summary["model_sleep_ms"] if cause == "wait" else summary["model_read_ms"]
         got = summary[f"{cause}_ms"]
         others = ", ".join(f"{o} {summary[f'{o}_in_{module}_ms']:.2f}" for o in OTHERS)
         print(f"  {cause} in {module}: {got:.2f} ms ({got / truth:.1%} of {truth:.2f} ms); {cause} anywhere "

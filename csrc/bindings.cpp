@@ -145,17 +145,30 @@ inline void append_memory(int64_t faults_now, uint64_t t) {
 // such samples is the time the thread was blocked. A boundary where the thread kept its CPU reads
 // none of these: nothing of theirs but the CPU time moved, and that by the wall time. Counters of the
 // calling thread (each record carries its thread): attribution reads the pass thread's.
+// A sample taking longer than this was preempted while it read (it takes a few us).
+constexpr double kSamplePreemptedNs = 50000;
+
 inline void append_sched(uint64_t t, bool always) {
   host::SchedStat s = host::thread_schedstat();
   if (!s.ok) return;
-  recorder::append(kCounter, kStructure, g_run_delay_name, s.delay_ns, t);
-  if (!always && s.delay_ns == t_delay_sampled && s.slices == t_slices_sampled) return;
-  t_delay_sampled = s.delay_ns;
-  t_slices_sampled = s.slices;
+  if (!always && s.delay_ns == t_delay_sampled && s.slices == t_slices_sampled) {
+    recorder::append(kCounter, kStructure, g_run_delay_name, s.delay_ns, t);
+    return;
+  }
   const host::ThreadUsage u = host::thread_usage();
-  if (u.ok) recorder::append(kCounter, kStructure, g_involuntary_name, u.involuntary, t);
   const int64_t cpu = host::thread_cpu_ns();
   const uint64_t t_cpu = clock::ticks();
+  // Preempted between reading the delay and the CPU clock: the wall time and CPU time read after the
+  // wait, the delay before it, so their difference would show the wait as time blocked. Read the
+  // delay again (the wait is in it now), so the three agree.
+  if (double(t_cpu - t) * clock::calibration().ns_per_tick > kSamplePreemptedNs) {
+    const host::SchedStat again = host::thread_schedstat();
+    if (again.ok) s = again;
+  }
+  recorder::append(kCounter, kStructure, g_run_delay_name, s.delay_ns, t);
+  t_delay_sampled = s.delay_ns;
+  t_slices_sampled = s.slices;
+  if (u.ok) recorder::append(kCounter, kStructure, g_involuntary_name, u.involuntary, t);
   if (cpu < 0 || !u.ok) return;
   recorder::append(kCounter, kStructure, g_thread_cpu_name, cpu, t_cpu);
   recorder::append(kCounter, kStructure, g_voluntary_name, u.voluntary, t_cpu);
@@ -648,10 +661,12 @@ PYBIND11_MODULE(_native, m) {
   m.def("thread_involuntary_switches", &host::thread_involuntary_switches,
         "Involuntary context switches of the calling thread (getrusage RUSAGE_THREAD); -1 where unavailable.");
   m.def("thread_times", [] {
-    const host::SchedStat s = host::thread_schedstat();
+    const uint64_t start = clock::monotonic_ns();
+    host::SchedStat s = host::thread_schedstat();
     const host::ThreadUsage u = host::thread_usage();
     const int64_t cpu = host::thread_cpu_ns();
     const int64_t now = int64_t(clock::monotonic_ns());
+    if (double(now) - double(start) > kSamplePreemptedNs) s = host::thread_schedstat();  // as append_sched
     if (!s.ok || !u.ok || cpu < 0) return py::object(py::none());
     py::dict d;
     d["ns"] = now;

@@ -4,10 +4,11 @@ bench/off_cpu_acceptance.py):
 
 - `waits`: a Linear, then `Planted.sleeper` sleeps PLANTED_SLEEP_S (default 0.06 s) on its first
   call only (a wait: a lock, a socket, a remote store would look the same), then a Linear;
-- `reads`: `Planted.reader` reads the file PLANTED_BLOB into a buffer of its own on every call, and
-  drops that file from the page cache just before its first read (the factory does too), so each
-  process's first pass reads it cold and every later read is served from the page cache (the first
-  call's extra cost is the disk's; a trace's control process and its own each get a cold read);
+- `reads`: `Planted.reader` reads the file PLANTED_BLOB into a buffer of its own on every call, and on
+  its first call drops that file from the page cache just before reading it, so every process's first
+  pass reads it cold (a trace's control process runs its own first pass before the traced one: a drop
+  when the model is built would leave the traced pass a warm cache) and every later read is served
+  from the page cache (the first call's extra cost is the disk's);
 - `both`: both planted; `neither`: the same model with neither.
 
 With PLANTED_SELF_TIMES set to a path, each planted module's first call times itself with the thread's
@@ -89,8 +90,8 @@ class Reader(torch.nn.Module):
 
     def forward(self, x):
         self.calls += 1
-        if self.calls == 1:  # every process's first call meets a cold page cache (a trace runs the model in
-            drop_from_page_cache(self.path)  # two: its control's clean pass and its own), not only the first's
+        if self.calls == 1:
+            drop_from_page_cache(self.path)
         with self_timed("read", self.calls == 1), open(self.path, "rb", buffering=0) as f:
             f.readinto(self.buf)
         return x
@@ -116,15 +117,11 @@ def waits() -> Planted:
 
 
 def reads() -> Planted:
-    model = Planted(sleep=False, read=True)
-    drop_from_page_cache(_blob())
-    return model
+    return Planted(sleep=False, read=True)
 
 
 def both() -> Planted:
-    model = Planted(sleep=True, read=True)
-    drop_from_page_cache(_blob())
-    return model
+    return Planted(sleep=True, read=True)
 
 
 def neither() -> Planted:

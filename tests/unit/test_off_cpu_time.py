@@ -93,6 +93,22 @@ def test_a_compile_span_holding_a_disk_read_is_net_of_it():
     assert att.unexplained_by_module["M"] == pytest.approx(90 * MS - 20 * MS - 20 * MS, rel=1e-3)
 
 
+def test_a_stretch_of_many_blocks_and_a_small_read_is_a_disk_read_only_by_its_share():
+    # a compile's 20 ms: blocked 16 ms over 64 blocks (its workers), 20 KiB of a cold file among them
+    tl = thread_clock_timeline(SPANS, [_full(0, 0), (50, 0), _full(70, 54, voluntary=64, read_bytes=20 << 10),
+                                       _full(100, 84, voluntary=64, read_bytes=20 << 10)])
+    parts = _parts(tl)
+    carved = parts[(Name.DISK_READ, "storage_in:torch.compile")]
+    assert carved.ns == pytest.approx(16 * MS / 64, rel=1e-3)  # one block of 64: one readahead window read
+    assert carved.evidence == "estimated" and "split between them by count of blocks" in carved.detail
+    assert parts[(Name.JIT_COMPILE, "torch.compile")].ns == pytest.approx(20 * MS - 16 * MS / 64, rel=1e-3)
+    # a cold read as large as its blocks: every block a read, all of it measured
+    big = thread_clock_timeline(SPANS, [_full(0, 0), (50, 0), _full(70, 54, voluntary=8, read_bytes=8 << 20),
+                                        _full(100, 84, voluntary=8, read_bytes=8 << 20)])
+    whole = _parts(big)[(Name.DISK_READ, "storage_in:torch.compile")]
+    assert whole.ns == pytest.approx(16 * MS, rel=1e-3) and whole.evidence == "measured"
+
+
 def test_a_wait_inside_a_cause_span_stays_with_that_span():
     # a compile waiting for its compiler's processes: the compile's own time, not a wait
     tl = thread_clock_timeline(SPANS, [_full(0, 0), (50, 0), _full(70, 62, voluntary=3), _full(100, 92, voluntary=3)])

@@ -33,11 +33,14 @@ from .reading import _counter_series
 # sleep, lock or network call worth a line. A disk read has no floor: reading from storage at all
 # is the cold page cache's doing, and it is booked at what it took.
 WAIT_FLOOR_NS = 200_000
+# The kernel's default readahead window (VM_READAHEAD_PAGES, 128 KiB): a cold read waits once for each
+# window at most, so bytes read from storage account for at least this many blocks.
+READAHEAD_BYTES = 128 << 10
 
 
 class Stretch(NamedTuple):
     """Where the pass thread was blocked: somewhere in [start_ns, end_ns] (the boundary before the
-    block and the sample after it), for off_ns in all."""
+    block and the one after it), for off_ns in all."""
 
     start_ns: int
     end_ns: int
@@ -52,6 +55,19 @@ class Stretch(NamedTuple):
     @property
     def disk(self) -> bool:
         return self.read_bytes > 0 or self.major_faults > 0
+
+    @property
+    def io_blocks(self) -> int:
+        """The blocks its reads account for: one a major fault, or one a readahead window read (a
+        cold sequential read blocks once a window or less), never more than it blocked."""
+        return min(self.switches, max(self.major_faults, -(-self.read_bytes // READAHEAD_BYTES)))
+
+    @property
+    def disk_share(self) -> float:
+        """The share of its blocked time that was a disk read: all of it where its reads account for
+        every block, else theirs by count (a compile waiting 3 s on its workers while 20 KiB of a cold
+        file came in is not 3 s of disk)."""
+        return self.io_blocks / self.switches if self.switches else 0.0
 
 
 def _at(ts: list[int], vals: list[int], t: int) -> int | None:
@@ -95,10 +111,12 @@ def stretches(tl: Timeline, thread: int, t0: int, t1: int) -> list[Stretch]:
         if off <= 0 or switches <= 0:
             continue
         # The boundary before this sample's (whose run-delay sample is the last at or before tb): the
-        # thread kept its CPU from the sample before up to there, or it would have been sampled.
+        # thread kept its CPU from the sample before up to there, or it would have been sampled. It was
+        # back by this boundary's run-delay read (the switch had moved it): a preemption after that,
+        # before the CPU clock's read, is run-queue delay, and must not stretch the block past it.
         at = bisect.bisect_right(delay_t, tb) - 1
         start = max(delay_t[at - 1], ta) if at >= 1 else ta
-        lo, hi = max(start, t0), min(tb, t1)
+        lo, hi = max(start, t0), min(max(delay_t[at], start), t1)
         if hi <= lo:
             continue
         own_majors = grew(THREAD_MAJOR_FAULTS_COUNTER, ta, tb)
@@ -130,28 +148,39 @@ def off_cpu_time(ctx: PassContext) -> list[Part]:
     lowered: dict[tuple[str, str, str], float] = {}  # (cause, source, module) -> ns taken out of its span
     kept_in_spans: dict[str, float] = {}  # waits left inside cause spans, by source
     read_bytes = majors = blocks = disk_blocks = others = 0
+    shared: dict[int, float] = {}  # id of a part -> ns of it split off stretches that also waited otherwise
     for st in got:
-        if st.disk:
+        share = st.disk_share
+        disk_ns, wait_ns = st.off_ns * share, st.off_ns * (1 - share)
+        if share > 0:
             read_bytes += st.read_bytes
             majors += st.major_faults
-            disk_blocks += st.switches
-        else:
-            blocks += st.switches
+            disk_blocks += st.io_blocks
+        if share < 1:
+            blocks += st.switches - st.io_blocks
             others += st.others_major_faults
-        for cause_span, mod, ns in ctx.spread(st.start_ns, st.end_ns, st.off_ns):
+        for cause_span, mod, frac in ctx.spread(st.start_ns, st.end_ns, 1.0):
+            d, w = disk_ns * frac, wait_ns * frac
             if cause_span is None:
-                (disk if st.disk else wait).add(mod, ns)
+                for p, ns in ((disk, d), (wait, w)):
+                    if ns > 0:
+                        p.add(mod, ns)
+                        if 0 < share < 1:
+                            shared[id(p)] = shared.get(id(p), 0.0) + ns
                 continue
             src = source_of(cause_span.name)
-            if not st.disk:
-                kept_in_spans[src] = kept_in_spans.get(src, 0.0) + ns
+            if w > 0:
+                kept_in_spans[src] = kept_in_spans.get(src, 0.0) + w
+            if d <= 0:
                 continue
             into = carved.get(src)
             if into is None:
                 into = carved[src] = Part(Name.DISK_READ, f"storage_in:{src}", "measured", carved=True)
-            into.add(mod, ns)
+            into.add(mod, d)
+            if share < 1:
+                shared[id(into)] = shared.get(id(into), 0.0) + d
             key = (cause_name(cause_span.cause), src, mod)
-            lowered[key] = lowered.get(key, 0.0) + ns
+            lowered[key] = lowered.get(key, 0.0) + d
     steady = ctx.steady_off_cpu_ns
     wait_keep = max(0.0, wait.ns - steady) / wait.ns if wait.ns > 0 else 0.0
     disk_total = disk.ns + sum(p.ns for p in carved.values())
@@ -165,7 +194,8 @@ def off_cpu_time(ctx: PassContext) -> list[Part]:
         wait.count = blocks
         inside = sum(kept_in_spans.values())
         wait.detail = (f"the pass's thread was blocked off the CPU for {wait.ns / 1e6:.3f} ms outside cause spans "
-                       f"({_switches(blocks)}: a sleep, a lock, a socket, a remote store; {how}){less}")
+                       f"({_switches(blocks)}: a sleep, a lock, a socket, a remote store; {how}){less}"
+                       f"{_split(wait, shared, wait_keep)}")
         if others:
             wait.detail += (f"; the process's other threads took {others} major faults (pages read from disk) while it "
                             "waited: some of the wait may have been for them (a thread pool paging its code in)")
@@ -186,11 +216,24 @@ def off_cpu_time(ctx: PassContext) -> list[Part]:
         where = ("outside cause spans" if p is disk
                  else f"inside {p.source.split(':', 1)[1]} spans, taken out of their time: never booked as their cause")
         p.detail = (f"{what}: {p.ns / 1e6:.3f} ms of the {disk_total * disk_keep / 1e6:.3f} ms the thread waited for them "
-                    f"{where} ({_switches(disk_blocks)}; {how}){less}")
+                    f"{where} ({_switches(disk_blocks)}; {how}){less}{_split(p, shared, disk_keep)}")
         parts.append(p)
     for (cause, source, mod), ns in lowered.items():
         parts.append(Part(cause, source, "measured", ns=-ns * disk_keep, by_module={mod: -ns * disk_keep}))
     return parts
+
+
+def _split(p: Part, shared: dict[int, float], keep: float) -> str:
+    """Said of a part some of whose time came from stretches that held both disk reads and other
+    blocks, split between them by count of blocks: that share is an estimate, and so is the part
+    when it is more than a tenth of it."""
+    ns = shared.get(id(p), 0.0) * keep
+    if ns <= 0:
+        return ""
+    if ns > 0.1 * p.ns:
+        p.evidence = "estimated"
+    return (f"; {ns / 1e6:.3f} ms of it from stretches that held disk reads and other blocks too, split between them "
+            "by count of blocks (one a major fault or a readahead window read)")
 
 
 def _scale(p: Part, keep: float) -> None:
