@@ -343,7 +343,7 @@ def trace(
     clean passes (an int, or (min, max) adaptive within steady_budget_s seconds). run: where the
     trace runs, for the report (`warmprof trace`'s fresh child passes its own); None is the
     caller's process, which the report's notes then say. op_view: a span per aten op in the first
-    pass and the seen re-run (a TorchDispatchMode: about 10-15 us per op, measured and booked as
+    pass and the seen re-run (torch's profiler's op events: 1-2 us per op, measured and booked as
     profiler_overhead), so unattributed_where gives (module, op) rows with each site's first call's
     arguments, which `warmprof probe --from` replays. explain: op_view, then the explain_top ops
     holding the most unexplained time probed in fresh processes (seconds each) and their verdicts
