@@ -170,7 +170,12 @@ def test_two_real_reports_compare_into_their_own_numbers(tmp_path):
                 assert row.cells[i].ms == pytest.approx(own[row.key], abs=1e-12)
             line = next(line for line in text.splitlines() if line.strip().startswith(row.key + " "))
             assert ms_cell(row.cells[i].ms) in line.split()
-        assert [row.cells[i].ms for row in c.summary] == [r.first_pass_ms, r.seen_rerun_ms, r.steady_median_ms, r.excess_ms]
+        assert [row.cells[i].ms for row in c.summary][:4] == [r.first_pass_ms, r.seen_rerun_ms, r.steady_median_ms,
+                                                             r.excess_ms]
+        # warmprof's own cost: its own summary line, never a cause row
+        own_rows = {row.key: row.cells[i].ms for row in c.summary[4:]}
+        assert own_rows == {"warmprof's own cost, per pass": r.own_cost["steady_ms"]}
+        assert "profiler_overhead" not in {row.key for row in c.rows}
     threads = next(row for row in c.settings if row.key == "threads")
     assert threads.values == ["1", "2"] and "threads: 1 vs 2" in text
     assert all(r.settings is not None and r.settings.threads_set is False for r in reports)

@@ -53,11 +53,11 @@ def setup(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--op-view", action="store_true",
                         help="a span per aten op: unexplained time by (module, op) with each op's shapes "
                              "(torch's profiler events, 1-2 us per op: measured on the model's instrumented passes, "
-                             "booked as estimated profiler_overhead)")
+                             "warmprof's own cost, not the model's)")
     parser.add_argument("--explain", action="store_true",
-                        help="--op-view, then two more fresh processes (the model run once first, at this and at "
-                             "another shape) and the ops holding the most unexplained time probed in fresh processes; "
-                             "what they show is folded in as inferred causes (adds a few traces and seconds per op)")
+                        help="--op-view, then the ops holding the most unexplained time probed in fresh processes; "
+                             "what they show is folded in as inferred causes (a few seconds per op; with "
+                             "--no-control, one more fresh process first that ran the model at another shape)")
     parser.add_argument("--explain-top", type=int, default=8, metavar="N",
                         help="ops probed by --explain (default 8, the largest first)")
     parser.add_argument("--repeat", type=int, default=1, metavar="N",

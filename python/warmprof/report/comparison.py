@@ -148,6 +148,12 @@ def compare(*reports: ReportBase | str | os.PathLike, labels: list[str] | None =
         raise ReportError(f"cannot compare {kind!r} reports (only trace, probe and watch reports)")
     if kind == "trace":
         summary = [_row(name, [Cell(float(getattr(r, key))) for r in loaded]) for name, key in _SUMMARY]
+        # warmprof's own cost is its own line, never one of the causes (traces/controls.py)
+        for name, key in (("warmprof's own cost, first pass", "first_pass_ms"),
+                          ("warmprof's own cost, per pass", "steady_ms")):
+            cells = [Cell(_number((getattr(r, "own_cost", None) or {}).get(key))) for r in loaded]
+            if any(c.ms is not None for c in cells):
+                summary.append(_row(name, cells))
         rows, predictions = _cause_rows(loaded), []
     elif kind == "watch":
         summary = [_row(name, [Cell(fn(r)) for r in loaded]) for name, fn in _WATCH_SUMMARY]
