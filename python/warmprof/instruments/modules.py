@@ -74,8 +74,8 @@ class ModuleHooks(Instrument):
 
     @staticmethod
     def calibrate_cost(calls: int = 200, batches: int = 21) -> float:
-        """ns these hooks add to one module call on this machine: a trivial module called `calls`
-        times without and with them (inside a recording, so every record is written), in `batches`
+        """ns these hooks add to one module call on this machine: a trivial module (a child of the hooked
+        model) called `calls` times without and with them (inside a recording, so every record is written), in `batches`
         alternating pairs, the fastest batch of each kind (a busy machine slows batches and never
         speeds them up: short batches, alternated, and their low figure keep a scheduler tick or
         another process out of the figure). Run before the trace's own recording."""
@@ -85,7 +85,10 @@ class ModuleHooks(Instrument):
 
         from ..timeline import Recording
 
+        # A child of the hooked model, as almost every module call is: the root's own boundaries always
+        # take the host counters, a child's only when the gap since the last sample has passed.
         module, x = torch.nn.Identity(), torch.zeros(1)
+        root = torch.nn.Sequential(module)
 
         def batch() -> float:
             t0 = time.perf_counter_ns()
@@ -97,7 +100,7 @@ class ModuleHooks(Instrument):
         with Recording():
             for _ in range(batches):
                 plain.append(batch())
-                with ModuleHooks(module):
+                with ModuleHooks(root):
                     hooked.append(batch())
         return max(0.0, min(hooked) - min(plain))
 
