@@ -38,6 +38,10 @@ def test_each_advice_line_helps_when_followed(tmp_path):
         return
     followed = {}
     for cause in sorted(advised):
+        if cause == "cpu_contention":  # the machine's load: its line says no warm-up removes it, and none is tried
+            line = next(a for a in cold["advice"] if cause_of_line(a) == cause)
+            assert "no warm-up removes it" in line
+            continue
         assert cause in FOLLOW, f"advice on {cause}, which no warm-up removes: {cold['advice']}"
         warm_at = OTHER if FOLLOW[cause] == "any" else SHAPE
         if warm_at not in followed:
