@@ -166,8 +166,9 @@ def test_compile_inside_a_module_inside_a_module_counts_once():
     # Python imports the compiler runs inside its compile span stay in the compile (torch's timers
     # count them too): they are recorded as spans but own no time of their own.
     # A wait for a CPU inside the compile span is taken out of it and booked as cpu_contention.
-    carved = {f"run_queue_in:{c.source}" for c in jit}
-    waited = sum(c.ms for c in r.causes if c.cause == "cpu_contention" and c.source in carved)
+    # ... and a disk read inside it too, as disk_read (source storage_in:<the span's source>)
+    carved = {f"{kind}:{c.source}" for c in jit for kind in ("run_queue_in", "storage_in")}
+    waited = sum(c.ms for c in r.causes if c.cause in ("cpu_contention", "disk_read") and c.source in carved)
     assert total + waited == pytest.approx(spans, rel=0.02)  # counted once, not once per enclosing module
     assert total <= r.first_pass_ms
     assert {c.module for c in jit} == {"Outer.inner"}  # the innermost module
@@ -187,11 +188,13 @@ def test_compiled_model_jit_is_top_and_matches_torch_own_figure():
     # Time the pass's thread spent ready but without a core (a busy machine) is cpu_contention now; the
     # allowance below stays for what the steady passes' own waits leave of it.
     waited_ms = waits["seen-shape re-run"] - waits["first pass"]
-    top = r.top_cause()
+    # the largest of the model's own causes (on a busy machine its wait for a CPU, the machine's, can be larger)
+    top = max((c for c in r.causes if c.cause != "cpu_contention"), key=lambda c: c.ms)
     assert top.cause == "jit_compile" and top.evidence == "measured"
-    # torch's timers count wall time: a wait for a CPU inside the compile spans is in them, and
-    # warmprof books it as cpu_contention (source run_queue_in:<the span's source>)
-    jit_sources = {f"run_queue_in:{c.source}" for c in r.causes if c.cause == "jit_compile"}
+    # torch's timers count wall time: a wait for a CPU or a disk read inside the compile spans is in
+    # them, and warmprof books it as cpu_contention or disk_read (source run_queue_in: / storage_in:<span's source>)
+    jit_sources = {f"{kind}:{c.source}" for c in r.causes if c.cause == "jit_compile"
+                   for kind in ("run_queue_in", "storage_in")}
     jit_ms = sum(c.ms for c in r.causes if c.cause == "jit_compile" or c.source in jit_sources)
     torch_ms = r.instruments["torch_compile"]["torch_reported_compile_ms"]
     assert torch_ms > 0 and abs(jit_ms - torch_ms) <= 0.10 * torch_ms, (jit_ms, torch_ms)
