@@ -1,5 +1,3 @@
-import sys
+from .cli import end, main
 
-from .cli import main
-
-sys.exit(main())
+end(main())

@@ -9,6 +9,34 @@ import traceback
 
 from .errors import WarmprofError
 
+# Set by a process warmprof started for itself (a trace's fresh child, its control process) once its
+# work is out: `python -m warmprof` then ends with os._exit, skipping the interpreter's teardown
+# (torch's is ~0.3 s a process) and whatever atexit handlers the model left (they are not part of a
+# first request, and one that never returns would hold the finished trace).
+_exit_now = False
+
+
+def exit_without_teardown() -> None:
+    """This process ends as soon as main() returns (see _exit_now); only for warmprof's own processes."""
+    global _exit_now
+    _exit_now = True
+
+
+def end(code: int) -> None:
+    """`python -m warmprof`'s exit: os._exit after a flush where exit_without_teardown() was called."""
+    if _exit_now:
+        import os
+
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                if stream is not None:
+                    stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
+    sys.exit(code)
+
+
 COMMANDS = ("trace", "probe", "compare", "show", "watch", "buckets")
 TRACEBACK_HELP = ("on an error, also print its traceback, with the exception it came from (the model's own, "
                   "when the model raised) on stderr")
@@ -55,4 +83,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    end(main())

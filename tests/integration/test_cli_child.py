@@ -59,6 +59,10 @@ class M(torch.nn.Module):
             deadline = time.monotonic() + 300
             while time.monotonic() < deadline:
                 time.sleep(0.05)
+        if self.action == "atexit":  # a teardown that never returns (a log shipper's flush, say)
+            import atexit, threading
+            atexit.register(threading.Event().wait)
+            pathlib.Path(os.environ["WPH_PIDFILE"]).write_text(str(os.getpid()))
         if self.action == "setcache":  # as inductor does on its first compile
             os.environ["TRITON_CACHE_DIR"] = os.environ["WPH_SETCACHE"]
         if self.action == "env" and not os.path.exists(os.environ["WPH_ENVFILE"]):
@@ -415,3 +419,17 @@ def test_a_child_in_a_terminal_can_read_it(model, tmp_path):
         os.close(master)
     assert b"typed: hello" in seen, seen[-2000:]
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, seen[-2000:]
+
+
+def test_a_model_atexit_that_never_returns_does_not_hold_the_finished_trace(model, tmp_path):
+    """warmprof's own processes (the trace's child, its control) end with os._exit once the report
+    is out: the model's atexit handlers are not part of its first pass, and one that never returns
+    would otherwise keep `warmprof trace` waiting forever."""
+    pidfile, out = tmp_path / "child.pid", tmp_path / "r.json"
+    done = subprocess.run(_argv(model, "--json", str(out)), env=_env(tmp_path, WPH_ACTION="atexit",
+                          WPH_PIDFILE=str(pidfile)), capture_output=True, text=True, timeout=TIMEOUT)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(out.read_text())["kind"] == "trace" and "report saved to" in done.stderr
+    assert pidfile.exists()  # the handler was registered in the traced process...
+    assert _gone(int(pidfile.read_text()))  # ...and that process has ended
+    assert list((tmp_path / "tmp").iterdir()) == []

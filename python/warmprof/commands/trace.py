@@ -20,6 +20,11 @@ from ..traces.targets import check_inputs_spec, load_inputs, load_target
 
 __all__ = ["HELP", "NAME", "load_target", "run", "setup"]
 
+# With a control, the headline's steady passes are the control's clean ones; this process's own serve
+# its attribution (the instrumented excess, the noise band, the instruments' steady cost), for which a
+# few tenths of a second of passes (at least 5) do.
+STEADY_BUDGET_WITH_CONTROL_S = 0.4
+
 NAME = "trace"
 HELP = "Trace a model's first pass and attribute its excess over a steady pass to causes."
 
@@ -161,6 +166,12 @@ def run(args: argparse.Namespace) -> int:
                          "explained by the compile's own spans); drop --explain or --compile")
     if args.json is not None:
         check_output_path(args.json)
+    if args.control_fds is not None or (args.in_process and args.fresh_process):
+        # a process warmprof started for itself (the trace's fresh child, its control): it ends
+        # with os._exit once its work is out, not after torch's teardown and the model's atexit
+        from ..cli import exit_without_teardown
+
+        exit_without_teardown()
     if args.control_fds is not None:
         return _serve_control(args)
     if args.repeat != 1:
@@ -288,11 +299,9 @@ def _trace_with(args: argparse.Namespace, status: child.Status, control: Any) ->
     import time
 
     started = time.monotonic()
+    budget = STEADY_BUDGET_WITH_CONTROL_S if control is not None and control.clean is not None else 3.0
     report = warmprof.trace(model, shape, inputs=inputs, dtype=args.dtype, model_dtype=args.model_dtype,
-                            device=args.device, compile=args.compile, steady=steady,
-                            # with a control, the headline's steady passes are the control's: this
-                            # process's serve its own attribution only (faults, waits, noise)
-                            steady_budget_s=1.0 if control is not None and control.clean is not None else 3.0,
+                            device=args.device, compile=args.compile, steady=steady, steady_budget_s=budget,
                             progress=status.progress(args.quiet), run=_run_context(args),
                             op_view=args.op_view or args.explain)
     if args.warm_shape:
