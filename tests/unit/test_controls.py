@@ -119,7 +119,11 @@ def test_a_control_that_fails_says_why_and_the_trace_goes_on(tmp_path):
     assert ctl._proc.poll() is not None  # nothing left running
 
 
-def test_a_control_runs_its_clean_pass_when_asked(tmp_path):
+COSTS = {"timer_overhead_ns": 50.0, "fault_cost_ns": 1000.0, "fault_cost_per_page_ns": 1000.0,
+         "thread_start_ns": 100000.0, "hook_cost_ns": 1000.0}
+
+
+def test_a_control_runs_its_clean_pass_and_its_warm_control_when_asked(tmp_path):
     good = tmp_path / "m.py"
     good.write_text("import torch\ndef make():\n    return torch.nn.Linear(4, 4)\n")
     ctl = controls.ControlProcess(["trace", f"{good}:make", "--shape", "2,4", "--in-process", "--quiet"])
@@ -127,11 +131,91 @@ def test_a_control_runs_its_clean_pass_when_asked(tmp_path):
         got = ctl.run_clean(timeout_s=300)
         assert got is not None, ctl.failed
         assert got.first_pass_ms > 0 and len(got.steady_ms) >= controls.CLEAN_STEADY[0]
+        assert got.other_shape["shape"] == [[3, 4]] and got.after_pause["pass_ms"] > 0
         if sys.platform.startswith("linux"):
             assert {"cpu_ms", "off_cpu_ms", "run_delay_ms"} <= set(got.first)
+        warm = ctl.run_warm(COSTS, timeout_s=300)  # still listening after the clean phase
+        assert warm is not None, ctl.failed
+        assert warm.first_pass_ms > 0 and isinstance(warm.causes, list)
     finally:
         ctl.close()
     assert ctl._proc.poll() is not None
+
+
+INPUTS = """import torch
+def kw():
+    return {"ids": torch.zeros(1, 6, dtype=torch.long), "mask": torch.ones(1, 6)}
+"""
+KW_MODEL = """import torch
+class M(torch.nn.Module):
+    def __init__(self, batch=None):
+        super().__init__()
+        self.emb = torch.nn.Embedding(10, 4)
+        self.batch = batch
+    def forward(self, ids, mask):
+        if self.batch is not None and ids.shape[0] != self.batch:
+            raise ValueError(f"this model takes a batch of {self.batch}")
+        return self.emb(ids) * mask[..., None]
+def make():
+    return M()
+def fixed():
+    return M(batch=1)
+"""
+
+
+@pytest.mark.parametrize("factory", ["make", "fixed"])
+def test_given_inputs_get_an_other_shape_pass_one_row_longer_or_say_why_not(tmp_path, factory):
+    (tmp_path / "m.py").write_text(KW_MODEL)
+    (tmp_path / "i.py").write_text(INPUTS)
+    ctl = controls.ControlProcess(["trace", f"{tmp_path / 'm.py'}:{factory}", "--inputs", f"{tmp_path / 'i.py'}:kw",
+                                   "--in-process", "--quiet"])
+    try:
+        got = ctl.run_clean(timeout_s=300)
+        assert got is not None, ctl.failed
+    finally:
+        ctl.close()
+    if factory == "make":
+        assert got.other_shape["shape"] == [[2, 6]] and not got.other_shape_refused
+    else:
+        assert got.other_shape is None and "takes a batch of 1" in got.other_shape_refused
+        r = _instrumented(**{Name.ALLOCATOR_GROWTH: 1.0})
+        fold(r, got, None)
+        assert any("no other-shape pass" in n and "takes a batch of 1" in n for n in r.notes)
+        assert "takes a batch of 1" in _round_trip(r).clean["other_shape_refused"]
+
+
+def test_other_inputs_grow_a_shared_batch_dimension_only():
+    import torch
+
+    a, b = torch.zeros(2, 3), torch.ones(2, 5)
+    args, kwargs = controls.other_inputs(torch, (a, 7), {"b": b, "flag": True})
+    assert args[0].shape == (3, 3) and args[1] == 7 and kwargs["b"].shape == (3, 5) and kwargs["flag"] is True
+    assert torch.equal(args[0][2], a[0])  # the first row again
+    assert controls.other_inputs(torch, (a, torch.zeros(3, 3)), {}) is None  # no shared batch
+    assert controls.other_inputs(torch, (torch.tensor(1.0),), {}) is None  # a scalar has none
+    assert controls.other_inputs(torch, (3,), {"x": "text"}) is None  # no tensor at all
+    assert controls.other_inputs(torch, (torch.zeros(0, 2),), {}) is None  # an empty batch
+
+
+def test_an_excess_no_larger_than_a_warm_pass_after_a_pause_is_no_first_call_cost():
+    """A first pass always comes after other work; steady passes come back to back. A warm pass after
+    a short sleep pays that too: an excess within the noise band plus that is no first-call cost."""
+    steady = (4.0, 4.05, 3.95, 4.0, 4.02)
+    def folded(pause_ms):
+        clean = _clean(first=5.2, steady=steady)
+        if pause_ms is not None:
+            clean.after_pause = {"pass_ms": 4.0 + pause_ms, "first": {}}
+        r = _instrumented(**{Name.ALLOCATOR_GROWTH: 0.2})
+        fold(r, clean, None)
+        return _round_trip(r)
+
+    paused = folded(1.5)
+    assert paused.clean["after_pause"]["excess_ms"] == pytest.approx(1.5)
+    assert paused.verdict == controls.NO_COST
+    assert paused.advice[0].startswith("No first-call cost at this shape") and "after a pause" in paused.advice[0]
+    assert "a warm pass after a pause" in str(paused)
+    assert folded(0.5).verdict == controls.FIRST_CALL_COST  # 1.2 ms is more than the band and the pause's 0.5
+    assert folded(None).verdict == controls.FIRST_CALL_COST  # no such pass measured: the band alone
 
 
 def test_cause_entries_left_under_a_microsecond_go():
