@@ -64,8 +64,7 @@ class TraceTextRenderer(Renderer):
             lines.append(f"  a warm pass after a pause {_ms(pause.get('pass_ms', 0.0))} ({'+' if pause['excess_ms'] >= 0 else '-'}{_ms(abs(pause['excess_ms']))} over "
                          "steady: what any pass after other work pays, not a first call)")
         if r.verdict == "no_first_call_cost":
-            lines.append("  no first-call cost at this shape: the first pass is within the steady passes' noise band"
-                         + (" and what a warm pass after a pause pays" if r.excess_ms > r.noise_band_ms else ""))
+            lines.append("  no first-call cost at this shape: the first pass is within the steady passes' noise band")
         lines.append("")
         residual_source = "excess - attributed"
         rows = [(c, one_line(c.source) + (f" x{c.count}" if c.count > 1 else "")) for c in sorted(r.causes, key=lambda c: -c.ms)]
