@@ -476,6 +476,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-explain", action="store_true", help="skip the --explain traces")
     ap.add_argument("--no-prerun", action="store_true", help="skip the pre-run variants")
     ap.add_argument("--no-answer-time", action="store_true", help="skip the time-to-an-answer check")
+    ap.add_argument("--no-prime", action="store_true",
+                    help="no dropped bare child before each model's runs (the first child after a pause pays the "
+                         "library pages the machine reclaimed meanwhile)")
     ap.add_argument("--steady", type=int, default=30, help="steady passes in the bare child (default 30)")
     ap.add_argument("--timeout", type=float, default=900, help="seconds per child (default 900)")
     ap.add_argument("--wait-load", type=float, default=None, metavar="LOAD",
@@ -532,6 +535,13 @@ def main(argv: list[str] | None = None) -> int:
                 runs["explain"] = []
             if not args.no_prerun:
                 runs["prerun_bare"], runs["prerun"] = [], []
+            if not args.no_prime:
+                # One bare child first, its figures dropped: the first process after a pause (an install,
+                # the last model) reads back the library pages the machine reclaimed meanwhile, a cost the
+                # later children (bare and traced alike) do not pay.
+                primed = bare(py, name, args)
+                log(f"{name}: priming child (dropped): bare excess {fmt(primed.get('excess_ms'), '.2f')} ms")
+                raw.setdefault("primed", {})[name] = primed
             for i in range(1, args.runs + 1):
                 t_run = time.monotonic()
                 b = bare(py, name, args)
