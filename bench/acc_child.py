@@ -43,10 +43,14 @@ def bare(factory: str, steady: int) -> dict:
     model = getattr(zoo, factory)()
     inputs = getattr(zoo, base + "_inputs")()
     built_ms = (time.perf_counter_ns() - t_build) / 1e6
+    import resource
+
     with torch.no_grad():
+        f0 = resource.getrusage(resource.RUSAGE_SELF).ru_majflt
         t0 = time.perf_counter_ns()
         call(model, inputs)
         t1 = time.perf_counter_ns()
+        major = resource.getrusage(resource.RUSAGE_SELF).ru_majflt - f0
         times = []
         for _ in range(steady):
             a = time.perf_counter_ns()
@@ -55,7 +59,7 @@ def bare(factory: str, steady: int) -> dict:
     first = (t1 - t0) / 1e6
     med = statistics.median(times)
     return {"first_ms": first, "steady_ms": med, "excess_ms": first - med, "steady_min_ms": min(times),
-            "steady_max_ms": max(times), "second_ms": times[0], "build_ms": built_ms, "steady_passes": steady,
+            "steady_max_ms": max(times), "second_ms": times[0], "build_ms": built_ms, "steady_passes": steady, "first_major_faults": major,
             "torch": torch.__version__, "threads": torch.get_num_threads()}
 
 

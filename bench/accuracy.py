@@ -540,7 +540,8 @@ def main(argv: list[str] | None = None) -> int:
                 # the last model) reads back the library pages the machine reclaimed meanwhile, a cost the
                 # later children (bare and traced alike) do not pay.
                 primed = bare(py, name, args)
-                log(f"{name}: priming child (dropped): bare excess {fmt(primed.get('excess_ms'), '.2f')} ms")
+                log(f"{name}: priming child (dropped): bare excess {fmt(primed.get('excess_ms'), '.2f')} ms, "
+                    f"{primed.get('first_major_faults', '?')} major faults in its first pass")
                 raw.setdefault("primed", {})[name] = primed
             for i in range(1, args.runs + 1):
                 t_run = time.monotonic()
