@@ -537,8 +537,8 @@ def main(argv: list[str] | None = None) -> int:
                 runs["prerun_bare"], runs["prerun"] = [], []
             if not args.no_prime:
                 # One bare child first, its figures dropped: the first process after a pause (an install,
-                # the last model) reads back the library pages the machine reclaimed meanwhile, a cost the
-                # later children (bare and traced alike) do not pay.
+                # the last model) can pay 5-25 ms more on a first pass than the children after it, bare
+                # and traced alike (its major faults are logged, to tell page reads back apart).
                 primed = bare(py, name, args)
                 log(f"{name}: priming child (dropped): bare excess {fmt(primed.get('excess_ms'), '.2f')} ms, "
                     f"{primed.get('first_major_faults', '?')} major faults in its first pass")
