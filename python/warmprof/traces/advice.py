@@ -10,6 +10,7 @@ from typing import Any
 from .. import causes, devices
 from ..opspec import short_op
 from ..report.trace import unplaced_ms
+from .controls import fresh_inputs_ms, no_cost_bound_ms
 
 CONTENTION = "cpu_contention"  # the machine's load: never a first-call cost (causes.py)
 
@@ -84,7 +85,7 @@ def advise(report: Any, share_floor: float = 0.1, max_causes: int = 3) -> list[s
     Threads that clash with the CPUs or the other work (protocol.oversubscription) get their own line."""
     crowded = _threads_line(report)
     band, excess = report.noise_band_ms, report.excess_ms
-    if excess <= band:
+    if excess <= no_cost_bound_ms(report):
         return [_no_cost_line(report)] + crowded
     waited = sum(c.ms for c in report.causes if c.cause == CONTENTION)
     own = sum(c.ms for c in report.causes if c.cause == causes.OWN)  # reports written before own_cost
@@ -152,9 +153,15 @@ def _no_cost_line(report: Any) -> str:
     band, excess = report.noise_band_ms, report.excess_ms
     p10, p90 = getattr(report, "steady_p10_ms", 0.0), getattr(report, "steady_p90_ms", 0.0)
     clean = "clean first pass" if getattr(report, "clean", None) else "first pass"
-    line = (f"No first-call cost at this shape: the {clean} was {excess:+.2f} ms from the steady median, within the "
-            f"steady passes' own spread ({band:.2f} ms, p10-p90 {p10:.2f}-{p90:.2f} ms), so no warm-up is needed "
-            "for this shape.")
+    fresh = fresh_inputs_ms(report)
+    if excess > band and fresh > 0:
+        line = (f"No first-call cost at this shape: the {clean} was {excess:+.2f} ms from the steady median, no more "
+                f"than the steady passes' own spread ({band:.2f} ms, p10-p90 {p10:.2f}-{p90:.2f} ms) and what a warm "
+                f"pass paid for inputs just made ({fresh:.2f} ms, measured), so no warm-up is needed for this shape.")
+    else:
+        line = (f"No first-call cost at this shape: the {clean} was {excess:+.2f} ms from the steady median, within "
+                f"the steady passes' own spread ({band:.2f} ms, p10-p90 {p10:.2f}-{p90:.2f} ms), so no warm-up is "
+                "needed for this shape.")
     steady = getattr(report, "steady_median_ms", 0.0)
     if steady > 0 and band > NOISY_BAND * steady:
         line += (f" The machine was noisy (the spread is {band / steady:.0%} of a steady pass): a smaller cost could "
