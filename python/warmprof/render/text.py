@@ -59,14 +59,14 @@ class TraceTextRenderer(Renderer):
             lines.append(f"  excess -{_ms(-r.excess_ms)}: the first pass was faster than the steady median; noise band "
                          f"{_ms(r.noise_band_ms)}")
         lines.extend(_own_cost_lines(r))
-        fresh = r.clean.get("fresh_inputs") if isinstance(r.clean, dict) else None
-        if isinstance(fresh, dict) and isinstance(fresh.get("excess_ms"), (int, float)):
-            x = fresh["excess_ms"]
-            lines.append(f"  a warm pass on inputs just made: {'+' if x >= 0 else '-'}{_ms(abs(x))} over steady (what the first "
-                         "pass's fresh inputs cost it, not a first call)")
+        pause = r.clean.get("after_pause") if isinstance(r.clean, dict) else None
+        if isinstance(pause, dict) and isinstance(pause.get("excess_ms"), (int, float)):
+            x = pause["excess_ms"]
+            lines.append(f"  a warm pass after a short pause: {'+' if x >= 0 else '-'}{_ms(abs(x))} over steady at least "
+                         "(what any pass after other work pays, not a first call)")
         if r.verdict == "no_first_call_cost":
             lines.append("  no first-call cost at this shape: the first pass is within the steady passes' noise band"
-                         + (" and what a warm pass pays for inputs just made" if r.excess_ms > r.noise_band_ms else ""))
+                         + (" and what a warm pass after a short pause pays" if r.excess_ms > r.noise_band_ms else ""))
         lines.append("")
         residual_source = "excess - attributed"
         rows = [(c, one_line(c.source) + (f" x{c.count}" if c.count > 1 else "")) for c in sorted(r.causes, key=lambda c: -c.ms)]

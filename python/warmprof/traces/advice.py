@@ -10,7 +10,7 @@ from typing import Any
 from .. import causes, devices
 from ..opspec import short_op
 from ..report.trace import unplaced_ms
-from .controls import fresh_inputs_ms, no_cost_bound_ms
+from .controls import after_pause_ms, no_cost_bound_ms
 
 CONTENTION = "cpu_contention"  # the machine's load: never a first-call cost (causes.py)
 
@@ -153,11 +153,12 @@ def _no_cost_line(report: Any) -> str:
     band, excess = report.noise_band_ms, report.excess_ms
     p10, p90 = getattr(report, "steady_p10_ms", 0.0), getattr(report, "steady_p90_ms", 0.0)
     clean = "clean first pass" if getattr(report, "clean", None) else "first pass"
-    fresh = fresh_inputs_ms(report)
-    if excess > band and fresh > 0:
+    pause = after_pause_ms(report)
+    if excess > band and pause > 0:
         line = (f"No first-call cost at this shape: the {clean} was {excess:+.2f} ms from the steady median, no more "
-                f"than the steady passes' own spread ({band:.2f} ms, p10-p90 {p10:.2f}-{p90:.2f} ms) and what a warm "
-                f"pass paid for inputs just made ({fresh:.2f} ms, measured), so no warm-up is needed for this shape.")
+                f"than the steady passes' own spread ({band:.2f} ms, p10-p90 {p10:.2f}-{p90:.2f} ms) and the least a "
+                f"warm pass paid after a short pause ({pause:.2f} ms, measured; any request after other work pays it), "
+                "so no warm-up is needed for this shape.")
     else:
         line = (f"No first-call cost at this shape: the {clean} was {excess:+.2f} ms from the steady median, within "
                 f"the steady passes' own spread ({band:.2f} ms, p10-p90 {p10:.2f}-{p90:.2f} ms), so no warm-up is "

@@ -51,7 +51,10 @@ PHASE_FACTOR, PHASE_MARGIN_S = 4.0, 60.0  # a phase may take this many times the
 CLEAN_STEADY = (10, 40)  # the control's clean steady passes: at least, at most...
 CLEAN_STEADY_BUDGET_S = 0.5  # ...within this (past the minimum)
 OTHER_STEADY = 5  # steady passes at the other shape (its excess is the first of them against their median)
-FRESH_INPUT_PASSES = 3  # warm passes each on inputs just made (the first pass's were): their median is the baseline
+# Warm passes at the traced inputs, each after a short sleep: the least of them over the steady median
+# is what a pass pays for coming after other work (caches, branch predictors, the clock), as every first
+# pass does while the steady passes come back to back.
+AFTER_PAUSE_PASSES, AFTER_PAUSE_S = 3, 0.02
 CONTROL_STEADY = 5  # the warm control's own steady passes (its attribution reads their faults)
 NOTE_PREFIX = "controls: "
 # The control a trace in this context drives, or why it has none (a sentence for the notes).
@@ -73,8 +76,8 @@ class Clean:
     # input has no shape to vary (--inputs)
     other_shape: dict[str, Any] | None = None
     other_shape_refused: str = ""  # why the model ran no pass at the other shape (what it raised)
-    # warm passes each on the traced inputs made anew (ms): what a pass pays for inputs just made
-    fresh_inputs_ms: list[float] | None = None
+    # warm passes at the traced inputs, each after a short sleep (ms): what a pass after other work pays
+    after_pause_ms: list[float] | None = None
     at_once: bool | None = None  # run right after the build (True), or when the trace's process asked (one CPU)
 
     @property
@@ -94,13 +97,14 @@ class Clean:
                 "noise_band_ms": stats.noise_band, "first": dict(self.first), "steady": dict(self.steady),
                 **({"other_shape": dict(self.other_shape)} if self.other_shape else {}),
                 **({"other_shape_refused": self.other_shape_refused} if self.other_shape_refused else {}),
-                **({"fresh_inputs": {
-                    "passes_ms": list(self.fresh_inputs_ms),
-                    "excess_ms": median(self.fresh_inputs_ms) - stats.median,
-                    "how": "warm passes each on the traced inputs made anew (as the first pass's were), their median "
-                           "less the steady median: what a pass pays for inputs just made (their first touch, the "
-                           "caches) over the steady passes, which reuse one input; not a first call (measured)"}}
-                   if self.fresh_inputs_ms else {}),
+                **({"after_pause": {
+                    "passes_ms": list(self.after_pause_ms), "pause_s": AFTER_PAUSE_S,
+                    "excess_ms": min(self.after_pause_ms) - stats.median,
+                    "how": f"warm passes at the traced inputs, each after a {AFTER_PAUSE_S * 1000:.0f} ms sleep, the least "
+                           "of them less the steady median: what a pass pays for coming after other work (caches, branch "
+                           "predictors, the clock), as a first pass does while steady passes come back to back; not a "
+                           "first call (measured)"}}
+                   if self.after_pause_ms else {}),
                 **({"at_once": self.at_once} if self.at_once is not None else {}),
                 "how": "the model's first pass in a second fresh process with no instrument but the pass timer, right "
                        "after its build (on one CPU: once the trace's process was ready), less the median of that "
@@ -159,7 +163,7 @@ class ControlProcess:
         if got is not None:
             self.clean = Clean(float(got["first_pass_ms"]), [float(t) for t in got["steady_ms"]],
                                dict(got.get("first", {})), dict(got.get("steady", {})), got.get("other_shape"),
-                               str(got.get("other_shape_refused", "")), got.get("fresh_inputs_ms"), got.get("at_once"))
+                               str(got.get("other_shape_refused", "")), got.get("after_pause_ms"), got.get("at_once"))
         return self.clean
 
     def run_warm(self, calibration: dict[str, Any], timeout_s: float) -> WarmControl | None:
@@ -334,19 +338,16 @@ def serve(fds: str, load: Any, *, device: str, threads: int | None, shape: Any, 
         runner = compile_model(model, compile)
         sync = kind.sync(dev)
 
-        def remake() -> tuple[tuple, dict]:  # the traced inputs made anew, as they were for the first pass
-            return make_inputs(model, shape if spec is None else None, dtype, spec, dev)[:2]
-
         send({"ready": {}})
         # With a core to itself, the clean phase runs at once, right after the build as in a plain
         # script: a pass after any pause (waiting for the trace's process) pays 1-3 ms more on a
         # small model, which would read as a first-call cost. Its own wait for a CPU is measured.
-        clean = dict(_clean(torch, runner, args, kwargs, sync, other, remake), at_once=True) if _cores() >= 2 else None
+        clean = dict(_clean(torch, runner, args, kwargs, sync, other), at_once=True) if _cores() >= 2 else None
         for line in incoming:
             msg = json.loads(line)
             if msg.get("do") == "clean":
                 send({"clean": clean if clean is not None else
-                      dict(_clean(torch, runner, args, kwargs, sync, other, remake), at_once=False)})
+                      dict(_clean(torch, runner, args, kwargs, sync, other), at_once=False)})
             elif msg.get("do") == "warm":
                 send({"warm": _warm(api, model, args, kwargs, device, compile, op_view, msg["calibration"])})
             else:
@@ -438,14 +439,13 @@ def other_inputs(torch: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict] | 
 
 
 def _clean(torch: Any, runner: Any, args: tuple, kwargs: dict, sync: Any,
-           other: tuple[tuple, dict] | None = None, remake: Any = None) -> dict[str, Any]:
+           other: tuple[tuple, dict] | None = None) -> dict[str, Any]:
     """The clean first pass and steady passes: the pass timer only, and around each pass (outside
     it) the thread's run-queue delay and rusage, so what the headline pass waited is known. Then,
     given `other` (the inputs at another shape), that shape's first pass and a few steady passes:
     what the model pays again at a new shape in a process that already ran it (the rest of the
-    clean excess is paid once per process, whatever the shape). Given `remake` (the traced inputs
-    made anew), first a few warm passes each on inputs just made, as the first pass's were: what a
-    warm pass pays for them over the steady passes, which reuse one input."""
+    clean excess is paid once per process, whatever the shape). Last, a few warm passes at the traced
+    inputs, each after a short sleep: what a pass after other work pays over back-to-back ones."""
     from .api import _check_output
 
     def one(a: tuple = args, kw: dict = kwargs) -> tuple[float, dict[str, Any], Any]:
@@ -464,7 +464,6 @@ def _clean(torch: Any, runner: Any, args: tuple, kwargs: dict, sync: Any,
             splits.append(split)
             if len(steady_ms) >= CLEAN_STEADY[0] and time.monotonic() > deadline:
                 break
-        fresh = [one(*remake())[0] for _ in range(FRESH_INPUT_PASSES)] if remake is not None else []
         again, refused = None, ""
         if other is not None:
             try:
@@ -484,8 +483,11 @@ def _clean(torch: Any, runner: Any, args: tuple, kwargs: dict, sync: Any,
         out_d["other_shape"] = again
     if refused:
         out_d["other_shape_refused"] = refused
-    if fresh:
-        out_d["fresh_inputs_ms"] = fresh
+    paused = []
+    for _ in range(AFTER_PAUSE_PASSES):  # last: warm passes at the traced inputs, each after a short sleep
+        time.sleep(AFTER_PAUSE_S)
+        paused.append(one()[0])
+    out_d["after_pause_ms"] = paused
     return out_d
 
 
@@ -739,32 +741,32 @@ FIRST_CALL_COST = "first_call_cost"
 FASTER = "first_pass_faster"
 
 
-def fresh_inputs_ms(report: Any) -> float:
-    """What a warm pass on inputs just made paid over the steady passes (report.clean's fresh_inputs,
-    measured by the control); 0 where none was measured or it paid nothing."""
+def after_pause_ms(report: Any) -> float:
+    """The least a warm pass after a short pause paid over the back-to-back steady passes
+    (report.clean's after_pause, measured by the control); 0 where none was measured or it paid nothing."""
     clean = getattr(report, "clean", None)
-    fresh = clean.get("fresh_inputs") if isinstance(clean, dict) else None
+    pause = clean.get("after_pause") if isinstance(clean, dict) else None
     try:
-        return max(0.0, float(fresh["excess_ms"])) if isinstance(fresh, dict) else 0.0
+        return max(0.0, float(pause["excess_ms"])) if isinstance(pause, dict) else 0.0
     except (KeyError, TypeError, ValueError):
         return 0.0
 
 
 def no_cost_bound_ms(report: Any) -> float:
     """The most a first pass may exceed the steady median and still show no first-call cost: the
-    steady passes' noise band, plus what a warm pass pays for inputs just made (the first pass's
-    were; the steady passes reuse one)."""
-    return report.noise_band_ms + fresh_inputs_ms(report)
+    steady passes' noise band, plus the least a warm pass after a short pause paid (every first pass
+    comes after other work; steady passes come back to back)."""
+    return report.noise_band_ms + after_pause_ms(report)
 
 
 def verdict(report: Any) -> str:
-    """What the measured excess says: a first-call cost (beyond the steady passes' noise band and
-    what a warm pass on inputs just made pays), none at this shape (within that), or a first pass
-    faster than steady (noise too)."""
+    """What the measured excess says: a first-call cost (beyond the steady passes' noise band and the
+    least a warm pass after a pause pays), none at this shape (within that), or a first pass faster
+    than steady (noise too)."""
     if report.excess_ms > no_cost_bound_ms(report):
         return FIRST_CALL_COST
     return NO_COST if report.excess_ms >= -report.noise_band_ms else FASTER
 
 
 __all__ = ["Clean", "ControlProcess", "WarmControl", "attached", "control_env", "current", "fold", "fold_controls",
-           "fresh_inputs_ms", "in_warm_control", "no_cost_bound_ms", "other_inputs", "serve", "verdict", "why_none"]
+           "after_pause_ms", "in_warm_control", "no_cost_bound_ms", "other_inputs", "serve", "verdict", "why_none"]
