@@ -136,18 +136,22 @@ def test_start_and_stop_let_go_of_the_gil(libs, call, waits):
 EPOCH = """
 from warmprof.timeline import Recording
 D, RT = 1, 2
-assert _native.cupti_start() == ""
-_native._testing.cupti_inject(RT, {rt_launch}, True, _native.now_ticks(), 77)  # a launch open when the watcher closes
-assert _native.cupti_stop() == ""
-assert _native.cupti_start() == ""
-before = _native.cupti_stats()["kernel_launches"]
+# One recording throughout (a new recording would drop the frames by itself), as under a watcher,
+# which holds the subscription with no recording generation starting.
 with Recording() as rec:
+    assert _native.cupti_start() == ""
+    _native._testing.cupti_inject(RT, {rt_launch}, True, _native.now_ticks(), 77)  # open when the watcher closes
+    assert _native.cupti_stop() == ""
+    assert _native.cupti_start() == ""
+    before = _native.cupti_stats()["kernel_launches"]
     for k in (91, 92):
         _native._testing.cupti_inject(D, {launch}, True, _native.now_ticks(), k)
         _native._testing.cupti_inject(D, {launch}, False, _native.now_ticks(), k)
+    launches = _native.cupti_stats()["kernel_launches"] - before
+    assert _native.cupti_stop() == ""
 tl = rec.drain()
 names = [tl.name_of(i) for i in range(len(tl)) if tl.name_of(i).startswith("cupti:")]
-print(json.dumps({{"launches": _native.cupti_stats()["kernel_launches"] - before, "names": names}}))
+print(json.dumps({{"launches": launches, "names": names}}))
 """
 
 
