@@ -828,9 +828,37 @@ PYBIND11_MODULE(_native, m) {
      "reason where Metal is unavailable.");
   m.def("cupti_set_search_path", &backends::cupti::set_search_path, py::arg("dirs"),
         "Folders to look for libcupti in, after a copy already in the process and before the sonames.");
-  m.def("cupti_start", &backends::cupti::start, "Subscribe to CUPTI; '' on success, else the reason.");
-  m.def("cupti_stop", &backends::cupti::stop,
+  // Without the GIL: cuptiSubscribe/cuptiUnsubscribe take CUPTI's own locks, which a thread inside a
+  // CUDA call (a callback, which may need the GIL to finish) can hold.
+  m.def("cupti_start", &backends::cupti::start, py::call_guard<py::gil_scoped_release>(),
+        "Subscribe to CUPTI; '' on success, else the reason.");
+  m.def("cupti_stop", &backends::cupti::stop, py::call_guard<py::gil_scoped_release>(),
         "Unsubscribe; '' when clean (or nothing was subscribed), else why not (the subscription was torn down).");
+  m.def("cupti_overheads", [] {
+    backends::cupti::Overheads o;
+    {
+      py::gil_scoped_release nogil;  // flushes CUPTI's activity buffers
+      o = backends::cupti::take_overheads();
+    }
+    py::list records;
+    for (const backends::cupti::Overhead& r : o.records) {
+      py::dict d;
+      d["kind"] = r.kind;
+      d["cause"] = r.cause;
+      d["start_ns"] = r.start_ns;
+      d["end_ns"] = r.end_ns;
+      d["thread"] = r.thread;
+      d["this_thread"] = r.this_thread;
+      records.append(d);
+    }
+    py::dict d;
+    d["records"] = records;
+    d["dropped"] = o.dropped;
+    d["enabled"] = o.enabled;
+    d["reason"] = o.reason;
+    return d;
+  }, "CUPTI's OVERHEAD records since the last call (lazy module/function loads, the driver's PTX compiles), "
+     "timed by the driver, in warmprof's clock; {records, dropped, enabled, reason}.");
   m.def("cupti_check", &backends::cupti::check,
         "'' while warmprof's CUPTI subscription stands (or none is active), else why it no longer does.");
   m.def("cupti_active", &backends::cupti::active);
@@ -961,12 +989,25 @@ PYBIND11_MODULE(_native, m) {
         py::arg("enter"), py::arg("ticks"), py::arg("value") = 0, py::arg("failed") = false,
         "Deliver a synthetic CUPTI callback through the real handler.");
   t.def("cupti_inject_load", [](uint32_t domain, uint32_t cbid, bool enter, uint64_t ticks, py::bytes image, int arch) {
-    if (arch < 0) throw py::value_error("arch must be >= 0 (0: unknown)");
+    if (arch < -1) throw py::value_error("arch must be >= -1 (0: unknown, -1: the one the backend read at start)");
     if (!backends::cupti::compiled()) return;
     if (!backends::cupti::inject_load(domain, cbid, enter, ticks, std::string(image), arch))
       throw py::value_error("(domain, cbid) is not a module load or MODULE_LOADED");
   }, py::arg("domain"), py::arg("cbid"), py::arg("enter"), py::arg("ticks"), py::arg("image"), py::arg("arch") = 0,
      "A module load with its image (a path for file loads) as CUPTI's own callback data, decoded by the real path.");
+  t.def("cupti_inject_unparamed", [](uint32_t domain, uint32_t cbid, bool enter, uint64_t ticks, std::string symbol) {
+    if (!backends::cupti::compiled()) return;
+    if (!backends::cupti::inject_unparamed(domain, cbid, enter, ticks, symbol))
+      throw py::value_error("(domain, cbid) is not an API callback warmprof maps");
+  }, py::arg("domain"), py::arg("cbid"), py::arg("enter"), py::arg("ticks"), py::arg("symbol") = "",
+     "An API callback with no parameter struct (functionParams NULL) and `symbol` as its symbolName, through the "
+     "real callback entry.");
+  t.def("cupti_inject_query", [](uint32_t domain, uint32_t cbid, bool enter, uint64_t ticks, int64_t kernel) {
+    if (!backends::cupti::compiled()) return;
+    if (!backends::cupti::inject_query(domain, cbid, enter, ticks, kernel))
+      throw py::value_error("(domain, cbid) is not a kernel query with a parameter struct");
+  }, py::arg("domain"), py::arg("cbid"), py::arg("enter"), py::arg("ticks"), py::arg("kernel"),
+     "A kernel query with its own parameter struct naming the function `kernel`, through the real callback entry.");
   t.def("cupti_call_now", [](uint32_t cbid, int64_t value, int pairs) {
     check_positive(pairs, "pairs");
     if (backends::cupti::compiled() && !backends::cupti::call_now(cbid, value, pairs))

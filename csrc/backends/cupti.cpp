@@ -18,6 +18,7 @@
 #include "backends/cupti_decode.h"
 #include "backends/cupti_handler.h"
 #include "backends/cupti_loader.h"
+#include "backends/cupti_overheads.h"
 #include "backends/cupti_table.h"
 #include "core/clock.h"
 #include "core/recorder.h"
@@ -44,8 +45,7 @@ std::atomic_flag g_fatal_claimed = ATOMIC_FLAG_INIT;
 char g_fatal_message[256] = {0};
 
 const char* const kTornDown =
-    "the CUPTI subscription was torn down by another tool calling cuptiFinalize (torch.profiler's "
-    "Kineto does at exit with TEARDOWN_CUPTI=1)";
+    "the CUPTI subscription was torn down by another tool calling cuptiFinalize (or by CUPTI itself)";
 
 #if WARMPROF_CUPTI_SINCE(12, 2)
 // CUPTI_CB_DOMAIN_STATE: CUPTI says it hit a fatal error and finalizes itself right after.
@@ -222,9 +222,11 @@ std::string start() {
     return "libcupti " + l.path + " has no cuptiEnableCallback: warmprof enables callbacks one by one";
   (void)table::lookup(0, 0);  // build the table (interning names) outside the timed region
   handler::reset_counts();    // and fault in the first-seen table and the name arena
+  decode::cache_arch();       // the device architecture, so that no callback asks the driver
   const uint64_t t0 = clock::ticks();
   std::string why = subscribe(l, &g_subscriber);
   if (!why.empty()) return why;
+  handler::new_epoch();  // calls left open by an earlier subscription are dropped
   g_refused = 0;
   CUptiResult last = CUPTI_SUCCESS;
   const CUpti_SubscriberHandle sub = g_subscriber;
@@ -240,13 +242,16 @@ std::string start() {
     g_subscribe_failure = "cuptiEnableCallback failed for every callback warmprof maps: " + result_text(last);
     return g_subscribe_failure;
   }
+  (void)overheads::enable(l);  // optional: its reason is reported by take_overheads()
   g_subscribe_ns = double(clock::to_ns(clock::ticks()) - clock::to_ns(t0));
   return "";
 }
 
-// No activity kinds are enabled (kernel names come from the launch callback's symbolName), so
-// there is no activity buffer of warmprof's to flush; unsubscribing stops every callback. A
-// subscription found torn down is not unsubscribed (its handle may name another tool's by now).
+// The one activity kind warmprof enables, OVERHEAD (kernel names come from the launch callback's
+// symbolName), is flushed and disabled first; what it holds stays for take_overheads().
+// Unsubscribing stops every callback. A subscription found torn down is not unsubscribed (its
+// handle may name another tool's by now). Every thread's open calls are dropped (a new epoch): a
+// call open when the subscription ended never gets its exit.
 std::string stop() {
   std::lock_guard<std::mutex> lock(g_mu);
   std::string why;
@@ -255,10 +260,14 @@ std::string stop() {
   const Lib l = lib();
   why = probe(l, g_subscriber);
   if (why.empty()) {
+    overheads::disable(l);
     CUptiResult r = l.unsubscribe(g_subscriber);
     if (r != CUPTI_SUCCESS) why = std::string(kTornDown) + " (cuptiUnsubscribe: " + result_text(r) + ")";
+  } else {
+    overheads::forget();
   }
   g_subscriber = nullptr;
+  handler::new_epoch();
   return why;
 }
 
@@ -271,7 +280,11 @@ std::string check() {
   std::lock_guard<std::mutex> lock(g_mu);
   if (!g_torn_down.empty() || g_subscriber == nullptr) return g_torn_down;
   g_torn_down = probe(lib(), g_subscriber);
-  if (!g_torn_down.empty()) g_subscriber = nullptr;
+  if (!g_torn_down.empty()) {
+    g_subscriber = nullptr;
+    overheads::forget();
+    handler::new_epoch();
+  }
   return g_torn_down;
 }
 
@@ -288,6 +301,26 @@ PassStats stats() {
   s.subscribe_ns = g_subscribe_ns;
   s.refused_callbacks = g_refused;
   return s;
+}
+
+Overheads take_overheads() {
+  Overheads out;
+  const Lib l = lib();
+  if (!l.ok) {
+    out.reason = l.reason;
+    return out;
+  }
+  std::vector<overheads::Overhead> got;
+  {
+    // Not under g_mu (the flush hands buffers back on this thread), but never beside a stop().
+    got = overheads::take(l, &out.dropped);
+  }
+  out.enabled = overheads::enabled();
+  out.reason = overheads::reason();
+  out.records.reserve(got.size());
+  for (const overheads::Overhead& o : got)
+    out.records.push_back(Overhead{o.name, int(o.cause), o.start_ns, o.end_ns, o.thread, o.this_thread});
+  return out;
 }
 
 int classify(uint32_t domain, uint32_t cbid) {
@@ -401,6 +434,87 @@ void inject(uint32_t domain, uint32_t cbid, bool enter, uint64_t ticks, int64_t 
   handler::handle(e);
 }
 
+bool inject_unparamed(uint32_t domain, uint32_t cbid, bool enter, uint64_t ticks, const std::string& symbol) {
+  if (table::lookup(domain, cbid) == nullptr || domain == CUPTI_CB_DOMAIN_RESOURCE) return false;
+  CUresult ok = CUDA_SUCCESS;
+  uint64_t correlation = 0;
+  CUpti_CallbackData cb{};
+  cb.callbackSite = enter ? CUPTI_API_ENTER : CUPTI_API_EXIT;
+  cb.functionParams = nullptr;
+  cb.symbolName = symbol.empty() ? nullptr : symbol.c_str();
+  cb.functionReturnValue = &ok;
+  cb.correlationData = &correlation;
+  handler::prepare_thread();
+  deliver(CUpti_CallbackDomain(domain), cbid, &cb, ticks);
+  return true;
+}
+
+bool inject_query(uint32_t domain, uint32_t cbid, bool enter, uint64_t ticks, int64_t kernel) {
+  const table::Entry* en = table::lookup(domain, cbid);
+  if (en == nullptr || en->family != table::Family::kKernelQuery) return false;
+  union {
+    cuFuncGetAttribute_params func_attribute;
+    cuOccupancyMaxPotentialBlockSize_params block_size;
+    cuOccupancyMaxPotentialBlockSizeWithFlags_params block_size_flags;
+    cuOccupancyMaxActiveBlocksPerMultiprocessor_params active_blocks;
+    cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags_params active_blocks_flags;
+    cuOccupancyAvailableDynamicSMemPerBlock_params dynamic_smem;
+    cuOccupancyMaxPotentialClusterSize_params cluster_size;
+    cuOccupancyMaxActiveClusters_params active_clusters;
+    cudaFuncGetAttributes_v3020_params rt_func_attributes;
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor_v6050_params rt_active_blocks;
+    cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags_v7000_params rt_active_blocks_flags;
+    cudaOccupancyAvailableDynamicSMemPerBlock_v10200_params rt_dynamic_smem;
+    cudaOccupancyMaxPotentialClusterSize_v11070_params rt_cluster_size;
+    cudaOccupancyMaxActiveClusters_v11070_params rt_active_clusters;
+#if WARMPROF_CUPTI_SINCE(12, 3)
+    cudaGetKernel_v12000_params rt_get_kernel;
+#endif
+  } params{};
+  void* fn = reinterpret_cast<void*>(uintptr_t(kernel));
+  const CUfunction f = static_cast<CUfunction>(fn);
+#define WP_Q(cbid_name, member, field, value) \
+  case cbid_name: params.member.field = value; break
+  if (domain == CUPTI_CB_DOMAIN_DRIVER_API) {
+    switch (cbid) {
+      WP_Q(CUPTI_DRIVER_TRACE_CBID_cuFuncGetAttribute, func_attribute, hfunc, f);
+      WP_Q(CUPTI_DRIVER_TRACE_CBID_cuOccupancyMaxPotentialBlockSize, block_size, func, f);
+      WP_Q(CUPTI_DRIVER_TRACE_CBID_cuOccupancyMaxPotentialBlockSizeWithFlags, block_size_flags, func, f);
+      WP_Q(CUPTI_DRIVER_TRACE_CBID_cuOccupancyMaxActiveBlocksPerMultiprocessor, active_blocks, func, f);
+      WP_Q(CUPTI_DRIVER_TRACE_CBID_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags, active_blocks_flags, func, f);
+      WP_Q(CUPTI_DRIVER_TRACE_CBID_cuOccupancyAvailableDynamicSMemPerBlock, dynamic_smem, func, f);
+      WP_Q(CUPTI_DRIVER_TRACE_CBID_cuOccupancyMaxPotentialClusterSize, cluster_size, func, f);
+      WP_Q(CUPTI_DRIVER_TRACE_CBID_cuOccupancyMaxActiveClusters, active_clusters, func, f);
+      default: return false;
+    }
+  } else {
+    switch (cbid) {
+      WP_Q(CUPTI_RUNTIME_TRACE_CBID_cudaFuncGetAttributes_v3020, rt_func_attributes, func, fn);
+      WP_Q(CUPTI_RUNTIME_TRACE_CBID_cudaOccupancyMaxActiveBlocksPerMultiprocessor_v6050, rt_active_blocks, func, fn);
+      WP_Q(CUPTI_RUNTIME_TRACE_CBID_cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags_v7000, rt_active_blocks_flags,
+           func, fn);
+      WP_Q(CUPTI_RUNTIME_TRACE_CBID_cudaOccupancyAvailableDynamicSMemPerBlock_v10200, rt_dynamic_smem, func, fn);
+      WP_Q(CUPTI_RUNTIME_TRACE_CBID_cudaOccupancyMaxPotentialClusterSize_v11070, rt_cluster_size, func, fn);
+      WP_Q(CUPTI_RUNTIME_TRACE_CBID_cudaOccupancyMaxActiveClusters_v11070, rt_active_clusters, func, fn);
+#if WARMPROF_CUPTI_SINCE(12, 3)
+      WP_Q(CUPTI_RUNTIME_TRACE_CBID_cudaGetKernel_v12000, rt_get_kernel, entryFuncAddr, fn);
+#endif
+      default: return false;  // __cudaGetKernel: no parameter struct (inject_unparamed)
+    }
+  }
+#undef WP_Q
+  CUresult ok = CUDA_SUCCESS;
+  uint64_t correlation = 0;
+  CUpti_CallbackData cb{};
+  cb.callbackSite = enter ? CUPTI_API_ENTER : CUPTI_API_EXIT;
+  cb.functionParams = &params;
+  cb.functionReturnValue = &ok;
+  cb.correlationData = &correlation;
+  handler::prepare_thread();
+  deliver(CUpti_CallbackDomain(domain), cbid, &cb, ticks);
+  return true;
+}
+
 bool inject_load(uint32_t domain, uint32_t cbid, bool enter, uint64_t ticks, const std::string& image, int arch) {
   // The call's own parameter struct, pointing at `image` (a path for the file loads), delivered
   // as CUPTI would, so the decoding of the parameters and of the image is the real one.
@@ -439,7 +553,7 @@ bool inject_load(uint32_t domain, uint32_t cbid, bool enter, uint64_t ticks, con
     known = false;
   }
   if (!known) return false;
-  decode::set_arch_override(arch);
+  decode::set_arch_override(arch);  // -1: the architecture start() cached
   handler::prepare_thread();
   if (domain == CUPTI_CB_DOMAIN_RESOURCE) {
     CUpti_ModuleResourceData module{};

@@ -22,18 +22,23 @@ std::string library_path();        // the libcupti file in use, "" when none is 
 void set_search_path(std::vector<std::string> dirs);
 
 // Subscribes and enables exactly the callbacks the table maps (enabled_callbacks()), in the
-// driver, runtime and resource domains. Returns "" on success, else why not (no driver, another
-// subscriber holds CUPTI, ...). stop() unsubscribes; safe to repeat. It returns "" when it
-// unsubscribed cleanly (or nothing was subscribed), else why not: the subscription had been torn
-// down (another tool called cuptiFinalize), which is not an error.
+// driver, runtime and resource domains, and CUPTI's OVERHEAD activity records where libcupti has
+// the activity API (take_overheads()). The device architecture is read from the driver first, so
+// that no callback calls the driver. Returns "" on success, else why not (no driver, another
+// subscriber holds CUPTI, ...). stop() flushes and disables the OVERHEAD records and
+// unsubscribes; safe to repeat. It returns "" when it unsubscribed cleanly (or nothing was
+// subscribed), else why not: the subscription had been torn down (another tool called
+// cuptiFinalize), which is not an error. Both drop every thread's open calls (an epoch): a call
+// open when a subscription ends never gets its exit, and must not absorb later calls.
 std::string start();
 std::string stop();
 bool active();  // subscribed and not found torn down
 
 // Whether warmprof's subscription still stands: "" when it does (or none is active), else why
-// not. Another tool calling cuptiFinalize (torch.profiler's Kineto with TEARDOWN_CUPTI=1, or
-// CUPTI itself after a fatal error) tears down every subscription without telling the
-// subscribers; warmprof asks CUPTI at pass boundaries. Once torn down, warmprof forgets the
+// not. Another tool calling cuptiFinalize (or CUPTI itself after a fatal error) tears down every
+// subscription without telling the subscribers; warmprof asks CUPTI at pass boundaries. (Kineto's
+// TEARDOWN_CUPTI=1 finalizes only a subscription of its own: while warmprof holds CUPTI, Kineto
+// holds none to tear down.) Once torn down, warmprof forgets the
 // handle (it may already name someone else's subscription) and active() is false.
 std::string check();
 
@@ -68,6 +73,27 @@ const CallTally& thread_tally();
 // subscription is taken) and must not get CUPTI records it does not account for.
 void set_recording(bool on);
 
+// CUPTI's OVERHEAD activity records taken since the last call (cupti_overheads.h): a lazy module
+// load ("module_loading"), a lazy function load ("lazy_function_loading") or the driver's PTX
+// compile ("driver_compiler"), timed by the driver wherever it happened, in warmprof's clock
+// (monotonic ns). `this_thread`: the record names the calling thread. Flushes CUPTI's buffers
+// (cold: call at pass boundaries). The stub's is empty, with the reason.
+struct Overhead {
+  std::string kind;
+  int cause = 0;
+  int64_t start_ns = 0;
+  int64_t end_ns = 0;
+  uint64_t thread = 0;
+  bool this_thread = false;
+};
+struct Overheads {
+  std::vector<Overhead> records;
+  int64_t dropped = 0;  // past the store's bound
+  bool enabled = false;
+  std::string reason;   // why they are off ("" while on)
+};
+Overheads take_overheads();
+
 // Pure decoding, testable without a GPU: (domain, callback id) -> cause id, or -1 to ignore.
 int classify(uint32_t domain, uint32_t cbid);
 std::string callback_name(uint32_t domain, uint32_t cbid);
@@ -96,7 +122,16 @@ bool call_now(uint32_t cbid, int64_t value, int pairs);
 int64_t launch_heap_bytes(int64_t first_kernel, int kernels, const std::string& name);
 // Test-only: a module load (or MODULE_LOADED) with its image (a path for the file loads), built
 // as CUPTI's own callback data and decoded by the real path; `arch` is the device's compute
-// capability to decode fatbins against (0: unknown). false when (domain, cbid) is not a load.
+// capability to decode fatbins against (0: unknown; -1: the one start() read from the driver).
+// false when (domain, cbid) is not a load.
 bool inject_load(uint32_t domain, uint32_t cbid, bool enter, uint64_t ticks, const std::string& image, int arch);
+// Test-only: an API callback as CUPTI delivers a call its meta header has no parameter struct for
+// (functionParams NULL), with `symbol` as its symbolName ("" for none), through the real entry.
+// false when warmprof does not map (domain, cbid).
+bool inject_unparamed(uint32_t domain, uint32_t cbid, bool enter, uint64_t ticks, const std::string& symbol);
+// Test-only: a kernel query (cudaFuncGetAttributes, an occupancy query, cudaGetKernel,
+// cuFuncGetAttribute, ...) with its own parameter struct naming the function `kernel`, through the
+// real callback entry. false when (domain, cbid) is not a kernel query with a parameter struct.
+bool inject_query(uint32_t domain, uint32_t cbid, bool enter, uint64_t ticks, int64_t kernel);
 
 }  // namespace warmprof::backends::cupti

@@ -152,12 +152,60 @@ uintptr_t runtime_kernel_of(uint32_t cbid, const void* p) {
 #if WARMPROF_CUPTI_SINCE(13, 0)
     case WP_RT(__cudaLaunchKernel_v13000):
     case WP_RT(__cudaLaunchKernel_ptsz_v13000):
-      // No params struct in the CUDA 13.0 meta header: the call's first argument is the kernel's
-      // cudaKernel_t handle (crt/host_runtime.h), read as the first pointer. Unproven on a GPU.
+      // No params struct in the CUDA 13.0 meta header: where CUPTI passes any, the call's first
+      // argument is the kernel's cudaKernel_t handle (crt/host_runtime.h), read as the first
+      // pointer; where it passes none, api() falls back to the symbol name. Unproven on a GPU.
       return reinterpret_cast<uintptr_t>(*static_cast<const void* const*>(p));
 #endif
     default: return 0;
   }
+}
+
+// The kernel a query is about (kKernelQuery): the CUfunction or the runtime's host-side entry.
+uintptr_t queried_kernel_of(uint32_t domain, uint32_t cbid, const void* p) {
+  if (p == nullptr) return 0;
+  const auto ptr = [](const void* v) { return reinterpret_cast<uintptr_t>(v); };
+  if (domain == CUPTI_CB_DOMAIN_DRIVER_API) {
+    switch (cbid) {
+      case CUPTI_DRIVER_TRACE_CBID_cuFuncGetAttribute: return ptr(static_cast<const cuFuncGetAttribute_params*>(p)->hfunc);
+      case CUPTI_DRIVER_TRACE_CBID_cuOccupancyMaxPotentialBlockSize:
+        return ptr(static_cast<const cuOccupancyMaxPotentialBlockSize_params*>(p)->func);
+      case CUPTI_DRIVER_TRACE_CBID_cuOccupancyMaxPotentialBlockSizeWithFlags:
+        return ptr(static_cast<const cuOccupancyMaxPotentialBlockSizeWithFlags_params*>(p)->func);
+      case CUPTI_DRIVER_TRACE_CBID_cuOccupancyMaxActiveBlocksPerMultiprocessor:
+      case CUPTI_DRIVER_TRACE_CBID_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags:
+      case CUPTI_DRIVER_TRACE_CBID_cuOccupancyAvailableDynamicSMemPerBlock:
+      case CUPTI_DRIVER_TRACE_CBID_cuOccupancyMaxPotentialClusterSize:
+      case CUPTI_DRIVER_TRACE_CBID_cuOccupancyMaxActiveClusters:
+        // {an out pointer, CUfunction func, ...}: the function is the second member of each.
+        return ptr(static_cast<const cuOccupancyMaxActiveClusters_params*>(p)->func);
+      default: return 0;
+    }
+  }
+  switch (cbid) {
+    case WP_RT(cudaFuncGetAttributes_v3020): return ptr(static_cast<const cudaFuncGetAttributes_v3020_params*>(p)->func);
+#if WARMPROF_CUPTI_SINCE(12, 3)
+    case WP_RT(cudaGetKernel_v12000): return ptr(static_cast<const cudaGetKernel_v12000_params*>(p)->entryFuncAddr);
+#endif
+    case WP_RT(cudaOccupancyMaxActiveBlocksPerMultiprocessor_v6050):
+    case WP_RT(cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags_v7000):
+    case WP_RT(cudaOccupancyAvailableDynamicSMemPerBlock_v10200):
+    case WP_RT(cudaOccupancyMaxPotentialClusterSize_v11070):
+    case WP_RT(cudaOccupancyMaxActiveClusters_v11070):
+      // {an out pointer, const void* func, ...}: the function is the second member of each.
+      return ptr(static_cast<const cudaOccupancyMaxActiveClusters_v11070_params*>(p)->func);
+    default: return 0;
+  }
+}
+
+// A kernel known only by its symbol name (a call CUPTI passes no parameters for, such as nvcc 13's
+// __cudaLaunchKernel): FNV-1a of the name, top bit set, so that it cannot equal a small injected
+// value, and never 0 (unknown). Bounded like the names the handler keeps.
+uintptr_t symbol_key(const char* name) {
+  if (name == nullptr || name[0] == '\0') return 0;
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; name[i] != '\0' && i < 4096; ++i) h = (h ^ uint8_t(name[i])) * 1099511628211ull;
+  return uintptr_t(h | (uint64_t(1) << 63));
 }
 
 // Unified addresses: the memory type of an address, 0 when the driver does not know it
@@ -208,28 +256,17 @@ bool runtime_host_to_device(uint32_t cbid, const void* p) {
   return device_from_host(api, a->dst, a->src);
 }
 
-// The device's compute capability (major*10+minor) for fatbin decoding; 0 when unknown. Cached
-// per device: a load callback asks the driver once per device.
-constexpr int kMaxDevices = 64;
-std::atomic<int> g_arch[kMaxDevices];
+// The device's compute capability (major*10+minor) for fatbin decoding; 0 when unknown. Read from
+// the driver at start() (cache_arch), never inside a callback: a callback that calls the driver can
+// take a lock the calling thread already holds inside its own driver call. The callback does not
+// know which device loads (that too would need the driver), so the architecture is the devices' one
+// when they all share it, else unknown (0: a fatbin holding any cubin reads as a cubin load).
+std::atomic<int> g_arch{0};
 std::atomic<int> g_arch_override{-1};  // test-only (set_arch_override)
 
 int device_arch() {
   const int forced = g_arch_override.load(std::memory_order_relaxed);
-  if (forced >= 0) return forced;
-  const cuda_driver::Api* api = cuda_driver::api(nullptr);
-  if (api == nullptr || api->cuCtxGetDevice == nullptr || api->cuDeviceGetAttribute == nullptr) return 0;
-  CUdevice dev = 0;
-  if (api->cuCtxGetDevice(&dev) != CUDA_SUCCESS || dev < 0 || dev >= kMaxDevices) return 0;
-  int arch = g_arch[dev].load(std::memory_order_relaxed);
-  if (arch > 0) return arch;
-  int major = 0, minor = 0;
-  if (api->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev) != CUDA_SUCCESS ||
-      api->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev) != CUDA_SUCCESS)
-    return 0;
-  arch = major * 10 + minor;
-  g_arch[dev].store(arch, std::memory_order_relaxed);
-  return arch;
+  return forced >= 0 ? forced : g_arch.load(std::memory_order_relaxed);
 }
 
 // What a load call loads: its image in memory, or its file.
@@ -318,6 +355,11 @@ handler::Event api(const table::Entry& en, const CUpti_CallbackData* cb, uint64_
     case table::Family::kLaunch:
       e.kernel = driver ? kernel_of(en.cbid, p) : runtime_kernel_of(en.cbid, p);
       e.kernel_name = cb->symbolName;
+      if (e.kernel == 0) e.kernel = symbol_key(cb->symbolName);  // no parameters: the name says which
+      break;
+    case table::Family::kKernelQuery:
+      e.kernel = queried_kernel_of(en.domain, en.cbid, p);
+      if (e.kernel == 0) e.kernel = symbol_key(cb->symbolName);
       break;
     case table::Family::kModuleLoad:
       if (e.enter) e.image = uint8_t(image_of(en, p));  // the exit closes the span the enter opened
@@ -355,5 +397,28 @@ handler::Event resource(const table::Entry& en, const CUpti_ResourceData* rd, ui
 }
 
 void set_arch_override(int arch) { g_arch_override.store(arch, std::memory_order_relaxed); }
+
+void cache_arch() {
+  const cuda_driver::Api* api = cuda_driver::api(nullptr);
+  int arch = 0, count = 0;
+  if (api != nullptr && api->cuDeviceGetAttribute != nullptr && api->cuDeviceGetCount != nullptr &&
+      api->cuDeviceGetCount(&count) == CUDA_SUCCESS) {
+    for (CUdevice dev = 0; dev < count; ++dev) {
+      int major = 0, minor = 0;
+      if (api->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev) != CUDA_SUCCESS ||
+          api->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev) != CUDA_SUCCESS) {
+        arch = 0;
+        break;
+      }
+      const int a = major * 10 + minor;
+      if (dev > 0 && a != arch) {  // devices of different architectures: which one loads is not known
+        arch = 0;
+        break;
+      }
+      arch = a;
+    }
+  }
+  g_arch.store(arch, std::memory_order_relaxed);
+}
 
 }  // namespace warmprof::backends::cupti::decode

@@ -2,8 +2,9 @@
 // launched function, a copy's direction, a module image's kind (cuda_image), a memory pool's
 // reservation. Driver and runtime domains (the generated_cuda*_meta.h parameter structs) and
 // resource events. Runs inside the callback: no allocation; the driver is asked only where the
-// parameters cannot say (cuMemcpy's direction, the device's architecture once per device, a
-// stream-ordered allocation's pool).
+// parameters cannot say (cuMemcpy's direction, a stream-ordered allocation's pool). The device's
+// architecture is read at start (cache_arch), not in a callback. A launch or kernel query CUPTI
+// passes no parameters for (nvcc 13's __cudaLaunchKernel) is known by a hash of its symbol name.
 #pragma once
 #include <cupti.h>
 
@@ -20,7 +21,10 @@ handler::Event api(const table::Entry& en, const CUpti_CallbackData* cb, uint64_
 // A resource event (MODULE_LOADED: the cubin's bytes and the kind of its image).
 handler::Event resource(const table::Entry& en, const CUpti_ResourceData* rd, uint64_t ticks);
 
-// Test-only: the device architecture to decode fatbins against (-1: ask the driver).
+// Test-only: the device architecture to decode fatbins against (-1: the one cache_arch() read).
 void set_arch_override(int arch);
+// Reads the devices' architecture from the driver (cold: start() calls it before subscribing):
+// their compute capability when they all share one, else 0 (unknown).
+void cache_arch();
 
 }  // namespace warmprof::backends::cupti::decode

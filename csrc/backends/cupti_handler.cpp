@@ -38,6 +38,7 @@ struct Frame {
 
 struct ThreadState {
   uint64_t generation = 0;
+  uint64_t epoch = 0;  // the subscription it belongs to (new_epoch())
   Frame frames[kMaxDepth];
   int depth = 0;
   int overflow = 0;  // calls past kMaxDepth: counted, not recorded
@@ -48,6 +49,7 @@ std::atomic<int64_t> g_callbacks{0};
 std::atomic<int64_t> g_launches{0};
 std::atomic<int64_t> g_pool_hits{0};
 std::atomic<int64_t> g_untracked{0};
+std::atomic<uint64_t> g_epoch{0};  // bumped when a subscription starts or ends
 
 // --- first-seen kernels: a fixed open-addressing set (process lifetime, so "first seen" survives
 // stop/start), lock-free; inserts stop at half full, after which launches are not flagged. ------
@@ -127,11 +129,16 @@ void fault_in(T (&array)[N], void (*touch)(T&)) {
 
 // --- per-thread state --------------------------------------------------------------------------
 
+// A thread's open calls belong to one recording generation and one subscription: a subscription
+// that ended mid-call (a watcher closed while a launch was open) never delivers that call's exit,
+// and a frame left open would absorb every later call of its operation on the thread.
 ThreadState& state() {
   static thread_local ThreadState s;
   const uint64_t gen = recorder::g_generation.load(std::memory_order_relaxed);
-  if (s.generation != gen) {
+  const uint64_t epoch = g_epoch.load(std::memory_order_relaxed);
+  if (s.generation != gen || s.epoch != epoch) {
     s.generation = gen;
+    s.epoch = epoch;
     s.depth = 0;
     s.overflow = 0;
     s.captures_open = 0;
@@ -241,9 +248,12 @@ const Frame* pop(ThreadState& s, const Entry& en) {
   return nullptr;
 }
 
-bool runtime_call_open(const ThreadState& s, table::Op op) {
+// Whether a call of `op` is open on the thread, in either domain: a call of the same operation
+// inside it is its implementation (the driver's inside the runtime's, cudaLaunchKernel inside
+// nvcc 13's __cudaLaunchKernel, one driver entry inside another).
+bool same_op_open(const ThreadState& s, table::Op op) {
   for (int i = 0; i < s.depth; ++i)
-    if (s.frames[i].domain == CUPTI_CB_DOMAIN_RUNTIME_API && s.frames[i].op == op && !s.frames[i].muted) return true;
+    if (s.frames[i].op == op && !s.frames[i].muted) return true;
   return false;
 }
 
@@ -294,6 +304,27 @@ void on_launch(ThreadState& s, const Entry& en, const Event& e) {
   const int64_t value = f->first ? 1 : 0;
   emit(kBegin, cause, name, value, f->ticks);
   emit(kEnd, cause, name, value, e.ticks);
+}
+
+// A query on one kernel (cudaFuncGetAttributes, an occupancy query, cudaGetKernel): with lazy
+// loading the first one loads the kernel, outside any launch. Counted like a launch: a span
+// (runtime_init, the call's name) for the first query of a kernel, a lazy load when a module was
+// loaded inside, nothing for a repeat. A query whose kernel is unknown (0) is timed every time.
+// Its first-seen key is apart from the launches' (salted), so a query does not hide a first launch.
+constexpr uintptr_t kQuerySalt = uintptr_t(0x51E7C0DEB4D5A17Full);
+
+void on_query(ThreadState& s, const Entry& en, const Event& e) {
+  if (e.enter) {
+    const bool first = e.kernel == 0 || see(e.kernel ^ kQuerySalt) == Seen::kNew;
+    if (Frame* f = push(s, en, e, en.cause)) f->first = first;
+    return;
+  }
+  const Frame* f = pop(s, en);
+  if (f == nullptr || (!f->first && f->load_cause == 0)) return;
+  const uint8_t cause = f->load_cause ? f->load_cause : en.cause;
+  const uint32_t name = f->load_cause ? table::extra_names().lazy_load : en.name_id;
+  emit(kBegin, cause, name, 0, f->ticks);
+  emit(kEnd, cause, name, 0, e.ticks);
 }
 
 // A stream-ordered allocation served by its pool costs what a steady pass pays too: only a call
@@ -359,7 +390,7 @@ bool absorb(const Entry& en, bool enter) {
   g_callbacks.fetch_add(1, std::memory_order_relaxed);
   ThreadState& s = state();
   if (enter) {
-    if (en.domain != CUPTI_CB_DOMAIN_DRIVER_API || !runtime_call_open(s, en.op)) return false;
+    if (en.op == table::Op::kResource || !same_op_open(s, en.op)) return false;
     if (Frame* f = push(s, en, Event{}, en.cause)) f->muted = true;
     return true;
   }
@@ -389,6 +420,7 @@ void record(const Entry& en, const Event& e) {
     }
     case Family::kResourceInit: emit(kInstant, en.cause, en.name_id, e.value, e.ticks); return;
     case Family::kLaunch: return on_launch(s, en, e);
+    case Family::kKernelQuery: return on_query(s, en, e);
     case Family::kModuleLoad: return on_load(s, en, e);
     case Family::kAllocAsync: return on_alloc_async(s, en, e);
     case Family::kCaptureBegin: return on_capture_begin(s, en, e);
@@ -415,6 +447,8 @@ Counts counts() {
   c.untracked_kernels = g_untracked.load();
   return c;
 }
+
+void new_epoch() { g_epoch.fetch_add(1, std::memory_order_relaxed); }
 
 void reset_counts() {
   restore_counts(Counts{});

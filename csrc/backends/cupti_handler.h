@@ -23,17 +23,22 @@
 //   which the pool's reservation grew is an allocator_growth span valued at the growth.
 //
 // Runtime and driver: eager PyTorch calls the runtime (cudaLaunchKernel, cudaMalloc, ...), which
-// calls the driver inside; CUPTI may or may not report those inner driver calls. A driver call
-// made while a runtime call of the same operation (table::Op) is open on the thread is that
-// runtime call's implementation: it is absorbed (kept as a muted frame, never recorded or
-// counted as a launch), so each operation counts once whichever way CUPTI behaves. Driver calls
-// of another operation inside a runtime call (a module load inside cudaLaunchKernel) are recorded.
+// calls the driver inside; CUPTI may or may not report those inner driver calls, and nvcc 13's
+// __cudaLaunchKernel may report the cudaLaunchKernel it makes. A call made while a call of the
+// same operation (table::Op) is open on the thread, in either domain, is that call's
+// implementation: it is absorbed (kept as a muted frame, never recorded or counted as a launch),
+// so each operation counts once whichever way CUPTI behaves. Calls of another operation inside
+// (a module load inside cudaLaunchKernel) are recorded.
+// - kernel queries (cudaFuncGetAttributes, occupancy, cudaGetKernel, cuFuncGetAttribute), which
+//   load a kernel lazily outside a launch: counted; a runtime_init span for a kernel's first
+//   query, "cupti:lazy_load" when a module was loaded inside.
 //
 // The hot path allocates nothing, takes no lock and touches only pre-faulted memory: first-seen
 // kernels live in a fixed open-addressing table and their names in a fixed arena, both faulted in
 // by reset_counts() (at subscribe time); a thread's recorder buffer and handler state are set up by
 // prepare_thread() before the callback reads the clock, so that set-up is outside every span.
-// Per-thread state (open calls, open captures) is dropped when a new recording generation starts.
+// Per-thread state (open calls, open captures) is dropped when a new recording generation starts
+// and when a subscription starts or ends (new_epoch()).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -52,15 +57,17 @@ struct Event {
   // Allocations and copies: bytes. MODULE_LOADED: cubin bytes. Stream-ordered allocations: the
   // pool's reserved bytes at this callback (-1 unknown).
   int64_t value = 0;
-  uintptr_t kernel = 0;      // launches: the CUfunction or runtime entry (injected launches: the injected value)
+  // Launches and kernel queries: the CUfunction or runtime entry, else a hash of the symbol name
+  // (a call CUPTI passes no parameters for); 0 unknown. Injected calls: the injected value.
+  uintptr_t kernel = 0;
   const char* kernel_name = nullptr;  // launches: the symbol name, when CUPTI gives one
   uint8_t image = 0;         // loads and MODULE_LOADED: cuda_image::Kind of the image
 };
 
 // The calling thread's recorder buffer and handler state, ready before the clock is read.
 void prepare_thread();
-// Every callback first: counts it, and absorbs a driver call made inside a runtime call of the
-// same operation (true: nothing more to do, do not decode it).
+// Every callback first: counts it, and absorbs a call made inside a call of the same operation on
+// the thread, whatever the domains (true: nothing more to do, do not decode it).
 bool absorb(const table::Entry& en, bool enter);
 // The decoded callback (not absorbed) -> records.
 void record(const table::Entry& en, const Event& e);
@@ -79,7 +86,10 @@ Counts counts();
 // Zeroes the counters and the names since the last reset, and faults in the first-seen table and
 // the name arena, so that callbacks touch only mapped pages. Cold: call before subscribing.
 void reset_counts();
-void restore_counts(const Counts& c);  // after a calibration loop: its callbacks are not the model's
+void restore_counts(const Counts& c);
+// A subscription starts or ends: every thread's open calls are dropped at its next callback (a call
+// whose exit the ended subscription never delivered must not stay open and absorb later calls).
+void new_epoch();  // after a calibration loop: its callbacks are not the model's
 // Names of kernels first seen since reset (the first 16384; a kernel without a symbol name, or
 // past the arena's room, is "kernel#<id>"). Cold.
 std::vector<std::string> new_kernels();

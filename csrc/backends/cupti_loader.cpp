@@ -128,6 +128,12 @@ Lib load() {
   resolve_optional(h, "cuptiEnableCallback", &l.enable_callback);
   resolve_optional(h, "cuptiGetCallbackState", &l.get_callback_state);
   resolve_optional(h, "cuptiGetVersion", &l.get_version);
+  resolve_optional(h, "cuptiActivityRegisterCallbacks", &l.activity_register_callbacks);
+  resolve_optional(h, "cuptiActivityEnable", &l.activity_enable);
+  resolve_optional(h, "cuptiActivityDisable", &l.activity_disable);
+  resolve_optional(h, "cuptiActivityFlushAll", &l.activity_flush_all);
+  resolve_optional(h, "cuptiActivityGetNextRecord", &l.activity_get_next_record);
+  resolve_optional(h, "cuptiGetTimestamp", &l.get_timestamp);
   l.ok = resolve(h, "cuptiSubscribe", &l.subscribe, &l.reason) &&
          resolve(h, "cuptiUnsubscribe", &l.unsubscribe, &l.reason) &&
          resolve(h, "cuptiEnableDomain", &l.enable_domain, &l.reason) &&

@@ -37,6 +37,14 @@ struct Lib {
   CUptiResult (*get_callback_state)(uint32_t*, CUpti_SubscriberHandle, CUpti_CallbackDomain,
                                     CUpti_CallbackId) = nullptr;
   CUptiResult (*get_version)(uint32_t*) = nullptr;
+  // Optional: the activity API, for CUPTI's OVERHEAD records (cupti_activity.h); without it those
+  // records are off with a reason and the callbacks work as before.
+  CUptiResult (*activity_register_callbacks)(CUpti_BuffersCallbackRequestFunc, CUpti_BuffersCallbackCompleteFunc) = nullptr;
+  CUptiResult (*activity_enable)(CUpti_ActivityKind) = nullptr;
+  CUptiResult (*activity_disable)(CUpti_ActivityKind) = nullptr;
+  CUptiResult (*activity_flush_all)(uint32_t) = nullptr;
+  CUptiResult (*activity_get_next_record)(uint8_t*, size_t, CUpti_Activity**) = nullptr;
+  CUptiResult (*get_timestamp)(uint64_t*) = nullptr;
   bool ok = false;
   std::string reason;
   std::string path;  // the file loaded ("" when none)

@@ -66,6 +66,15 @@ constexpr Row kRows[] = {
     WP_DRIVER(cuLibraryGetModule, F::kModuleLookup),
     WP_DRIVER(cuLibraryGetKernel, F::kModuleLookup),
     WP_DRIVER(cuKernelGetFunction, F::kModuleLookup),
+    // Queries on one kernel: with lazy loading (CUDA 12.2+ default) the first one loads it.
+    WP_DRIVER(cuFuncGetAttribute, F::kKernelQuery),
+    WP_DRIVER(cuOccupancyMaxActiveBlocksPerMultiprocessor, F::kKernelQuery),
+    WP_DRIVER(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags, F::kKernelQuery),
+    WP_DRIVER(cuOccupancyMaxPotentialBlockSize, F::kKernelQuery),
+    WP_DRIVER(cuOccupancyMaxPotentialBlockSizeWithFlags, F::kKernelQuery),
+    WP_DRIVER(cuOccupancyAvailableDynamicSMemPerBlock, F::kKernelQuery),
+    WP_DRIVER(cuOccupancyMaxPotentialClusterSize, F::kKernelQuery),
+    WP_DRIVER(cuOccupancyMaxActiveClusters, F::kKernelQuery),
     // Kernel launches: counted; a span for a kernel's first launch and for a lazy load.
     WP_DRIVER(cuLaunch, F::kLaunch),
     WP_DRIVER(cuLaunchGrid, F::kLaunch),
@@ -141,6 +150,20 @@ constexpr Row kRows[] = {
 #if WARMPROF_CUPTI_SINCE(12, 6)
     WP_RUNTIME(cudaLibraryLoadData, v12060, F::kModuleLoad),
     WP_RUNTIME(cudaLibraryLoadFromFile, v12060, F::kModuleLoad),
+#endif
+    // Queries on one kernel (the first one may load it lazily).
+    WP_RUNTIME(cudaFuncGetAttributes, v3020, F::kKernelQuery),
+    WP_RUNTIME(cudaOccupancyMaxActiveBlocksPerMultiprocessor, v6050, F::kKernelQuery),
+    WP_RUNTIME(cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags, v7000, F::kKernelQuery),
+    WP_RUNTIME(cudaOccupancyAvailableDynamicSMemPerBlock, v10200, F::kKernelQuery),
+    WP_RUNTIME(cudaOccupancyMaxPotentialClusterSize, v11070, F::kKernelQuery),
+    WP_RUNTIME(cudaOccupancyMaxActiveClusters, v11070, F::kKernelQuery),
+#if WARMPROF_CUPTI_SINCE(12, 3)  // not in 12.0's headers; 12.3's have it
+    WP_RUNTIME(cudaGetKernel, v12000, F::kKernelQuery),
+#endif
+#if WARMPROF_CUPTI_SINCE(13, 0)
+    // nvcc 13's <<<...>>> takes the kernel's handle once per call site (crt/host_runtime.h).
+    WP_RUNTIME(__cudaGetKernel, v13000, F::kKernelQuery),
 #endif
     WP_RUNTIME(cudaLaunchKernel, v7000, F::kLaunch),
     WP_RUNTIME(cudaLaunchKernel_ptsz, v7000, F::kLaunch),
@@ -227,10 +250,11 @@ Op op_of(Family f) {
   switch (f) {
     case F::kRuntimeInit: return Op::kInit;
     case F::kModuleLoad: return Op::kLoad;
-    case F::kModuleLookup: return Op::kLookup;
+    case F::kModuleLookup:
+    case F::kKernelQuery: return Op::kLookup;
     case F::kLaunch: return Op::kLaunch;
-    case F::kAlloc:
-    case F::kAllocAsync: return Op::kAlloc;
+    case F::kAlloc: return Op::kAlloc;
+    case F::kAllocAsync: return Op::kAllocAsync;
     case F::kCaptureBegin:
     case F::kCaptureEnd: return Op::kCapture;
     case F::kGraph: return Op::kGraph;

@@ -13,6 +13,9 @@ enum class Family : uint8_t {
   kRuntimeInit,    // cuInit, context creation, primary-context retain: a runtime_init span
   kModuleLoad,     // an actual module/library load: runtime_init (cubin) or jit_compile (PTX), marks the open launch
   kModuleLookup,   // function/kernel/module lookups: a runtime_init span that never marks a lazy load
+  kKernelQuery,    // a query on one kernel that may load it lazily (cudaGetKernel, cudaFuncGetAttributes,
+                   // occupancy, cuFuncGetAttribute): counted; a runtime_init span for the first query of
+                   // a kernel, and a lazy load when a module was loaded inside
   kLaunch,         // kernel launch: counted; a span only for a kernel's first launch or a lazy load
   kAlloc,          // device/pinned/managed/VMM allocations: allocator_growth
   kAllocAsync,     // stream-ordered allocations: allocator_growth only when the pool grew
@@ -25,10 +28,12 @@ enum class Family : uint8_t {
   kResourceModule, // resource MODULE_LOADED: instant (cubin bytes), marks the open launch
 };
 
-// The operation a call performs, whichever API it comes through: a driver call made while a
-// runtime call of the same operation is open on the thread is that runtime call's own
-// implementation, and is not counted again.
-enum class Op : uint8_t { kInit, kLoad, kLookup, kLaunch, kAlloc, kCapture, kGraph, kCopy, kResource };
+// The operation a call performs, whichever API it comes through: a call made while a call of the
+// same operation is open on the thread (a driver call inside the runtime's, __cudaLaunchKernel's
+// cudaLaunchKernel, one driver entry calling another) is that outer call's own implementation, and
+// is not counted again. A stream-ordered allocation is its own operation: the pool's own cuMemCreate
+// reported inside one is the growth, and holds its bytes.
+enum class Op : uint8_t { kInit, kLoad, kLookup, kLaunch, kAlloc, kAllocAsync, kCapture, kGraph, kCopy, kResource };
 
 struct Entry {
   Family family;

@@ -23,6 +23,13 @@ void inject(uint32_t, uint32_t, bool, uint64_t, int64_t, bool) {}
 bool call_now(uint32_t, int64_t, int) { return false; }
 int64_t launch_heap_bytes(int64_t, int, const std::string&) { return 0; }
 bool inject_load(uint32_t, uint32_t, bool, uint64_t, const std::string&, int) { return false; }
+bool inject_unparamed(uint32_t, uint32_t, bool, uint64_t, const std::string&) { return false; }
+bool inject_query(uint32_t, uint32_t, bool, uint64_t, int64_t) { return false; }
+Overheads take_overheads() {
+  Overheads o;
+  o.reason = unavailable_reason();
+  return o;
+}
 void set_recording(bool) {}
 const CallTally& thread_tally() {
   static const CallTally zero;

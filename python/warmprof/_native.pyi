@@ -56,6 +56,20 @@ class _Backend(TypedDict):
     reason: str
     path: NotRequired[str]  # cupti only: the libcupti file in use, "" if none
 
+class _CuptiOverhead(TypedDict):
+    kind: str  # "module_loading", "lazy_function_loading", "driver_compiler"
+    cause: int  # runtime_init (a load) or jit_compile (the driver's compiler)
+    start_ns: int  # warmprof's clock (monotonic ns)
+    end_ns: int
+    thread: int  # CUPTI's thread id (0: the record names no thread)
+    this_thread: bool  # the record names the calling thread
+
+class _CuptiOverheads(TypedDict):
+    records: list[_CuptiOverhead]
+    dropped: int
+    enabled: bool
+    reason: str  # why they are off ("" while on)
+
 class _MetalBuild(TypedDict):
     length: int
     seen: bool  # False: the length's first build; True: the re-build of a seen length
@@ -212,6 +226,9 @@ def cupti_start() -> str:
 def cupti_stop() -> str:
     """Unsubscribe; '' when clean (or nothing was subscribed), else why not (the subscription was torn down)."""
 
+def cupti_overheads() -> _CuptiOverheads:
+    """CUPTI's OVERHEAD records since the last call (lazy module/function loads, the driver's PTX compiles), timed by the driver, in warmprof's clock; {records, dropped, enabled, reason}."""
+
 def cupti_check() -> str:
     """'' while warmprof's CUPTI subscription stands (or none is active), else why it no longer does."""
 
@@ -277,6 +294,12 @@ class _TestingModule:
     @staticmethod
     def cupti_inject_load(domain: int, cbid: int, enter: bool, ticks: int, image: bytes, arch: int = 0) -> None:
         """A module load with its image (a path for file loads) as CUPTI's own callback data, decoded by the real path."""
+    @staticmethod
+    def cupti_inject_unparamed(domain: int, cbid: int, enter: bool, ticks: int, symbol: str = "") -> None:
+        """An API callback with no parameter struct (functionParams NULL) and `symbol` as its symbolName, through the real callback entry."""
+    @staticmethod
+    def cupti_inject_query(domain: int, cbid: int, enter: bool, ticks: int, kernel: int) -> None:
+        """A kernel query with its own parameter struct naming the function `kernel`, through the real callback entry."""
     @staticmethod
     def cupti_call_now(cbid: int, value: int, pairs: int = 1) -> None:
         """Enter/exit pairs of cuLaunchKernel (function `value`) or cuMemAlloc_v2 (`value` bytes) through the real callback entry, the clock read inside."""

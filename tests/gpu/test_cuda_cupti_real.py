@@ -70,6 +70,25 @@ def test_subscribe_measures_its_cost_and_unsubscribes():
     assert not _native.cupti_active()
 
 
+def test_overhead_records_are_enabled_and_well_formed_with_a_real_libcupti():
+    """CUPTI's OVERHEAD activity records (lazy module/function loads, the driver's PTX compiles):
+    enabled at subscribe; whatever a first use of new kernels produces is well formed. Whether any
+    record comes (the kernels may already be loaded) is not asserted."""
+    _gate(CUPTI)
+    torch.cuda.synchronize()
+    assert _native.cupti_start() == ""
+    try:
+        assert _native.cupti_overheads()["enabled"] is True, _native.cupti_overheads()["reason"]
+        x = torch.arange(4099, device="cuda", dtype=torch.float64)
+        torch.cumsum(x.flip(0), 0).sum().item()
+        got = _native.cupti_overheads()
+    finally:
+        _native.cupti_stop()
+    kinds = {"module_loading", "lazy_function_loading", "driver_compiler"}
+    assert all(r["kind"] in kinds and r["end_ns"] >= r["start_ns"] for r in got["records"]), got
+    assert got["dropped"] == 0
+
+
 def test_new_segment_is_an_allocation_span_with_bytes():
     _gate(CUPTI)
     torch.cuda.empty_cache()

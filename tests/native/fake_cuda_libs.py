@@ -8,7 +8,10 @@ The fake libcuda reports one device and the CUDA version in FAKE_CUDA_DRIVER_VER
 libcupti answers cuptiSubscribe with FAKE_CUPTI_SUBSCRIBE (0 = success, 39 = another subscriber
 holds CUPTI) and cuptiGetVersion with FAKE_CUPTI_VERSION; `fake_cupti_finalize()` stands for
 another tool calling cuptiFinalize, `fake_cupti_fatal(msg)` for CUPTI's own fatal error notice,
-and `fake_cupti_tag()` says which copy was loaded.
+and `fake_cupti_tag()` says which copy was loaded. Its activity API holds OVERHEAD records that
+`fake_cupti_overhead(kind, ns, tid)` queues until a flush; FAKE_CUPTI_WAIT=subscribe|unsubscribe
+makes that call wait for `fake_cupti_release()` from another thread. The fake libcuda's device is
+sm_90 and counts the calls that would tell it (`fake_driver_arch_calls()`).
 """
 
 from __future__ import annotations
@@ -42,11 +45,24 @@ CUresult cuDevicePrimaryCtxGetState(int d, unsigned int* f, int* a) { (void)d; *
 CUresult cuDevicePrimaryCtxRetain(void** c, int d) { (void)d; *c = 0; return 1; }
 CUresult cuDevicePrimaryCtxRelease_v2(int d) { (void)d; return 0; }
 CUresult cuDriverGetVersion(int* v) { *v = atoi(env_or("FAKE_CUDA_DRIVER_VERSION", "13000")); return 0; }
+/* One sm_90 device; every call a callback might make to learn it is counted. */
+static int arch_calls;
+int fake_driver_arch_calls(void) { return arch_calls; }
+void fake_driver_reset_calls(void) { arch_calls = 0; }
+CUresult cuCtxGetDevice(int* d) { arch_calls++; *d = 0; return 0; }
+CUresult cuDeviceGetAttribute(int* v, int attr, int d) {
+  (void)d;
+  arch_calls++;
+  *v = attr == 75 ? 9 : 0; /* CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75, _MINOR = 76 */
+  return 0;
+}
 """
 
 FAKE_LIBCUPTI_C = r"""
 #include <stdlib.h>
 #include <stdio.h>
+#include <string.h>
+#include <time.h>
 typedef int CUptiResult;
 typedef void (*Callback)(void* userdata, int domain, unsigned int cbid, const void* data);
 typedef struct { CUptiResult result; const char* message; } StateData;
@@ -61,7 +77,22 @@ static int env_int(const char* name, int dflt) { const char* v = getenv(name); r
 const char* fake_cupti_tag(void) { return FAKE_TAG; }
 int fake_cupti_unsubscribe_calls(void) { return unsubscribe_calls; }
 
+/* FAKE_CUPTI_WAIT=subscribe|unsubscribe: that call waits (up to 3 s) for fake_cupti_release(), which
+   another Python thread can only call if warmprof let go of the GIL. */
+static volatile int released, waited_out;
+void fake_cupti_release(void) { released = 1; }
+int fake_cupti_waited_out(void) { return waited_out; }
+static void wait_if(const char* call) {
+  const char* w = getenv("FAKE_CUPTI_WAIT");
+  if (!w || strcmp(w, call) != 0) return;
+  struct timespec ms = {0, 1000000};
+  for (int i = 0; i < 3000 && !released; ++i) nanosleep(&ms, 0);
+  if (!released) waited_out++;
+  released = 0;
+}
+
 CUptiResult cuptiSubscribe(void** sub, Callback cb, void* ud) {
+  wait_if("subscribe");
   CUptiResult r = env_int("FAKE_CUPTI_SUBSCRIBE", 0);
   if (r != 0) return r;
   if (subscribed && !torn) return 39;
@@ -70,6 +101,7 @@ CUptiResult cuptiSubscribe(void** sub, Callback cb, void* ud) {
   return 0;
 }
 CUptiResult cuptiUnsubscribe(void* sub) {
+  wait_if("unsubscribe");
   unsubscribe_calls++;
   if (sub != &handle || !subscribed || torn) return 1;  /* CUPTI_ERROR_INVALID_PARAMETER */
   subscribed = 0;
@@ -109,6 +141,65 @@ CUptiResult cuptiGetResultString(CUptiResult r, const char** s) {
 CUptiResult cuptiFinalize(void) { torn = 1; subscribed = 0; return 0; }
 /* The handle reused for another tool's subscription, which did not enable driver callbacks. */
 void fake_cupti_reuse_handle(void) { torn = 0; subscribed = 1; driver_enabled = 0; }
+/* The activity API, for OVERHEAD records (kind 17). Records share CUPTI's layout up to `end`
+   (packed: kind, overheadKind, objectKind, objectId (12 bytes), start, end); the fake's own record is
+   that prefix, and cuptiActivityGetNextRecord walks records of its size. Timestamps are
+   CLOCK_REALTIME ns, CUPTI's default on Linux. */
+#ifndef NO_ACTIVITY
+typedef struct __attribute__((packed, aligned(8))) {
+  unsigned kind, overhead_kind, object_kind;
+  unsigned object_id[3]; /* THREAD: {processId, threadId, -} */
+  unsigned long long start, end;
+} Overhead;
+typedef void (*Requested)(unsigned char**, size_t*, size_t*);
+typedef void (*Completed)(void*, unsigned, unsigned char*, size_t, size_t);
+static Requested requested;
+static Completed completed;
+static int overhead_enabled;
+static Overhead queued[64];
+static int nqueued;
+static unsigned long long realtime_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
+}
+int fake_cupti_overhead_enabled(void) { return overhead_enabled; }
+/* A record of `kind` that ends now and lasted `ns`, naming thread `tid` (0: no thread). */
+void fake_cupti_overhead(unsigned kind, unsigned long long ns, unsigned tid) {
+  if (nqueued == 64) return;
+  Overhead* o = &queued[nqueued++];
+  memset(o, 0, sizeof *o);
+  o->kind = 17;
+  o->overhead_kind = kind;
+  o->object_kind = tid ? 2 : 0; /* CUPTI_ACTIVITY_OBJECT_THREAD */
+  o->object_id[1] = tid;
+  o->end = realtime_ns();
+  o->start = o->end - ns;
+}
+CUptiResult cuptiActivityRegisterCallbacks(Requested r, Completed c) { requested = r; completed = c; return 0; }
+CUptiResult cuptiActivityEnable(int kind) { if (kind == 17) overhead_enabled = 1; return 0; }
+CUptiResult cuptiActivityDisable(int kind) { if (kind == 17) overhead_enabled = 0; return 0; }
+CUptiResult cuptiGetTimestamp(unsigned long long* t) { *t = realtime_ns(); return 0; }
+CUptiResult cuptiActivityFlushAll(unsigned flag) {
+  (void)flag;
+  if (!nqueued || !requested || !completed) return 0;
+  unsigned char* buf = 0;
+  size_t size = 0, max_records = 0;
+  requested(&buf, &size, &max_records);
+  size_t valid = (size_t)nqueued * sizeof(Overhead);
+  if (!buf || size < valid) return 1;
+  memcpy(buf, queued, valid);
+  nqueued = 0;
+  completed(0, 0, buf, size, valid);
+  return 0;
+}
+CUptiResult cuptiActivityGetNextRecord(unsigned char* buf, size_t valid, void** record) {
+  unsigned char* next = *record ? (unsigned char*)*record + sizeof(Overhead) : buf;
+  if (next + sizeof(Overhead) > buf + valid) return 12; /* CUPTI_ERROR_MAX_LIMIT_REACHED */
+  *record = next;
+  return 0;
+}
+#endif
 /* CUPTI's fatal-error notice on the state domain, after which it finalizes itself. */
 void fake_cupti_fatal(const char* message) {
   StateData d = {999, message};
@@ -138,10 +229,13 @@ def fake_driver(folder: Path) -> Path:
     return build(folder, "libcuda.so.1", FAKE_LIBCUDA_C)
 
 
-def fake_cupti(folder: Path, file_name: str, tag: str, *, soname: str | None = None, callback_state: bool = True) -> Path:
+def fake_cupti(folder: Path, file_name: str, tag: str, *, soname: str | None = None, callback_state: bool = True,
+               activity: bool = True) -> Path:
     defines = {"FAKE_TAG": f'"{tag}"'}
     if not callback_state:
         defines["NO_CALLBACK_STATE"] = "1"
+    if not activity:  # an older or stripped libcupti without the activity API
+        defines["NO_ACTIVITY"] = "1"
     return build(folder, file_name, FAKE_LIBCUPTI_C, soname=soname, defines=defines)
 
 

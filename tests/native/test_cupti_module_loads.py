@@ -132,7 +132,7 @@ def test_only_loads_take_an_image():
     with pytest.raises(ValueError, match="not a module load"):
         _native._testing.cupti_inject_load(D, DRIVER["cuModuleGetFunction"], True, Clock()(), CUBIN)
     with pytest.raises(ValueError, match="arch"):
-        _native._testing.cupti_inject_load(D, DRIVER["cuModuleLoadData"], True, Clock()(), CUBIN, -1)
+        _native._testing.cupti_inject_load(D, DRIVER["cuModuleLoadData"], True, Clock()(), CUBIN, -2)  # -1: the cached one
 
 
 # --- images the toolkit itself builds (nvcc, ptxas, fatbinary), where it is installed ----------------

@@ -41,6 +41,7 @@ class FakeNative(types.SimpleNamespace):
         self.stops = 0
         self.starts = 0
         self.torn_down = ""
+        self.overheads: list[dict] = []  # CUPTI OVERHEAD records the next cupti_overheads() returns
 
     def backends(self):
         entry = {"compiled": True, "available": True, "reason": ""}
@@ -70,6 +71,10 @@ class FakeNative(types.SimpleNamespace):
         s = _native.cupti_stats()
         s["subscribe_ns"] = self.subscribe_ns
         return s
+
+    def cupti_overheads(self):
+        records, self.overheads = self.overheads, []
+        return {"records": records, "dropped": 0, "enabled": True, "reason": ""}
 
 
 @pytest.fixture
@@ -207,7 +212,7 @@ def test_teardown_during_a_pass_marks_it_partial_and_says_where_data_stops(fake)
         with cuda.Cupti() as inst:
             inst.mark_pass("first")
             launch(2)
-            fake.tear_down()  # torch.profiler exits: Kineto calls cuptiFinalize
+            fake.tear_down()  # another tool calls cuptiFinalize
             inst.end_pass("first")
             inst.mark_pass("seen_rerun")
             launch(3)
@@ -279,6 +284,118 @@ def test_the_calibration_measures_the_cupti_handler_and_hands_it_to_attribution(
                                    thread_start_ns=20_000.0, hook_cost_ns=4000.0, cupti_handler_ns=cost)
     assert costs.for_attribution().cupti_handler_ns == cost
     assert costs.to_dict()["cupti_handler_ns"] == cost  # kept in the report's protocol
+
+
+# --- CUPTI delivered nothing (issue 25, item 9) -------------------------------------------------
+
+
+def _two_passes(inst, work=None) -> None:
+    for name in ("first", "seen_rerun"):
+        inst.mark_pass(name)
+        if work:
+            work()
+        inst.end_pass(name)
+
+
+def test_a_subscription_with_no_callbacks_while_the_gpu_worked_is_cupti_delivering_nothing(fake):
+    with Recording():
+        with cuda.Cupti(gpu_ms=lambda: {"first": 3.0, "seen_rerun": 2.0}) as inst:
+            _two_passes(inst)
+    summary = inst.summary()
+    assert summary["active"] is False
+    assert summary["reason"].startswith("CUPTI delivered nothing")
+    assert "5.000 ms of GPU work" in summary["reason"]
+    assert fake.stops == 1  # still unsubscribed cleanly
+
+
+def test_callbacks_or_no_gpu_work_leave_cupti_active(fake):
+    with Recording():
+        with cuda.Cupti(gpu_ms=lambda: {"first": 3.0}) as busy:
+            _two_passes(busy, work=lambda: launch(1))
+        with cuda.Cupti(gpu_ms=lambda: {"first": 0.0}) as idle:  # no evidence CUPTI missed anything
+            _two_passes(idle)
+        with cuda.Cupti() as unknown:  # no CUDA events to compare with
+            _two_passes(unknown)
+    assert [i.summary()["active"] for i in (busy, idle, unknown)] == [True, True, True]
+
+
+def test_delivered_nothing_is_pure():
+    assert cuda.delivered_nothing(0, {"first": 1.25}).startswith("CUPTI delivered nothing")
+    assert cuda.delivered_nothing(4, {"first": 1.25}) == ""
+    assert cuda.delivered_nothing(0, {}) == ""
+    assert cuda.delivered_nothing(0, {"first": 0.0, "seen_rerun": -1.0}) == ""
+
+
+def test_the_cuda_set_gives_cupti_the_cuda_events_gpu_times():
+    from warmprof.instruments.cuda_set import cuda_instruments
+
+    insts = cuda_instruments({"device": "cuda:0", "cupy": False})
+    cupti = next(i for i in insts if i.name == "cupti")
+    events = next(i for i in insts if i.name == "cuda_events")
+    events.gpu_ms["first"] = 4.0
+    assert cupti._gpu_ms() == {"first": 4.0}
+
+
+# --- CUPTI's OVERHEAD records (issue 25, item 8) ------------------------------------------------
+
+
+def _overhead(kind: str, cause: int, start_ns: int, end_ns: int, this_thread: bool = True) -> dict:
+    return {"kind": kind, "cause": cause, "start_ns": start_ns, "end_ns": end_ns, "thread": 7,
+            "this_thread": this_thread}
+
+
+def test_overhead_records_on_the_pass_thread_become_spans_and_every_one_is_counted(fake):
+    with Recording() as rec:
+        with cuda.Cupti() as inst:
+            inst.mark_pass("first")
+            t = _native.now_ns()
+            fake.overheads = [
+                _overhead("lazy_function_loading", timeline.RUNTIME_INIT, t + 1_000, t + 3_001_000),
+                _overhead("driver_compiler", timeline.JIT_COMPILE, t + 4_000_000, t + 5_000_000),
+                _overhead("module_loading", timeline.RUNTIME_INIT, t + 1_000, t + 2_001_000, this_thread=False),
+                _overhead("module_loading", timeline.RUNTIME_INIT, 0, 0),  # CUPTI could not time it: left out
+            ]
+            inst.end_pass("first")
+    tl = rec.drain()
+    spans = [(int(tl.kind[i]), int(tl.cause[i]), tl.name_of(i)) for i in range(len(tl))
+             if tl.name_of(i).startswith("cupti:overhead:")]
+    assert spans == [(timeline.BEGIN, timeline.RUNTIME_INIT, "cupti:overhead:lazy_function_loading"),
+                     (timeline.END, timeline.RUNTIME_INIT, "cupti:overhead:lazy_function_loading"),
+                     (timeline.BEGIN, timeline.JIT_COMPILE, "cupti:overhead:driver_compiler"),
+                     (timeline.END, timeline.JIT_COMPILE, "cupti:overhead:driver_compiler")]
+    got = inst.summary()["passes"]["first"]["overheads"]
+    assert got["lazy_function_loading"] == {"count": 1, "ms": pytest.approx(3.0), "other_threads": 0}
+    assert got["module_loading"] == {"count": 1, "ms": pytest.approx(2.0), "other_threads": 1}
+    assert got["driver_compiler"]["count"] == 1
+
+
+def test_overhead_records_from_before_a_pass_are_not_the_pass_s(fake):
+    with Recording():
+        with cuda.Cupti() as inst:
+            t = _native.now_ns()
+            fake.overheads = [_overhead("module_loading", timeline.RUNTIME_INIT, t, t + 1_000)]
+            inst.mark_pass("first")
+            inst.end_pass("first")
+    assert "overheads" not in inst.summary()["passes"]["first"]
+
+
+# --- torch.profiler's Kineto keeps CUPTI (issue 25, item 11) ---------------------------------------
+
+
+def test_watch_s_backend_error_says_kineto_keeps_cupti_and_what_holding_it_does_to_torch_profiler(monkeypatch):
+    from warmprof.errors import BackendError
+    from warmprof.serving.watch import sources
+
+    held = "another CUPTI subscriber holds the process (torch.profiler or Nsight)"
+    monkeypatch.setattr(sources, "_native", types.SimpleNamespace(cupti_start=lambda: held))
+    monkeypatch.setattr(sources.cuda_paths, "install", lambda: None)
+    with pytest.raises(BackendError) as err:
+        sources.acquire_cupti()
+    text = str(err.value)
+    assert held in text
+    assert "first torch.profiler use" in text and "life of the process" in text
+    assert "torch.profiler falls back to CPU-only" in text
+    assert sources._cupti_users == 0  # nothing held
 
 
 def test_no_recording_left_behind():

@@ -13,16 +13,22 @@ is reported and never blamed on the model; the callbacks each pass takes are sam
 counter "cupti:callbacks" at the pass's start and end (attribution books them x the handler's
 calibrated cost as estimated profiler_overhead). If another tool holds CUPTI (torch.profiler,
 Nsight) the instrument is off with that reason and the other CUDA instruments still run. If another
-tool tears warmprof's subscription down mid-trace (cuptiFinalize: torch.profiler's Kineto at exit
-with TEARDOWN_CUPTI=1), the instrument finds out at the next pass boundary, stops cleanly and says
-from which pass on its data is missing.
+tool tears warmprof's subscription down mid-trace (cuptiFinalize; Kineto's TEARDOWN_CUPTI=1 only
+finalizes a subscription of its own), the instrument finds out at the next pass boundary, stops
+cleanly and says from which pass on its data is missing. A subscription that delivered no callback
+at all while CUDA events timed GPU work is reported as CUPTI having delivered nothing (off, with that
+reason), not as an active CUPTI that found no causes.
+
+CUPTI's OVERHEAD activity records (the driver's own times of lazy module and function loads and of
+its PTX compiles) are taken at each pass end: those naming the pass thread become spans
+("cupti:overhead:<kind>", runtime_init or jit_compile); each pass's summary counts them all.
 
 CUDA events (the GPU-side time of each pass) are instruments/cuda_events.py.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from .. import _native
 from ..system import cuda_paths
@@ -38,10 +44,32 @@ from .base import Instrument
 
 NEW_KERNEL_NAMES_KEPT = 20  # per pass, in the summary
 HELD_ELSEWHERE_NOTE = (
-    "CUPTI is off: another subscriber holds it (torch.profiler's Kineto may keep it for the rest of "
-    "the process once a profile has run; Nsight holds it while attached); CUDA causes come from "
-    "CUDA events, torch's allocator statistics and hooks (and CuPy) only"
+    "CUPTI is off: another subscriber holds it (torch.profiler's Kineto, in torch 2.11, subscribes on "
+    "the first profile and keeps it for the rest of the process; Nsight holds it while attached); CUDA "
+    "causes come from CUDA events, torch's allocator statistics and hooks (and CuPy) only"
 )
+
+
+def delivered_nothing(callbacks: int, gpu_ms: dict[str, float]) -> str:
+    """The reason CUPTI is off when a subscription delivered no callback while CUDA events timed GPU
+    work in the same passes ("" otherwise; pure)."""
+    busy = sum(ms for ms in gpu_ms.values() if ms > 0)
+    if callbacks or busy <= 0:
+        return ""
+    return (f"CUPTI delivered nothing: subscribed, but no callback arrived while CUDA events timed {busy:.3f} ms "
+            f"of GPU work in {len(gpu_ms)} pass(es); CUDA causes come from CUDA events, torch's allocator "
+            "statistics and hooks only")
+
+
+def overhead_summary(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """CUPTI's OVERHEAD records of one pass, by kind: count, ms, and how many named another thread (pure)."""
+    out: dict[str, dict[str, Any]] = {}
+    for r in records:
+        k = out.setdefault(str(r["kind"]), {"count": 0, "ms": 0.0, "other_threads": 0})
+        k["count"] += 1
+        k["ms"] += max(0, int(r["end_ns"]) - int(r["start_ns"])) / 1e6
+        k["other_threads"] += 0 if r["this_thread"] else 1
+    return out
 
 
 def pass_delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
@@ -59,8 +87,10 @@ def pass_delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
 class Cupti(Instrument):
     name = "cupti"
 
-    def __init__(self) -> None:
+    def __init__(self, gpu_ms: Callable[[], dict[str, float]] | None = None) -> None:
+        """gpu_ms: the GPU time of each pass, from CUDA events (pass -> ms), read at exit."""
         super().__init__()
+        self._gpu_ms = gpu_ms
         cuda_paths.install()
         entry = _native.backends()["cupti"]
         # A loaded libcupti that has not subscribed yet is not a reason to stay off: subscribing
@@ -73,6 +103,7 @@ class Cupti(Instrument):
         self.stopped_early: dict[str, str] | None = None  # {"at", "reason"} once torn down
         self._open: dict[str, dict[str, Any]] = {}
         self._callbacks = 0
+        self._callbacks_at_start = 0
 
     def __enter__(self) -> "Cupti":
         if self.reason:
@@ -86,6 +117,7 @@ class Cupti(Instrument):
             return self
         self.subscribed = True
         stats = _native.cupti_stats()
+        self._callbacks_at_start = int(stats["callbacks"])
         subscribe_ns = int(stats["subscribe_ns"])
         self.subscribe_ms = subscribe_ns / 1e6
         record_span_ns(PROFILER_OVERHEAD, "cupti:subscribe", t1 - subscribe_ns, t1)
@@ -106,6 +138,9 @@ class Cupti(Instrument):
             self.subscribed = False
         if why and self.stopped_early is None:
             self._stop_early("after the last instrumented pass", why)
+        nothing = delivered_nothing(self._callbacks - self._callbacks_at_start, self._gpu_ms() if self._gpu_ms else {})
+        if nothing:
+            self.reason = nothing
 
     @property
     def _collecting(self) -> bool:
@@ -125,6 +160,7 @@ class Cupti(Instrument):
     def mark_pass(self, name: str) -> None:
         super().mark_pass(name)
         if self._collecting and self._standing(f"before pass {name!r}"):
+            self._take_overheads()  # what came before the pass is not the pass's
             self._open[name] = self._sample()
 
     def end_pass(self, name: str) -> None:
@@ -134,7 +170,20 @@ class Cupti(Instrument):
         delta = pass_delta(before, self._sample())
         if not self._standing(f"during pass {name!r} (the subscription stood when it began)"):
             delta["partial"] = True
+        overheads = self._take_overheads()
+        if overheads:
+            delta["overheads"] = overheads
         self.passes[name] = delta
+
+    @staticmethod
+    def _take_overheads() -> dict[str, dict[str, Any]]:
+        """CUPTI's OVERHEAD records since the last pass: those on this thread become spans."""
+        got = _native.cupti_overheads()
+        records = [r for r in got["records"] if int(r["end_ns"]) >= int(r["start_ns"]) > 0]
+        for r in records:
+            if r["this_thread"]:
+                record_span_ns(int(r["cause"]), f"cupti:overhead:{r['kind']}", int(r["start_ns"]), int(r["end_ns"]))
+        return overhead_summary(records)
 
     @staticmethod
     def _sample() -> dict[str, Any]:
@@ -155,4 +204,4 @@ class Cupti(Instrument):
         return out
 
 
-__all__ = ["Cupti", "pass_delta"]
+__all__ = ["Cupti", "delivered_nothing", "overhead_summary", "pass_delta"]

@@ -35,9 +35,10 @@ from .torch_cuda import CudnnFind, InductorCudaMetrics, TorchCudaAllocator
 def cuda_instruments(options: dict) -> list[Instrument]:
     device = options.get("device")
     out: list[Instrument] = []
+    events = CudaEvents(device=device, stream=options.get("stream"))
     if options.get("cupti", True):
-        out.append(Cupti())
-    out.append(CudaEvents(device=device, stream=options.get("stream")))
+        out.append(Cupti(gpu_ms=lambda: events.gpu_ms))  # no callback while the GPU worked: CUPTI delivered nothing
+    out.append(events)
     out.append(TorchCudaAllocator(device=device))
     if options.get("compiled"):
         out.append(InductorCudaMetrics())

@@ -14,7 +14,10 @@ CUPTI only when asked (`cupti=True`): warmprof's CUPTI handler then sees every C
 runtime call the process makes (its own cost per call, not watch's), and a call on whose thread a
 cudaMalloc/cuMemAlloc, a module load, or a stream capture closed is kept, with those calls' own
 measured time. Where CUPTI cannot subscribe (no driver, another profiler holds it), watch raises
-BackendError with the reason and leaves nothing subscribed.
+BackendError with the reason and leaves nothing subscribed. CUPTI has one subscriber per process and
+torch.profiler's Kineto (torch 2.11) subscribes on its first use and keeps it: once a profile has run,
+watch(cupti=True) cannot subscribe; and a watcher holding CUPTI when torch.profiler is first used leaves
+torch.profiler CPU-only for the life of the process.
 
 Memory is bounded: at most `max_keys` keys (each a 512-byte sketch; calls at further keys are
 counted, not kept) and the last `max_events` events (older ones counted). Several threads may call

@@ -105,6 +105,12 @@ def release_compile_tap() -> None:
 
 
 _cupti_users = 0
+# CUPTI has one subscriber per process, and torch.profiler's Kineto (torch 2.11) subscribes on its
+# first use and keeps the subscription: whoever comes first holds it for the life of the process.
+KINETO_NOTE = ("CUPTI has one subscriber per process: torch.profiler's Kineto (torch 2.11) subscribes on the "
+               "first torch.profiler use and keeps it for the life of the process, so after a profile has run "
+               "watch(cupti=True) cannot subscribe; and if watch(cupti=True) holds CUPTI when torch.profiler is "
+               "first used, torch.profiler falls back to CPU-only activity for the life of the process")
 
 
 def acquire_cupti() -> None:
@@ -117,7 +123,7 @@ def acquire_cupti() -> None:
             cuda_paths.install()
             why = _native.cupti_start()
             if why:
-                raise BackendError(f"watch(cupti=True): CUPTI cannot subscribe: {why}")
+                raise BackendError(f"watch(cupti=True): CUPTI cannot subscribe: {why}. {KINETO_NOTE}")
             _native.cupti_set_recording(False)  # its calls go to watch's per-thread tally only
         _cupti_users += 1
 
