@@ -27,7 +27,8 @@ ENV_PREFIXES = ("CUDA_", "KINETO", "LD_PRELOAD", "LD_LIBRARY_PATH", "PYTORCH_", 
 TOOLS = {"nvidia-smi": ["nvidia-smi", "--query-gpu=name,driver_version,clocks.sm,clocks.max.sm,persistence_mode,"
                                       "compute_mode,memory.total", "--format=csv,noheader"],
          "nvcc": ["nvcc", "--version"], "cmake": ["cmake", "--version"], "ninja": ["ninja", "--version"]}
-PACKAGES = ("torch", "triton", "cupy", "scikit_build_core", "pybind11", "numpy", "pynvml")
+PACKAGES = ("torch", "triton", "cupy-cuda13x", "cupy-cuda12x", "nvidia-cuda-cupti", "scikit_build_core", "pybind11",
+            "numpy", "nvidia-ml-py")  # distribution names (nvidia-ml-py is the pynvml module)
 
 
 def run(argv: list[str], timeout: float = 10.0) -> str:

@@ -197,6 +197,7 @@ def step_record(key: str, ms: float, evs: list) -> dict:
 
 def raw_steps(lib) -> None:
     cb = CB(on_cb)
+    KEEP_ALIVE.append(cb)  # CUPTI may hold the trampoline past the unsubscribe: never freed
     handle, sub = subscribe(lib, cb)
     result["subscribe"] = sub
     save(OUT, result)
@@ -227,6 +228,7 @@ def raw_steps(lib) -> None:
 
 
 CB = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p)
+KEEP_ALIVE: list = []
 
 # warmprof's subscriber in a fresh process, on a kernel it never ran: why it is off (''), and what it saw.
 WARMPROF_FRESH = r"""
