@@ -294,3 +294,21 @@ def test_with_expandable_segments_device_allocations_are_not_segments():
     first = inst.summary()["passes"]["first"]
     assert first["segments"] is None and first["device_allocs"] is None
     assert first["growth_bytes"] == 18 << 20
+
+
+def test_the_warm_control_does_not_book_cudnns_first_call_again(monkeypatch):
+    """The control's warm control runs after its clean pass ran the model: cuDNN's first call is behind it."""
+    from warmprof.traces import calibrate, controls
+
+    monkeypatch.setattr(CudnnFind, "_first_done", False)
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", False)
+    monkeypatch.setattr(calibrate, "seed", lambda costs: None)  # no process-wide calibration left behind
+    monkeypatch.setattr(calibrate.MachineCosts, "from_dict", classmethod(lambda cls, d: None))
+
+    class FakeApi:
+        @staticmethod
+        def trace(*a, **k):
+            raise RuntimeError(f"stop here: {CudnnFind(require_cuda=False).reason}")
+
+    with pytest.raises(RuntimeError, match="first call already ran"):
+        controls._warm(FakeApi, torch.nn.Conv2d(1, 1, 1), (), {}, "cpu", None, False, {})

@@ -300,6 +300,12 @@ class CudnnFind(Instrument):
                               "candidate kernels (algorithm selection); no hook brackets it, so its time is in the "
                               "GEMM's launches and the unattributed time")
 
+    @classmethod
+    def already_called(cls) -> None:
+        """Say that cuDNN's first call already ran in this process, unseen (a model run before the
+        trace: the control's warm control runs after its clean pass)."""
+        cls._first_done = True
+
     def _pre(self, module: Any, args: tuple) -> None:
         if not isinstance(module, self._conv_types) or not args:
             return

@@ -423,9 +423,11 @@ def _clean(torch: Any, runner: Any, args: tuple, kwargs: dict, sync: Any,
 def _warm(api: Any, model: Any, args: tuple, kwargs: dict, device: str, compile: Any, op_view: bool,
           calibration: dict[str, Any]) -> dict[str, Any]:
     """The trace's protocol on the model already warm, instruments fresh, at the trace's calibration."""
+    from ..instruments.torch_cuda import CudnnFind
     from . import calibrate
 
     calibrate.seed(calibrate.MachineCosts.from_dict(calibration))
+    CudnnFind.already_called()  # the clean pass ran the model here: cuDNN's first call is behind it
     token = _in_warm_control.set(True)
     try:
         report = api.trace(model, inputs=kwargs if kwargs else args, device=device, compile=compile,
