@@ -67,3 +67,23 @@ def test_without_cuda_graphs_a_pass_is_one_call():
     top = [s for s in r.spans if s.module == "Counted"]
     assert len([s for s in top if s.pass_ == "first"]) == 1
     assert r.protocol.calls_per_pass == 1 and "calls 1-" not in str(r)
+
+
+def test_graphs_the_tree_skipped_are_said(monkeypatch):
+    """A graph cudagraph trees decline (torch's cudagraph_skips) is never recorded nor replayed: said."""
+    from torch._dynamo.utils import counters
+
+    monkeypatch.setattr(api, "calls_per_pass", lambda compile, device: 2, raising=False)
+
+    class Skipping(Counted):
+        def forward(self, x):
+            if self.calls == 0:
+                counters["inductor"]["cudagraph_skips"] += 1  # as inductor does for a graph it will not capture
+            return super().forward(x)
+
+    before = counters["inductor"]["cudagraph_skips"]
+    try:
+        r = warmprof.trace(Skipping(), (1, 4), steady=2)
+    finally:
+        counters["inductor"]["cudagraph_skips"] = before
+    assert any("skipped 1 graph" in n for n in r.notes)

@@ -43,7 +43,16 @@ from ..timeline import (
 from . import calibrate as calibration
 from . import controls
 from .build import InstrumentSummary, TraceFacts, build_report, steady_fault_median
-from .compile_options import CUDAGRAPH_NOTE, calls_per_pass, check_compile, compile_label, compile_model, repeated
+from .compile_options import (
+    CUDAGRAPH_NOTE,
+    calls_per_pass,
+    check_compile,
+    compile_label,
+    compile_model,
+    cudagraph_skips,
+    repeated,
+    skips_note,
+)
 from .inputs import (
     cast_model,
     check_model,
@@ -481,6 +490,7 @@ def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, devic
     grad_ctx = torch.no_grad() if no_grad else contextlib.nullcontext()
 
     windows: dict[str, tuple[int, int]] = {}
+    skips_before = cudagraph_skips() if per_pass > 1 else 0
     with grad_ctx:
         with Recording(spare_buffers=SPARE_BUFFERS) as rec:
             with contextlib.ExitStack() as stack:
@@ -500,6 +510,7 @@ def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, devic
                 windows["seen_rerun"] = _guarded_pass(call, args, kwargs, "seen_rerun", instruments, sync,
                                                       "on the second pass (seen-shape re-run)")
             timeline = rec.drain()
+        skipped = cudagraph_skips() - skips_before if per_pass > 1 else 0
         say("steady passes")
         try:
             steady_ms, steady_faults, steady_waits, steady_blocked = _steady(call, args, kwargs, sync, min_steady,
@@ -596,7 +607,8 @@ def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, devic
         calibration={**costs.to_dict(), **({"op_view_cold_dispatch": op_view_cold} if op_view_cold else {})},
         warm_reasons=warm,
         protocol_notes=([self_cost_skipped] if self_cost_skipped else [])
-        + ([CUDAGRAPH_NOTE.format(mode=compile_label(compile), n=per_pass)] if per_pass > 1 else []),
+        + ([CUDAGRAPH_NOTE.format(mode=compile_label(compile), n=per_pass)] if per_pass > 1 else [])
+        + ([skips_note(skipped)] if skipped > 0 else []),
         calls_per_pass=per_pass,
         setup=setup_att,
         platform=fingerprint(gpu_index=cuda_index(str(dev))),

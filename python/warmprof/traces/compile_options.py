@@ -148,6 +148,30 @@ def calls_per_pass(compile: Any, device: Any) -> int:
     return CUDAGRAPH_CALLS if kind is not None and kind.cuda_graphs and uses_cudagraphs(compile) else 1
 
 
+def cudagraph_skips() -> int:
+    """Graphs cudagraph trees declined to record so far in this process (torch's own counter: a CPU
+    tensor, a mutated input, dynamic shapes...); 0 where torch has no such counter."""
+    import sys
+
+    if "torch._dynamo" not in sys.modules:  # nothing compiled: nothing skipped (and no import to pay)
+        return 0
+    try:
+        from torch._dynamo.utils import counters
+
+        return int(counters["inductor"].get("cudagraph_skips", 0))
+    except Exception:
+        return 0
+
+
+def skips_note(skipped: int) -> str:
+    """What a trace says when cudagraph trees skipped graphs during its passes ("" for none)."""
+    if skipped <= 0:
+        return ""
+    return (f"cudagraph trees skipped {skipped} graph(s) during the instrumented passes (torch's cudagraph_skips: a CPU "
+            "tensor, a mutated input, dynamic shapes...): those run without a CUDA graph, so the two-call passes hold "
+            "no capture for them and the tree never replays them")
+
+
 def repeated(runner: Any, calls: int) -> Any:
     """`runner` as one pass calls it: `calls` calls in a row (the last one's output), each a new step
     of cudagraph trees (torch.compiler.cudagraph_mark_step_begin where torch has it); `runner` itself
@@ -192,4 +216,4 @@ def compile_model(model: Any, compile: Any) -> Any:
 
 
 __all__ = ["CUDAGRAPH_CALLS", "CUDAGRAPH_NOTE", "calls_per_pass", "check_compile", "compile_label", "compile_model",
-           "repeated", "uses_cudagraphs"]
+           "cudagraph_skips", "repeated", "skips_note", "uses_cudagraphs"]
