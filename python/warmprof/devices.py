@@ -50,6 +50,17 @@ class DeviceKind:
     fold_op_probes: bool = False  # --explain folds op-probe verdicts in (the probe reads what the trace books)
     advice_column: str | None = None  # a causes-table column of advice given only on this kind
     gpu_index: bool = False  # kind:N names the GPU the platform fingerprint describes
+    # "module:function", options dict -> the device's instruments for the set-up before the first pass
+    # (moving the model, making the inputs); None: the common host ones only
+    setup_instruments: str | None = None
+    # torch.compile's CUDA graphs (cudagraph trees: record on a function's 2nd call) run on this kind
+    cuda_graphs: bool = False
+    # "module:function", (torch) -> {"tunableop": bool, "cudnn_benchmark": bool}: whether the kind's
+    # matmul/conv libraries benchmark kernels per shape here (a per-shape cost is then algorithm_selection)
+    library_settings: str | None = None
+    # "module:function", (op, library settings) -> what a per-shape probe verdict means on this kind's
+    # eager backend (CUDA: a lazily loaded kernel, not a compile); None: nothing to add
+    eager_shape_note: str | None = None
 
 
 # -- the kinds' functions (each kind's in one place, named by kind) ---------------------------------
@@ -165,7 +176,7 @@ def _mps_title(fp: dict, board: str, mode: str) -> str:
     return str(fp.get("apple_chip") or "Apple GPU (MPS)") + cores
 
 
-_SELECTION = Name.ALGORITHM_SELECTION  # cuBLAS/cuDNN (or MPS) choosing a kernel per shape
+_SELECTION = Name.ALGORITHM_SELECTION  # MPS choosing a kernel per shape (CUDA: see its library_shape_cause)
 
 KINDS: dict[str, DeviceKind] = {k.name: k for k in (
     DeviceKind(
@@ -184,8 +195,14 @@ KINDS: dict[str, DeviceKind] = {k.name: k for k in (
         fresh_allocation_ms=_cuda_alloc,
         fresh_allocation_how=("torch.cuda.empty_cache(), then torch.empty + fill_ at the size, synchronized "
                               "(a caching-allocator miss plus a first write; median of 5, best effort)"),
-        reserved_bytes=_cuda_reserved, library_shape_cause=_SELECTION, library_build="a per-shape compile",
-        advice_column="cuda_advice", gpu_index=True, title=_cuda_title),
+        reserved_bytes=_cuda_reserved, library_shape_cause=Name.RUNTIME_INIT,
+        library_build=("a lazily loaded kernel per shape (cuBLAS/cuBLASLt and cuDNN pick a kernel by heuristics, "
+                       "benchmarking nothing unless TunableOp or cudnn.benchmark is on; CUDA_MODULE_LOADING=LAZY loads "
+                       "each kernel on its first launch)"),
+        advice_column="cuda_advice", gpu_index=True, title=_cuda_title,
+        setup_instruments="warmprof.instruments.cuda_set:cuda_setup_instruments", cuda_graphs=True,
+        library_settings="warmprof.instruments.torch_cuda:library_settings",
+        eager_shape_note="warmprof.probes.verdict:cuda_eager_note"),
     DeviceKind(
         name="mps", label="MPS", spellings=("mps",), check=_mps_check, sync=_mps_sync,
         sync_how="torch.mps.synchronize() around every timed call", host=False,

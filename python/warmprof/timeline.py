@@ -56,6 +56,10 @@ begin_section = _native.begin_section
 # Instant written by the recorder when module calls step down to fewer modules (value: the new
 # level: 1 = coarse modules only, 0 = none), because a buffer's module budget was spent.
 THINNED = "warmprof:thinned"
+# Counter written by the torch kernel-cache instrument (instruments/kernel_cache.py) at the time a new
+# file appeared in torch's NVRTC kernel cache during a pass (value: its bytes): a jiterator compile
+# ended there (attribution.estimators.nvrtc_cache_compiles books it).
+NVRTC_CACHE_FILE = "torch:nvrtc_cache_file"
 # Counter written by the CUPTI instrument at the start and end of each instrumented pass: the
 # callbacks warmprof's CUPTI handler has taken so far (attribution books them as its overhead).
 CUPTI_CALLBACKS = "cupti:callbacks"

@@ -128,3 +128,105 @@ def test_no_source_is_a_reason_and_a_no_op(monkeypatch):
         inst.end_pass("first")
     assert inst.reason.startswith("no GPU clock source: pynvml")
     assert threading.active_count() == threads_before
+
+
+# ---- issue 25, item 1: a slow clock costs time only while the GPU is busy, and only what is left ----
+
+LOW, STEADY = 345.0, 1980.0  # an H200's idle and steady SM clocks
+
+
+def test_an_idle_gpu_loses_nothing_to_a_slow_clock():
+    # The clock is at idle for the whole pass, but the GPU did nothing (a host-bound compile).
+    samples = [(-1 * MS, LOW, 0.0), (50 * MS, LOW, 0.0), (100 * MS, LOW, 0.0)]
+    assert infer_ramp_ms(samples, 0, 100 * MS, STEADY) == 0.0
+
+
+def test_the_loss_is_weighted_by_the_gpus_busy_fraction():
+    busy = [(-1 * MS, LOW, 0.5), (50 * MS, LOW, 0.5), (100 * MS, LOW, 0.5)]
+    unknown = [(s[0], s[1]) for s in busy]
+    assert infer_ramp_ms(busy, 0, 100 * MS, STEADY) == pytest.approx(0.5 * infer_ramp_ms(unknown, 0, 100 * MS, STEADY))
+    # the busy figure covers the time up to its sample: idle for the first half, busy for the second
+    halves = [(-1 * MS, LOW, 1.0), (50 * MS, LOW, 0.0), (100 * MS, LOW, 1.0)]
+    assert infer_ramp_ms(halves, 0, 100 * MS, STEADY) == pytest.approx(0.5 * infer_ramp_ms(unknown, 0, 100 * MS, STEADY))
+
+
+class _IdleThenSteady:
+    """The SM clock at idle for `low_reads` reads, then steady; optionally a busy fraction."""
+
+    source = "fake"
+
+    def __init__(self, low_reads: int, busy: float | None = None) -> None:
+        self.reads, self.low_reads, self.busy = 0, low_reads, busy
+
+    def read_mhz(self) -> float:
+        self.reads += 1
+        return LOW if self.reads <= self.low_reads else STEADY
+
+    def read_busy(self) -> float | None:
+        return self.busy
+
+    def close(self) -> None:
+        pass
+
+
+def _ramp(gpu_ms=None, busy=None):
+    """A 100 ms first pass at the idle clock, then a 10 ms seen re-run at the steady one."""
+    now = [0]
+    inst = ClockRamp(reader=_IdleThenSteady(low_reads=3, busy=busy), sample_ms=1e6, clock=lambda: now[0],
+                     **({"gpu_ms": gpu_ms.get} if gpu_ms is not None else {}))
+    with inst:
+        inst.mark_pass("first")
+        now[0] = 100 * MS
+        inst.end_pass("first")
+        now[0] = 200 * MS
+        inst.mark_pass("seen_rerun")
+        now[0] = 210 * MS
+        inst.end_pass("seen_rerun")
+    return inst
+
+
+def test_the_ramp_is_capped_by_the_gpu_busy_time_the_cuda_events_allow():
+    # A host-bound first pass: 100 ms of wall time, while the seen re-run's GPU work took 2 ms. At
+    # 345/1980 MHz that work takes at most 2 x 1980/345 ms, and loses (1 - 345/1980) of it.
+    uncapped = _ramp().summary()["passes"]["first"]["inferred_ms"]
+    capped = _ramp(gpu_ms={"first": 100.0, "seen_rerun": 2.0}).summary()["passes"]["first"]
+    assert capped["inferred_ms"] < 0.15 * uncapped
+    assert capped["inferred_ms"] == pytest.approx(2.0 * STEADY / LOW * (1 - LOW / STEADY))
+    assert capped["busy_bound_ms"] == pytest.approx(2.0 * STEADY / LOW)
+
+
+def test_the_ramp_figure_takes_only_what_the_passs_other_causes_left():
+    from warmprof.attribution import attribute_pass
+    from warmprof.timeline import BEGIN, END, JIT_COMPILE, STRUCTURE, Timeline
+
+    inst = _ramp()
+    figures = inst.inferred("first")
+    assert figures and figures[0].fills_unexplained and "estimate" in figures[0].detail
+    # the pass: 100 ms, of which a compile (host-bound, GPU idle) took 95 ms
+    names = ["pass:first", "torch.compile:compile"]
+    tl = Timeline.from_records([(0, BEGIN, STRUCTURE, 0, 0, 0), (0, BEGIN, JIT_COMPILE, 1, 0, 0),
+                                (95 * MS, END, JIT_COMPILE, 1, 0, 0), (100 * MS, END, STRUCTURE, 0, 0, 0)], names)
+    att = attribute_pass(tl, "first", inferred=figures)
+    ramp = att.attributed_by_cause("clock_ramp")
+    assert 0 < ramp <= 5.0 + 1e-6
+    assert att.attributed_ms <= att.pass_ms + 1e-6
+    assert "capped" in next(p.detail for p in att.parts if p.cause == "clock_ramp")
+
+
+def test_a_busy_signal_from_the_reader_is_used_and_said():
+    idle = _ramp(busy=0.0)
+    assert idle.summary()["passes"]["first"]["inferred_ms"] == 0.0 and idle.inferred("first") == []
+    half = _ramp(busy=0.5)
+    one = half.summary()["passes"]["first"]
+    assert one["busy_samples"] == one["samples"] > 0
+    assert one["inferred_ms"] == pytest.approx(0.5 * _ramp().summary()["passes"]["first"]["inferred_ms"])
+    assert "busy fraction" in half.inferred("first")[0].detail
+
+
+def test_jetson_load_is_the_devfreq_readers_busy_signal(tmp_path):
+    node = _devfreq(tmp_path)
+    r = DevfreqReader(str(node))
+    assert r.read_busy() is None  # no load file: no busy signal
+    (node / "device").mkdir()
+    (node / "device" / "load").write_text("250\n")
+    assert r.read_busy() == pytest.approx(0.25)

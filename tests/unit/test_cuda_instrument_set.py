@@ -22,7 +22,8 @@ def names(options: dict) -> list[str]:
 
 def test_default_set_and_order(monkeypatch):
     monkeypatch.delitem(sys.modules, "cupy", raising=False)
-    assert names({}) == ["cupti", "cuda_events", "torch_cuda_allocator", "cudnn_benchmark", "clock_ramp"]
+    assert names({}) == ["cupti", "cuda_events", "torch_cuda_allocator", "cudnn_benchmark", "torch_nvrtc_cache",
+                         "clock_ramp"]
 
 
 def test_options_select_instruments(monkeypatch):

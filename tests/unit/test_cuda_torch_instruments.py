@@ -59,6 +59,7 @@ def test_allocator_instrument_off_without_cuda():
 @pytest.fixture
 def benchmark_on(monkeypatch):
     monkeypatch.setattr(torch.backends.cudnn, "benchmark", True)
+    monkeypatch.setattr(CudnnFind, "_first_done", True)  # cuDNN's first call of the process already ran
 
 
 def _global_hook_count() -> int:
@@ -115,6 +116,7 @@ def test_cudnn_find_ignores_cpu_tensors_by_default(benchmark_on):
 
 def test_cudnn_find_off_when_benchmark_is_off(monkeypatch):
     monkeypatch.setattr(torch.backends.cudnn, "benchmark", False)
+    monkeypatch.setattr(CudnnFind, "_first_done", True)  # and cuDNN's first call already ran
     inst = CudnnFind(require_cuda=False)
     assert "benchmark is off" in inst.reason
     hooks_before = _global_hook_count()
@@ -157,3 +159,156 @@ def test_inductor_metrics_reads_torch_by_default():
         inst.mark_pass("first")
         inst.end_pass("first")
     assert inst.summary()["passes"] == {"first": {}}
+
+
+# ---- issue 25, item 4: cuDNN's first call apart from later finds; TunableOp; lazy loads, not selection ----
+
+def _cudnn_spans(tl) -> list[tuple[str, int, int]]:
+    return [(tl.name_of(i), int(tl.kind[i]), int(tl.cause[i])) for i in range(len(tl))
+            if tl.name_of(i).startswith("cudnn:")]
+
+
+def test_the_first_cudnn_call_is_runtime_init_and_later_new_shapes_are_finds(monkeypatch):
+    from warmprof.timeline import RUNTIME_INIT
+
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", True)
+    monkeypatch.setattr(CudnnFind, "_first_done", False)  # a fresh process: cuDNN not called yet
+    conv = torch.nn.Conv2d(3, 5, 3, padding=1)
+    a, b = torch.randn(1, 3, 53, 59), torch.randn(1, 3, 61, 67)
+    with Recording() as rec:
+        with CudnnFind(require_cuda=False) as inst:
+            inst.mark_pass("first")
+            conv(a)  # handle creation, sub-library loads (and this shape's find)
+            conv(b)  # a find
+            conv(b)
+    spans = _cudnn_spans(rec.drain())
+    assert spans == [("cudnn:first_call", BEGIN, RUNTIME_INIT), ("cudnn:first_call", END, RUNTIME_INIT),
+                     ("cudnn:find", BEGIN, ALGORITHM_SELECTION), ("cudnn:find", END, ALGORITHM_SELECTION)]
+    s = inst.summary()
+    assert s["new_shapes"] == {"first": 1} and s["first_call_pass"] == "first" and s["benchmark"] is True
+
+
+def test_with_benchmark_off_only_cudnns_first_call_is_bracketed(monkeypatch):
+    from warmprof.timeline import RUNTIME_INIT
+
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", False)
+    monkeypatch.setattr(CudnnFind, "_first_done", False)
+    conv = torch.nn.Conv2d(3, 5, 3)
+    with Recording() as rec:
+        with CudnnFind(require_cuda=False) as inst:
+            inst.mark_pass("first")
+            conv(torch.randn(1, 3, 71, 73))
+            conv(torch.randn(1, 3, 79, 83))  # heuristics: no find to bracket (its lazy load is CUPTI's)
+    assert _cudnn_spans(rec.drain()) == [("cudnn:first_call", BEGIN, RUNTIME_INIT), ("cudnn:first_call", END, RUNTIME_INIT)]
+    assert any("heuristics" in n for n in inst.notes)
+
+
+class _FakeTunable:
+    def __init__(self, enabled: bool, tuning: bool = True) -> None:
+        self.enabled, self.tuning = enabled, tuning
+
+    def is_enabled(self) -> bool:
+        return self.enabled
+
+    def tuning_is_enabled(self) -> bool:
+        return self.tuning
+
+
+class _FakeTorch:
+    def __init__(self, tunable=None, backend=None, benchmark=False) -> None:
+        import types
+
+        cuda = types.SimpleNamespace()
+        if tunable is not None:
+            cuda.tunable = tunable
+        if backend is not None:
+            cuda.get_allocator_backend = lambda: backend
+        self.cuda = cuda
+        self.backends = types.SimpleNamespace(cudnn=types.SimpleNamespace(benchmark=benchmark))
+
+
+def test_tunableop_is_detected_from_torch_or_the_environment():
+    from warmprof.instruments.torch_cuda import library_settings, tunableop_enabled
+
+    assert tunableop_enabled(_FakeTorch(), environ={}) is False
+    assert tunableop_enabled(_FakeTorch(), environ={"PYTORCH_TUNABLEOP_ENABLED": "1"}) is True  # torch < 2.3
+    assert tunableop_enabled(_FakeTorch(_FakeTunable(True)), environ={}) is True  # torch.cuda.tunable.enable()
+    assert tunableop_enabled(_FakeTorch(_FakeTunable(True, tuning=False)), environ={}) is False  # replays a file
+    assert library_settings(_FakeTorch(benchmark=True), environ={}) == {"tunableop": False, "cudnn_benchmark": True}
+
+
+def test_a_new_gemm_shape_is_a_lazy_kernel_load_unless_the_library_benchmarks():
+    from warmprof.instruments.torch_cuda import shape_cost_cause
+
+    off = {"tunableop": False, "cudnn_benchmark": False}
+    assert shape_cost_cause("matmul", off) == "runtime_init"
+    assert shape_cost_cause("conv", off) == "runtime_init"
+    assert shape_cost_cause("matmul", {**off, "tunableop": True}) == "algorithm_selection"
+    assert shape_cost_cause("conv", {**off, "cudnn_benchmark": True}) == "algorithm_selection"
+    assert shape_cost_cause("matmul", {**off, "cudnn_benchmark": True}) == "runtime_init"
+
+
+# ---- issue 25, item 6: the allocator backend, and growth from reserved bytes ----
+
+def test_the_allocator_backend_is_read_from_torch_or_the_alloc_conf():
+    from warmprof.instruments.torch_cuda import allocator_backend
+
+    assert allocator_backend(_FakeTorch(), environ={})["backend"] == "native"
+    got = allocator_backend(_FakeTorch(), environ={"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"})
+    assert got["backend"] == "cudaMallocAsync"
+    got = allocator_backend(_FakeTorch(), environ={"PYTORCH_ALLOC_CONF": "expandable_segments:True,max_split_size_mb:64"})
+    assert got == {"backend": "native", "expandable_segments": True, "how": "PYTORCH_CUDA_ALLOC_CONF / PYTORCH_ALLOC_CONF"}
+    assert allocator_backend(_FakeTorch(backend="cudaMallocAsync"), environ={})["how"] == "torch.cuda.get_allocator_backend()"
+
+
+def test_under_cudamallocasync_the_counters_are_null_and_growth_is_reserved_bytes():
+    backend = {"backend": "cudaMallocAsync", "expandable_segments": False, "how": "given"}
+    feed = iter([_stats(0, 0, reserved=0), _stats(0, 0, reserved=6 << 20)])
+    with TorchCudaAllocator(memory_stats=lambda: next(feed), backend=backend) as inst:
+        inst.mark_pass("first")
+        inst.end_pass("first")
+    s = inst.summary()
+    first = s["passes"]["first"]
+    assert first["segments"] is None and first["device_allocs"] is None  # not a 0 that looks measured
+    assert first["growth_bytes"] == 6 << 20 and first["growth_from"] == "reserved_bytes"
+    assert s["backend"]["backend"] == "cudaMallocAsync"
+    assert any("cudaMallocAsync" in n for n in inst.notes)
+
+
+def test_when_even_reserved_bytes_read_zero_the_devices_used_memory_stands_in():
+    backend = {"backend": "cudaMallocAsync", "expandable_segments": False, "how": "given"}
+    free = iter([(80 << 30, 96 << 30), (72 << 30, 96 << 30)])  # 8 GiB more in use after the pass
+    with TorchCudaAllocator(memory_stats=lambda: _stats(0, 0), backend=backend, mem_get_info=lambda: next(free)) as inst:
+        inst.mark_pass("first")
+        inst.end_pass("first")
+    first = inst.summary()["passes"]["first"]
+    assert first["growth_bytes"] == 8 << 30 and "cudaMemGetInfo" in first["growth_from"]
+
+
+def test_with_expandable_segments_device_allocations_are_not_segments():
+    backend = {"backend": "native", "expandable_segments": True, "how": "given"}
+    feed = iter([_stats(1, 1, reserved=2 << 20), _stats(1, 5, reserved=20 << 20)])
+    with TorchCudaAllocator(memory_stats=lambda: next(feed), backend=backend) as inst:
+        inst.mark_pass("first")
+        inst.end_pass("first")
+    first = inst.summary()["passes"]["first"]
+    assert first["segments"] is None and first["device_allocs"] is None
+    assert first["growth_bytes"] == 18 << 20
+
+
+def test_the_warm_control_does_not_book_cudnns_first_call_again(monkeypatch):
+    """The control's warm control runs after its clean pass ran the model: cuDNN's first call is behind it."""
+    from warmprof.traces import calibrate, controls
+
+    monkeypatch.setattr(CudnnFind, "_first_done", False)
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", False)
+    monkeypatch.setattr(calibrate, "seed", lambda costs: None)  # no process-wide calibration left behind
+    monkeypatch.setattr(calibrate.MachineCosts, "from_dict", classmethod(lambda cls, d: None))
+
+    class FakeApi:
+        @staticmethod
+        def trace(*a, **k):
+            raise RuntimeError(f"stop here: {CudnnFind(require_cuda=False).reason}")
+
+    with pytest.raises(RuntimeError, match="first call already ran"):
+        controls._warm(FakeApi, torch.nn.Conv2d(1, 1, 1), (), {}, "cpu", None, False, {})

@@ -54,6 +54,11 @@ def test_every_name_in_the_table_resolves_to_what_its_layer_calls():
             assert callable(REFERENCES[kind.probe_reference]), kind.probe_reference
     assert devices.KINDS["cpu"].op_probe_instrument.endswith(":OneDNN")
     assert devices.KINDS["mps"].probe_reference == "metal"
+    for kind in devices.KINDS.values():  # issue 25: the set-up's instruments, the libraries' settings, the note
+        for name in (kind.setup_instruments, kind.library_settings, kind.eager_shape_note):
+            if name is not None:
+                assert callable(resolve(name)), name
+    assert [k.cuda_graphs for k in devices.KINDS.values()] == [False, True, False]
 
 
 def test_the_cpu_kind_runs_onednn_and_nothing_of_cuda():
@@ -67,7 +72,9 @@ def test_a_kinds_words_in_causes_and_advice():
     from warmprof.probes.aten_verdict import compile_cause
 
     assert compile_cause("aten.addmm.default", "cpu") == "jit_compile"
-    assert compile_cause("aten.addmm.default", "cuda") == compile_cause("aten.mm.default", "mps") == "algorithm_selection"
+    assert compile_cause("aten.mm.default", "mps") == "algorithm_selection"
+    assert compile_cause("aten.addmm.default", "cuda") == "runtime_init"  # a lazily loaded kernel: no benchmarking
+    assert compile_cause("aten.addmm.default", "cuda", {"tunableop": True}) == "algorithm_selection"
     assert compile_cause("aten.gelu.default", "cuda") == "jit_compile"
     assert [k.advice_column for k in devices.KINDS.values()] == [None, "cuda_advice", None]
     assert [k.fold_op_probes for k in devices.KINDS.values()] == [True, False, False]

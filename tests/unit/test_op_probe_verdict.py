@@ -46,14 +46,31 @@ def test_new_shapes_paying_only_allocation_sized_taxes_leave_runtime_init():
 @pytest.mark.parametrize("op, device, cause", [
     ("aten.gelu.default", "cpu", "jit_compile"),
     ("aten.addmm.default", "cpu", "jit_compile"),
-    ("aten.addmm.default", "cuda", "algorithm_selection"),
-    ("aten.convolution.default", "cuda", "algorithm_selection"),
+    # cuBLAS/cuBLASLt and cuDNN pick by heuristics: a new shape's extra time is a lazily loaded kernel
+    ("aten.addmm.default", "cuda", "runtime_init"),
+    ("aten.convolution.default", "cuda", "runtime_init"),
     ("aten.gelu.default", "cuda", "jit_compile"),
 ])
 def test_new_shapes_paying_above_the_allocation_band_is_a_per_shape_cause(op, device, cause):
     got, ev = judge_op(timing(2.0, variants=[(1.5, 0.02), (1.2, 0.03), (1.4, 0.02)]), op, device)
     assert got == cause
     assert "keyed on shape" in ev and "read from the keying, not observed" in ev
+
+
+@pytest.mark.parametrize("op, library, cause", [
+    ("aten.addmm.default", {"tunableop": True, "cudnn_benchmark": False}, "algorithm_selection"),
+    ("aten.addmm.default", {"tunableop": False, "cudnn_benchmark": True}, "runtime_init"),
+    ("aten.convolution.default", {"tunableop": False, "cudnn_benchmark": True}, "algorithm_selection"),
+    ("aten.convolution.default", {"tunableop": True, "cudnn_benchmark": False}, "runtime_init"),
+    ("aten.mm.default", {"tunableop": False, "cudnn_benchmark": False}, "runtime_init"),
+])
+def test_on_cuda_selection_only_when_the_library_benchmarks(op, library, cause):
+    got, ev = judge_op(timing(2.0, variants=[(1.5, 0.02), (1.2, 0.03), (1.4, 0.02)]), op, "cuda", library=library)
+    assert got == cause
+    if cause == "runtime_init":
+        assert "lazily loaded kernel" in ev and "heuristics" in ev
+    else:
+        assert ("TunableOp" in ev) if "mm" in op else ("cudnn.benchmark" in ev)
 
 
 def test_no_new_shape_ran_says_the_shape_question_could_not_be_asked():

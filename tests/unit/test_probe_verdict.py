@@ -136,3 +136,25 @@ def test_every_verdict_returned_is_in_the_vocabulary():
 def test_unknown_keying_is_a_programming_error():
     with pytest.raises(ValueError):
         verdict(steady(1.0), BANDS, "banana")
+
+
+def test_on_cuda_eager_a_per_shape_verdict_says_it_is_a_lazy_kernel_load_not_a_compile(monkeypatch):
+    import types
+
+    from warmprof import devices
+    from warmprof.probes import api
+    from warmprof.probes.verdict import cuda_eager_note
+
+    monkeypatch.setattr("warmprof.instruments.torch_cuda.library_settings",
+                        lambda torch=None, environ=None: {"tunableop": False, "cudnn_benchmark": False})
+    be = types.SimpleNamespace(kind=devices.KINDS["cuda"])
+    notes = api._device_notes(be, "eager", ("matmul", "softmax"))
+    v, ev = verdict(steady(70.0, rerun=0.15), BANDS, "shape", notes["matmul"])
+    assert v == "compile"  # the band and keying's name...
+    assert any("loaded lazily" in e and "benchmark nothing" in e for e in ev)  # ...and what it is on CUDA
+    assert "precompiled" in notes["softmax"]
+    # a compile backend compiles, CuPy compiles with NVRTC, the CPU has oneDNN: no such note there
+    assert api._device_notes(be, "compile", ("matmul",)) == {}
+    assert api._device_notes(types.SimpleNamespace(kind=devices.KINDS["cpu"]), "eager", ("matmul",)) == {}
+    assert "TunableOp" in cuda_eager_note("matmul", {"tunableop": True})
+    assert verdict(steady(70.0, rerun=0.15), BANDS, "shape")[1] == verdict(steady(70.0, rerun=0.15), BANDS, "shape", "")[1]

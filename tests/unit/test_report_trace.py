@@ -295,7 +295,7 @@ def test_a_version_1_report_loads_and_saves_in_this_version(tmp_path, name):
     v1 = json.loads((V1 / name).read_text())
     assert v1["schema_version"] == 1
     r = load(V1 / name)
-    assert r.schema_version == SCHEMA_VERSION == 4 and r.settings is None  # no record: it had none
+    assert r.schema_version == SCHEMA_VERSION == 5 and r.settings is None  # no record: it had none
     again = json.loads(r.save(tmp_path / "again.json").read_text())
     figures = again.pop("torch_compile")
     assert again == dict(v1, schema_version=SCHEMA_VERSION)

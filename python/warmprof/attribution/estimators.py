@@ -9,9 +9,12 @@ from typing import Callable
 
 from ..causes import Name
 from ..timeline import (
+    COUNTER,
     CUPTI_CALLBACKS,
     INVOLUNTARY_COUNTER,
+    NVRTC_CACHE_FILE,
     RUN_DELAY_COUNTER,
+    STRUCTURE,
     cause_name,
     source_of,
 )
@@ -21,6 +24,7 @@ from .off_cpu import off_cpu_time
 from .parts import Part
 from .reading import (
     MODULE_PREFIX,
+    OP_PREFIX,
     _counter_change,
     _counter_series,
     _imports_inside_compiles,
@@ -313,6 +317,67 @@ def inferred_figures(ctx: PassContext) -> list[Part]:
     return list(parts.values())
 
 
+NVRTC_SOURCE = "torch:nvrtc"
+
+
+def nvrtc_cache_compiles(ctx: PassContext) -> list[Part]:
+    """jit_compile: torch's own NVRTC compiles (the jiterator), each read off a new file in its
+    kernel cache during the pass (the counter NVRTC_CACHE_FILE at the file's write time). The compile
+    ran on the pass's thread inside the op (or module) that called it and ended when the file was
+    written: it is the free time (outside every cause span) of the innermost op or module span
+    holding the write, from that span's start (in a module: from the last span that ended in it before
+    the write; or the previous write in it) to the write. Evidence:
+    measured when an op span (the op view) holds it, inferred when only a module span does (it holds
+    the module's other work before the compile too). Capped, as an inferred figure, at what the
+    pass's other parts left unexplained."""
+    tl = ctx.timeline
+    if tl is None or len(tl) == 0 or NVRTC_CACHE_FILE not in tl.names:
+        return []
+    nid = tl.names.index(NVRTC_CACHE_FILE)
+    t0, t1 = ctx.window
+    at = (tl.kind == COUNTER) & (tl.name == nid) & (tl.ts_ns >= t0) & (tl.ts_ns <= t1)
+    writes = sorted(int(t) for t in tl.ts_ns[at].tolist())
+    if not writes:
+        return []
+    holders = [s for s in ctx.spans if s.cause == STRUCTURE and s.name.startswith((OP_PREFIX, MODULE_PREFIX))]
+    stretches: list[tuple[int, int]] = []
+    kinds: set[str] = set()
+    last_in: dict[int, int] = {}
+    for t in writes:
+        inside = [s for s in holders if s.start_ns <= t <= s.end_ns]
+        span = max(inside, key=lambda s: (s.start_ns, s.depth)) if inside else None
+        start = span.start_ns if span is not None else t0
+        if span is None or not span.name.startswith(OP_PREFIX):
+            # in a module (or the pass): from the last recorded event before the write in it (a child
+            # module's or a cause span's end), not from the module's start
+            ends = [s.end_ns for s in ctx.spans if s is not span and start <= s.end_ns <= t]
+            start = max(ends, default=start)
+        start = max(start, last_in.get(id(span), start))
+        last_in[id(span)] = t
+        kinds.add("op" if span is not None and span.name.startswith(OP_PREFIX) else
+                  "module" if span is not None else "pass")
+        if t > start:
+            stretches.append((start, t))
+    p = Part(Name.JIT_COMPILE, NVRTC_SOURCE, "measured" if kinds == {"op"} else "inferred", count=len(writes))
+    for a, b, cause_span, _, mod, _ in ctx.segments:
+        if cause_span is not None:
+            continue
+        ov = sum(max(0, min(b, y) - max(a, x)) for x, y in stretches)
+        if ov > 0:
+            p.add(mod, ov)
+    if p.ns <= 0:
+        return []
+    where = {"op": "the op span", "module": "the module span", "pass": "the pass"}
+    held = " or ".join(where[k] for k in sorted(kinds))
+    p.fills = True
+    p.detail = (f"{len(writes)} new file(s) in torch's NVRTC kernel cache (PYTORCH_KERNEL_CACHE_PATH) during the pass: "
+                f"a jiterator kernel compiled with NVRTC (CUPTI has no NVRTC domain and sees only its in-memory cubin "
+                f"load, runtime_init); timed from the start of {held} holding each write (in a module, from the last "
+                "recorded event before the write) to the write, outside other causes' spans"
+                + ("" if kinds == {"op"} else " (an estimate: the module's own code between them is counted too)"))
+    return [p]
+
+
 def instrument_cost(ctx: PassContext) -> list[Part]:
     """Estimated profiler_overhead, measured on the model: what every instrument (module hooks,
     oneDNN's verbose output, samplers, CUPTI callbacks) added to a steady pass run with all of them
@@ -370,4 +435,4 @@ def instrument_cost(ctx: PassContext) -> list[Part]:
 # Run in this order; parts of the same (cause, source) from several estimators add up, and the
 # first one's evidence stands.
 ESTIMATORS: tuple[Estimator, ...] = (cause_spans, host_faults, thread_starts, module_hook_cost, cupti_callback_cost,
-                                     inferred_figures, op_view_first_dispatch, cpu_contention, off_cpu_time, instrument_cost)
+                                     inferred_figures, nvrtc_cache_compiles, op_view_first_dispatch, cpu_contention, off_cpu_time, instrument_cost)

@@ -15,6 +15,9 @@ Options read (all optional):
 - "cupy": bool or None (default None = only when cupy is already imported).
 - "clock_sample_ms": float (default 10), the period of the SM-clock sampler.
 
+torch's NVRTC kernel cache (instruments/kernel_cache.py) is always watched: a new file in it during
+a pass is a jiterator compile.
+
 Every instrument is returned even when unavailable here: it carries its `reason`, which the
 report lists, so a missing source is said rather than dropped. CUPTI comes first so its
 subscribe cost is recorded before the others start.
@@ -29,6 +32,7 @@ from .clock_ramp import ClockRamp
 from .cuda import Cupti
 from .cuda_events import CudaEvents, device_index
 from .cupy import Cupy
+from .kernel_cache import TorchKernelCache
 from .torch_cuda import CudnnFind, InductorCudaMetrics, TorchCudaAllocator
 
 
@@ -44,11 +48,22 @@ def cuda_instruments(options: dict) -> list[Instrument]:
         out.append(InductorCudaMetrics())
     else:
         out.append(CudnnFind())
+    out.append(TorchKernelCache())  # torch's own NVRTC compiles (jiterator), read off its kernel cache
     use_cupy = options.get("cupy")
     if use_cupy or (use_cupy is None and "cupy" in sys.modules):
         out.append(Cupy())
-    out.append(ClockRamp(cuda_index=max(device_index(device), 0), sample_ms=float(options.get("clock_sample_ms", 10.0))))
+    # the CUDA events' GPU time of each pass bounds the busy time a slow clock can have cost
+    out.append(ClockRamp(cuda_index=max(device_index(device), 0), sample_ms=float(options.get("clock_sample_ms", 10.0)),
+                         gpu_ms=events.gpu_ms.get))
     return out
 
 
-__all__ = ["cuda_instruments"]
+def cuda_setup_instruments(options: dict) -> list[Instrument]:
+    """The set-up's CUDA instruments (moving the model to the device, making the inputs): CUPTI
+    only (option "cupti", default True), which sees the CUDA context created and the weights copied
+    there. Nothing that touches CUDA when it starts: the events and the allocator's statistics
+    would create the context themselves, before the set-up they are there to time."""
+    return [Cupti()] if options.get("cupti", True) else []
+
+
+__all__ = ["cuda_instruments", "cuda_setup_instruments"]

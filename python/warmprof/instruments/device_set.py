@@ -24,4 +24,10 @@ def device_instruments(kind: Any, options: dict) -> list[Instrument]:
     return list(resolve(kind.instruments)(options))
 
 
-__all__ = ["device_instruments", "resolve"]
+def setup_instruments(kind: Any, options: dict) -> list[Instrument]:
+    """The device kind's instruments for the set-up before the first pass (none named: none)."""
+    name = getattr(kind, "setup_instruments", None)
+    return list(resolve(name)(options)) if name else []
+
+
+__all__ = ["device_instruments", "resolve", "setup_instruments"]

@@ -73,7 +73,7 @@ def probe(
         # torch_threads are one figure (the platform's, when torch is loaded).
         platform = fingerprint(gpu_index=cuda_index(_device_name(device)))
         threads_used = platform["torch_threads"] if "torch_threads" in platform else _torch_threads()
-    rows, pairs, summary = judge(raw, {b: bands.for_row(b) for b in bands.alloc_ms_by_bytes})
+    rows, pairs, summary = judge(raw, {b: bands.for_row(b) for b in bands.alloc_ms_by_bytes}, _device_notes(be, backend, names))
     bands_report = bands.to_report()
     if reference is not None:
         bands_report["compile"]["metal_reference"] = reference
@@ -91,6 +91,19 @@ def probe(
         notes=_notes(be, load) + ([stall] if stall else []) + ([crowded] if crowded else []), wall_s=wall_s, warmprof_version=_native.__version__,
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     )
+
+
+def _device_notes(be: Any, backend: str, names: tuple[str, ...]) -> dict[str, str]:
+    """op -> what a per-shape verdict means there: on CUDA eager a lazily loaded kernel, not a compile
+    (verdict.cuda_eager_note); nothing elsewhere (a compile backend compiles, CuPy compiles with NVRTC)."""
+    kind = be.kind
+    if backend != "eager" or not kind.eager_shape_note:
+        return {}
+    from ..instruments.device_set import resolve
+
+    library = resolve(kind.library_settings)() if kind.library_settings else None
+    note = resolve(kind.eager_shape_note)
+    return {op: note(op, library) for op in names}
 
 
 def _metal_reference(say: Callable[[str], None]) -> dict[str, Any]:

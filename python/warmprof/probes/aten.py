@@ -161,7 +161,7 @@ def result_of(a: dict[str, Any], base: dict[str, Any], device: str) -> OpResult:
     variants = [VariantTiming(v["first_ms"], v["steady_ms"], v["steady_p10_ms"], v["steady_p90_ms"]) for v in a["variants"]]
     t = OpTiming(a["first_ms"], s["steady_ms"], s["steady_p10_ms"], s["steady_p90_ms"], a["rerun_ms"],
                  a["launch_hi_ms"], a["alloc_hi_ms"], variants, a.get("shape_alloc_hi_ms"))
-    verdict, evidence = judge_op(t, base["op"], device.partition(":")[0])
+    verdict, evidence = judge_op(t, base["op"], device.partition(":")[0], library=a.get("library"))
     return OpResult(
         **base, verdict=verdict, evidence=evidence, first_ms=t.first_ms, steady_ms=t.steady_ms,
         steady_p10_ms=t.steady_p10_ms, steady_p90_ms=t.steady_p90_ms, cold_excess_ms=t.cold_excess_ms,

@@ -119,6 +119,7 @@ def measure(job: dict[str, Any]) -> dict[str, Any]:
         "alloc_hi_ms": launch_hi + ALLOC_MARGIN * alloc_ms, "alloc_how": be.alloc_how, "working_set_bytes": working_set,
         "shape_alloc_hi_ms": launch_hi + ALLOC_MARGIN * be.alloc_ms(shape_set), "variants": variants, "dropped_variants": dropped, "threads": torch.get_num_threads(),
         "torch": torch.__version__, "device": str(device), "first_call": host,
+        **({"library": resolve(be.kind.library_settings)(torch)} if be.kind.library_settings else {}),
     }
 
 

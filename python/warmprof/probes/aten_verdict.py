@@ -4,8 +4,10 @@ Pure, over the child's figures (ms), so every rule is unit-tested on synthetic t
 rules and bands are those of verdict.py: an excess counts beyond the steady spread's noise floor and
 above the launch band; inside the allocation band (fresh memory of the op's working set) it is
 allocator growth; above it, the keying decides: paid again by new shapes of the warm op is a
-per-shape compile (jit_compile; algorithm_selection for the matmul/conv families on a GPU), paid
-once is runtime_init.
+per-shape cost (jit_compile; for the matmul/conv families, the device's library cause: oneDNN's
+primitive build on the CPU; on CUDA a lazily loaded kernel, runtime_init, since cuBLAS/cuBLASLt and
+cuDNN pick by heuristics, and algorithm_selection only when TunableOp or cudnn.benchmark makes them
+benchmark), paid once is runtime_init.
 """
 
 from __future__ import annotations
@@ -103,14 +105,36 @@ def shape_pays(t: OpTiming) -> bool | None:
     return x > max(t.shape_noise_ms, t.launch_hi_ms)
 
 
-def compile_cause(op: str, device_type: str) -> str:
+CONV = frozenset(n for n in MATMUL_CONV if "conv" in n)
+
+
+def library_of(op: str) -> str:
+    """"conv" (cuDNN on CUDA) or "matmul" (cuBLAS/cuBLASLt) for the matmul/conv families, else ''."""
+    if not family(op):
+        return ""
+    parts = op.split(".")
+    name = parts[1] if parts[0] == "aten" and len(parts) > 1 else parts[0]
+    return "conv" if name in CONV else "matmul"
+
+
+def compile_cause(op: str, device_type: str, library: dict | None = None) -> str:
     """A per-shape cost's cause: in a matmul/conv library op, the device kind's (devices.py:
-    oneDNN's primitive build on cpu, cuBLAS/cuDNN's selection on a GPU); else a compile."""
-    return devices.of(device_type).library_shape_cause if family(op) else "jit_compile"
+    oneDNN's primitive build on cpu, a lazily loaded kernel on CUDA), algorithm_selection on CUDA
+    when the library benchmarks per shape (`library`: instruments.torch_cuda.library_settings() as
+    the probe's child read it: TunableOp for GEMMs, cudnn.benchmark for convolutions); else a compile."""
+    if not family(op):
+        return Name.JIT_COMPILE
+    if library:  # read only where the kind reads its libraries (devices.DeviceKind.library_settings)
+        from ..instruments.torch_cuda import shape_cost_cause
+
+        if shape_cost_cause(library_of(op), library) == Name.ALGORITHM_SELECTION:
+            return Name.ALGORITHM_SELECTION
+    return devices.of(device_type).library_shape_cause
 
 
-def judge_op(t: OpTiming, op: str, device_type: str = "cpu") -> tuple[str, str]:
-    """(cause, evidence sentence) for one op. cause is one of CAUSES."""
+def judge_op(t: OpTiming, op: str, device_type: str = "cpu", library: dict | None = None) -> tuple[str, str]:
+    """(cause, evidence sentence) for one op. cause is one of CAUSES. library: whether the CUDA
+    libraries benchmark per shape in the probe's child (torch_cuda.library_settings()); None: no."""
     tm = t.timing
     ev = [f"first {_n(t.first_ms)} ms vs steady {_n(t.steady_ms)} ms (p10-p90 {_n(t.steady_p10_ms)}-"
           f"{_n(t.steady_p90_ms)}): cold excess {_n(t.cold_excess_ms)} ms"]
@@ -137,8 +161,8 @@ def judge_op(t: OpTiming, op: str, device_type: str = "cpu") -> tuple[str, str]:
     pays = shape_pays(t)
     per_shape = pays and (t.shape_excess_ms or 0.0) > max(t.alloc_hi_ms, t.shape_alloc_hi_ms or 0.0)
     if per_shape or (pays is None and family(op)):
-        cause = compile_cause(op, device_type)
-        ev.append(_compile_sentence(cause, op, device_type, asked=pays is not None))
+        cause = compile_cause(op, device_type, library)
+        ev.append(_compile_sentence(cause, op, device_type, asked=pays is not None, tuned=bool(library)))
         return cause, _join(ev)
     if pays is None:
         ev.append("paid on the op's first call and cached; whether new shapes pay again is unknown: runtime_init "
@@ -159,14 +183,19 @@ def _shape_sentence(t: OpTiming) -> str:
     return f"{len(t.variants)} new shape(s) of the warm op: first calls {firsts} ms, shape excess {_n(x)} ms"
 
 
-def _compile_sentence(cause: str, op: str, device_type: str, asked: bool) -> str:
+def _compile_sentence(cause: str, op: str, device_type: str, asked: bool, tuned: bool = False) -> str:
     how = ("new shapes of the warm op pay above the allocation band too: keyed on shape" if asked
            else "the shape question could not be asked: named from the op family")
-    if cause == Name.JIT_COMPILE:
-        what = devices.of(device_type).library_build if family(op) else "a per-shape compile"
+    if cause == Name.ALGORITHM_SELECTION and tuned:
+        what = ("per-shape algorithm selection: " + ("cuDNN's find (cudnn.benchmark is on)" if library_of(op) == "conv"
+                                                     else "TunableOp benchmarking GEMM kernels (PYTORCH_TUNABLEOP_ENABLED)"))
+    elif cause == Name.ALGORITHM_SELECTION:
+        what = "per-shape algorithm selection (the library choosing a kernel for the shape)"
+    elif family(op):
+        what = devices.of(device_type).library_build
     else:
-        what = "per-shape algorithm selection (cuBLAS/cuDNN heuristics or benchmarking)"
-    return f"{how}; {cause} = {what}, read from the keying, not observed (no compiler event was seen)"
+        what = "a per-shape compile"
+    return f"{how}; {cause} = {what}, read from the keying, not observed (no compiler or loader event was seen)"
 
 
 def _join(ev: list[str]) -> str:

@@ -16,8 +16,11 @@ def timing(r: RawRow) -> Timing:
     return Timing(r.first_ms, s.median_ms, s.p10_ms, s.p90_ms, r.seen_rerun_ms)
 
 
-def judge(raw: list[RawRow], row_bands: dict[int, RowBands]) -> tuple[dict[str, list[ShapeRow]], list[dict[str, Any]], dict[str, dict[str, Any]]]:
-    """(ops rows, shape_vs_size pairs, per-op summary). row_bands maps working-set bytes to that size's bands."""
+def judge(raw: list[RawRow], row_bands: dict[int, RowBands],
+          device_notes: dict[str, str] | None = None) -> tuple[dict[str, list[ShapeRow]], list[dict[str, Any]], dict[str, dict[str, Any]]]:
+    """(ops rows, shape_vs_size pairs, per-op summary). row_bands maps working-set bytes to that size's bands.
+    device_notes: op -> what a per-shape verdict means on the probed device (verdict.cuda_eager_note)."""
+    device_notes = device_notes or {}
     by_op: dict[str, list[RawRow]] = {}
     for r in raw:
         by_op.setdefault(r.op, []).append(r)
@@ -31,7 +34,7 @@ def judge(raw: list[RawRow], row_bands: dict[int, RowBands]) -> tuple[dict[str, 
         pair_key = size_keying(rank[id(a)], rank[id(b)]) if a and b else "none"
         keyed = {"op_first": op_key, "new_shape": "shape" if op_key == "shape" else "none",
                  "pair_a": pair_key, "pair_b": pair_key}
-        ops_out[op] = [_row(r, row_bands[r.alloc_bytes], keyed[r.role]) for r in rows]
+        ops_out[op] = [_row(r, row_bands[r.alloc_bytes], keyed[r.role], device_notes.get(op, "")) for r in rows]
         if a and b:
             pairs.append(_pair(op, a, b, rank[id(a)], rank[id(b)], pair_key))
         summary[op] = _summary(op, ops_out[op], op_key)
@@ -47,9 +50,9 @@ def _pair(op: str, a: RawRow, b: RawRow, a_rank: int, b_rank: int, keyed: str) -
     }
 
 
-def _row(r: RawRow, bands: RowBands, keyed: str) -> ShapeRow:
+def _row(r: RawRow, bands: RowBands, keyed: str, device_note: str = "") -> ShapeRow:
     t = timing(r)
-    v, evidence = verdict(t, bands, keyed)
+    v, evidence = verdict(t, bands, keyed, device_note)
     return ShapeRow(
         shape=list(r.shape), label=O.label(r.shape), role=r.role, output_bytes=r.output_bytes,
         first_ms=t.first_ms, steady_ms=t.steady_ms, steady_p10_ms=t.steady_p10_ms, steady_p90_ms=t.steady_p90_ms,

@@ -120,8 +120,24 @@ def size_keying(a_rank: int, b_rank: int) -> str:
     return "none"
 
 
-def verdict(t: Timing, bands: RowBands, keyed: str) -> tuple[str, list[str]]:
-    """The verdict for one op and shape, with the evidence behind it.
+def cuda_eager_note(op: str, library: dict | None) -> str:
+    """What a per-shape ("compile") verdict means for a probed op on CUDA eager, where nothing is
+    compiled (torch's kernels are precompiled; the probed ops use no jiterator): cuBLAS/cuBLASLt pick
+    a GEMM kernel by heuristics and benchmark nothing unless TunableOp is on, so a new shape's extra
+    first-call time is mostly its kernel loaded lazily on first launch. `library`:
+    instruments.torch_cuda.library_settings() in the probing process."""
+    if op == "matmul" and (library or {}).get("tunableop"):
+        return ("on CUDA with TunableOp on (PYTORCH_TUNABLEOP_ENABLED), a new GEMM shape's first call benchmarks "
+                "candidate kernels: per-shape algorithm selection, not a compile")
+    what = "cuBLAS/cuBLASLt pick a GEMM kernel by heuristics and benchmark nothing by default" if op == "matmul" else \
+        "its kernels are precompiled"
+    return (f"on CUDA eager nothing compiles here ({what}): a cost keyed on shape is mostly a kernel loaded lazily on "
+            "its first launch (CUDA_MODULE_LOADING=LAZY: runtime_init), named 'compile' for its band and keying only")
+
+
+def verdict(t: Timing, bands: RowBands, keyed: str, device_note: str = "") -> tuple[str, list[str]]:
+    """The verdict for one op and shape, with the evidence behind it. device_note: what a per-shape
+    verdict means on this device and backend (cuda_eager_note), added to its evidence.
 
     keyed: what the op's pattern says this row's tax is keyed on ("shape": most new shapes of the op
     pay, or both shapes of a matched-size pair do; "op": the op's first shape paid and its later new
@@ -161,6 +177,8 @@ def verdict(t: Timing, bands: RowBands, keyed: str) -> tuple[str, list[str]]:
         return "recurring", ev
     if keyed == "shape":
         ev.append("the op's new shapes pay again: keyed on shape")
+        if device_note:
+            ev.append(device_note)
         return "compile", ev
     ev.append("an isolated tax: the op's other new shapes did not pay, and one call cannot tell a compile "
               "from a scheduling stall")

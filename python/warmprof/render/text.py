@@ -46,7 +46,11 @@ class TraceTextRenderer(Renderer):
         mode = f"torch.compile({r.compile})" if r.compile else "eager"
         lines.append(f"warmprof trace: {what} on {one_line(r.device)}, {one_line(mode)}")
         lines.append(f"  platform: {_platform_line(r.platform)}")
+        lines.extend(_setup_lines(r))
         clean = " clean" if r.clean else ""
+        calls = getattr(r.protocol, "calls_per_pass", 1) if r.protocol is not None else 1
+        if calls > 1:  # cudagraph trees: a pass is calls 1..n (warm-up, record), the notes say why
+            clean += f" (calls 1-{calls}: CUDA graphs record on call 2)"
         lines.append(
             f"  first pass{clean} {_ms(r.first_pass_ms)} | seen-shape re-run {_ms(r.seen_rerun_ms)} | "
             f"steady median {_ms(r.steady_median_ms)} (p10-p90 {_ms(r.steady_p10_ms)}-{_ms(r.steady_p90_ms)}, "
@@ -125,6 +129,24 @@ class TraceTextRenderer(Renderer):
             lines.append("  notes:")
             lines.extend(f"    - {one_line(n)}" for n in r.notes)
         return "\n".join(lines) + "\n"
+
+
+def _setup_lines(r: Any) -> list[str]:
+    """The set-up before the first pass (model to the device, inputs): its own time and causes, never
+    part of the first pass's excess."""
+    setup = getattr(r, "setup", None)
+    if setup is None:
+        return []
+    steps = ", ".join(f"{one_line(st['name'])} {_ms(st['ms'])}" for st in setup.steps)
+    causes = sorted(setup.causes, key=lambda c: -c.ms)
+    parts = [f"{c.cause} {_ms(c.ms)} ({one_line(c.source)}{', ' + c.evidence if c.evidence != 'measured' else ''})"
+             for c in causes[:4]]
+    if setup.unattributed_ms > 0:
+        parts.append(f"unattributed {_ms(setup.unattributed_ms)}")
+    out = [f"  set-up before the first pass (not in its excess): {_ms(setup.ms)}" + (f": {steps}" if steps else "")]
+    if parts:
+        out.append(f"    set-up causes: {', '.join(parts)}")
+    return out
 
 
 def _own_cost_lines(r: Any) -> list[str]:

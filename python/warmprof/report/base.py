@@ -20,7 +20,9 @@ from . import schema
 # files load as they were written (their profiler_overhead rows stay).
 # 4: a trace report has a settings record (report/settings.py); files before it load without one
 # (settings None: compare reads what their other fields tell and says which settings it cannot).
-SCHEMA_VERSION = 4
+# 5: a trace report has a `setup` section (the set-up before the first pass, timed with instruments on)
+# and protocol.calls_per_pass (2 under cudagraph trees); files before it load without them.
+SCHEMA_VERSION = 5
 _KINDS: dict[str, type["ReportBase"]] = {}
 # str() of a report or a comparison: the render layer's "text" format, set by warmprof.render when it
 # is imported (warmprof/__init__ imports it), so the report layer never imports the layer above it.

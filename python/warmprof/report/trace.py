@@ -35,6 +35,35 @@ class CauseEntry:
 
 
 @dataclass
+class Setup:
+    """The set-up before the first pass (traces/setup_phase.py): the model moved to the device, cast, and
+    its inputs made, timed with instruments on; its causes are its own, never the first pass's."""
+
+    ms: float  # the whole set-up
+    steps: list[dict[str, Any]]  # {"name": "model.to(cuda:0)" | "model cast" | "inputs", "ms"}, in order
+    causes: list[CauseEntry]  # share: of the set-up's time
+    unattributed_ms: float = 0.0
+    instruments: dict[str, str] = field(default_factory=dict)  # name -> "on" or "off: why"
+    how: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Setup":
+        return cls(ms=float(d["ms"]), steps=[dict(x) for x in d["steps"]], causes=[CauseEntry(**c) for c in d["causes"]],
+                   unattributed_ms=float(d.get("unattributed_ms", 0.0)), instruments=dict(d.get("instruments", {})),
+                   how=str(d.get("how", "")))
+
+    def validate(self) -> None:
+        non_negative(self.ms, "setup.ms")
+        for st in self.steps:
+            non_negative(float(st["ms"]), f"setup step {st['name']!r} ms")
+        for c in self.causes:
+            c.validate()
+
+
+@dataclass
 class Span:
     """One span of a recorded pass, in ms from that pass's start."""
 
@@ -131,6 +160,10 @@ class Protocol:
     # steady median with each pass's wait taken out; empty / None where the kernel has no schedstat.
     steady_run_delay_ms: list[float] = field(default_factory=list)
     steady_net_median_ms: float | None = None
+    # How many calls of the model one pass is: 2 when CUDA graphs (cudagraph trees) record on the second
+    # call (compile="reduce-overhead"), so the first pass is the cold start of calls 1+2; else 1 (and
+    # then absent from the JSON).
+    calls_per_pass: int = 1
     # A loaded file's protocol is written back as it was: keys this class does not name (a newer
     # writer's) are kept in `extra`, and named keys the file did not have are in `absent`, so they
     # are not written back with defaults that would state facts nobody recorded.
@@ -145,6 +178,8 @@ class Protocol:
                              if f.name not in self._NESTED}
         d["recorder"] = dataclasses.asdict(self.recorder)
         d.update((k, v) for k, v in dataclasses.asdict(self.run).items() if v is not None)
+        if self.calls_per_pass == 1:  # the usual pass of one call: said only when a pass is more
+            d.pop("calls_per_pass")
         d = {k: v for k, v in d.items() if k not in self.absent}
         d.update((k, v) for k, v in self.extra.items() if k not in d)
         return d
@@ -218,8 +253,13 @@ _PROTOCOL = S.Obj(optional={
     "recorder": _RECORDER, "fresh_process": S.BOOL, "cache": S.STR, "threads": S.Nullable(S.POSITIVE_INT),
     "caches": S.MapOf(S.STR), "instrumented_steady_ms": S.ListOf(S.NUM), "seen_rerun_residual_ms": S.Nullable(S.NUM),
     "oversubscription": S.STR, "steady_run_delay_ms": S.ListOf(S.NUM), "steady_net_median_ms": S.Nullable(S.NUM),
-    "warm_shape": S.Nullable(S.STR),
+    "warm_shape": S.Nullable(S.STR), "calls_per_pass": S.POSITIVE_INT,
 })
+_SETUP = S.Obj(
+    {"ms": S.NUM, "steps": S.ListOf(S.Obj({"name": S.STR, "ms": S.NUM}, extra=False)), "causes": S.ListOf(_CAUSE_ENTRY)},
+    {"unattributed_ms": S.NUM, "instruments": S.MapOf(S.STR), "how": S.STR},
+    extra=False,
+)
 SCHEMA = S.Obj(
     {
         "model": S.STR, "shape": S.Nullable(S.ListOf(S.NON_NEGATIVE_INT)), "device": S.DEVICE,
@@ -237,6 +277,7 @@ SCHEMA = S.Obj(
         "spans": S.ListOf(_SPAN), "counter_samples": S.ListOf(_COUNTER_SAMPLE), "advice": S.ListOf(S.STR),
         "notes": S.ListOf(S.STR), "warmprof_version": S.STR, "created": S.STR,
         "clean": S.Nullable(S.MapOf(S.ANY)), "own_cost": S.MapOf(S.ANY), "verdict": S.STR,
+        "setup": S.Nullable(_SETUP),
     },
 )
 
@@ -331,6 +372,9 @@ class Report(ReportBase):
     # controls.verdict(): "first_call_cost", "no_first_call_cost" (within the noise band) or
     # "first_pass_faster"; "" in reports written before it.
     verdict: str = ""
+    # The set-up before the first pass (model to the device, inputs), timed with instruments on; None in
+    # reports before schema 5 (and then left out of the JSON) and where nothing was timed.
+    setup: Setup | None = None
     warmprof_version: str = ""
     created: str = ""
     schema_version: int = SCHEMA_VERSION
@@ -340,6 +384,8 @@ class Report(ReportBase):
             self.protocol = Protocol.from_dict(self.protocol) if self.protocol else None
         if isinstance(self.settings, dict):
             self.settings = Settings.from_dict(self.settings)
+        if isinstance(self.setup, dict):
+            self.setup = Setup.from_dict(self.setup)
 
     # -- data access -------------------------------------------------------------------------
     def cause_ms(self, cause: str) -> float:
@@ -377,7 +423,8 @@ class Report(ReportBase):
         d = super().to_dict()
         if d.get("inputs") is None:  # optional: absent unless the trace ran on the caller's inputs
             d.pop("inputs", None)
-        for name, empty in (("clean", None), ("own_cost", {}), ("verdict", ""), ("settings", None)):  # absent in older reports:
+        for name, empty in (("clean", None), ("own_cost", {}), ("verdict", ""), ("settings", None),
+                            ("setup", None)):  # absent in older reports:
             if d.get(name) == empty:  # a loaded one is saved back as it was
                 d.pop(name, None)
         return d
@@ -391,7 +438,7 @@ class Report(ReportBase):
             return value.to_dict() if value is not None else {}
         if name == "torch_compile":
             return dataclasses.asdict(value) if value is not None else None
-        if name == "settings":
+        if name in ("settings", "setup"):
             return value.to_dict() if value is not None else None
         return value
 
@@ -406,6 +453,7 @@ class Report(ReportBase):
             "protocol": Protocol.from_dict(data["protocol"]) if data.get("protocol") else None,
             "torch_compile": TorchCompileFigures(**compile_figures) if compile_figures else None,
             "settings": Settings.from_dict(data["settings"]) if data.get("settings") is not None else None,
+            "setup": Setup.from_dict(data["setup"]) if data.get("setup") is not None else None,
         }
 
     @classmethod
@@ -423,6 +471,8 @@ class Report(ReportBase):
             non_negative(self.torch_compile.torch_reported_ms, "torch_compile.torch_reported_ms")
         for c in self.causes + self.seen_rerun_causes:
             c.validate()
+        if self.setup is not None:
+            self.setup.validate()
         from ..opspec import check
 
         for i, w in enumerate(self.unattributed_where):

@@ -43,7 +43,16 @@ from ..timeline import (
 from . import calibrate as calibration
 from . import controls
 from .build import InstrumentSummary, TraceFacts, build_report, steady_fault_median
-from .compile_options import check_compile, compile_label, compile_model
+from .compile_options import (
+    CUDAGRAPH_NOTE,
+    calls_per_pass,
+    check_compile,
+    compile_label,
+    compile_model,
+    cudagraph_skips,
+    repeated,
+    skips_note,
+)
 from .inputs import (
     cast_model,
     check_model,
@@ -53,6 +62,7 @@ from .inputs import (
     parse_model_dtype,
 )
 from .settings import trace_settings
+from .setup_phase import SetupRun, run_setup
 
 _traced_models: "weakref.WeakSet[Any]" = weakref.WeakSet()
 
@@ -227,14 +237,16 @@ def _steady(model, args, kwargs, sync, min_passes: int, max_passes: int,
 
 
 def _instrumented_steady(runner, args, kwargs, dev, compiled: bool, op_view: bool, sync, passes: tuple[int, int],
-                         budget_s: float) -> tuple[list[float], dict[str, int], Timeline, tuple[int, int]]:
+                         budget_s: float, call: Any = None) -> tuple[list[float], dict[str, int], Timeline, tuple[int, int]]:
     """Steady passes with every instrument on, set up afresh exactly as for the first pass (hooks,
     oneDNN's verbose capture, samplers, imports, CUDA callbacks) in a recording of their own, so
     nothing of theirs reaches the first pass's timeline or the clean steady statistics. Returns
     each counted pass's time (ms, its own clock reads), each module's calls per pass (their mean), the
     recording and the fastest counted pass's window (the op view's warm baseline per site). Times are
     net of each pass's wait for a CPU (schedstat run-queue delay; none where the kernel has none).
-    The first pass is run and not counted: it warms the fresh instruments."""
+    The first pass is run and not counted: it warms the fresh instruments. `call`: what one pass
+    calls (runner by default; runner called twice under cudagraph trees)."""
+    call = runner if call is None else call
     least, most = passes[0] + 1, passes[1] + 1
     instruments = _instruments(runner, dev, compiled, op_view)
     windows: list[tuple[int, int]] = []
@@ -246,7 +258,7 @@ def _instrumented_steady(runner, args, kwargs, dev, compiled: bool, op_view: boo
                 stack.enter_context(inst)
             while len(windows) < most:
                 d0, c0 = _run_delay_ns(), time.thread_time_ns()
-                windows.append(_run_pass(runner, args, kwargs, INSTRUMENTED_STEADY, instruments, sync,
+                windows.append(_run_pass(call, args, kwargs, INSTRUMENTED_STEADY, instruments, sync,
                                          most - len(windows)))
                 d1, c1 = _run_delay_ns(), time.thread_time_ns()
                 t0, t1 = windows[-1]
@@ -460,10 +472,8 @@ def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, devic
     check_compile(compile)
 
     kind = devices.of(dev)
-    if not kind.host and isinstance(model, torch.nn.Module):
-        model = model.to(dev)
-    model = cast_model(model, model_dtype)
-    args, kwargs, input_desc = make_inputs(model, shape, dtype, inputs, dev)
+    say("set-up: the model to the device and its inputs (instruments on)")
+    model, (args, kwargs, input_desc), setup = _setup(torch, model, kind, dev, shape, dtype, inputs, model_dtype)
     input_shapes = _input_shapes(args, kwargs) if inputs is not None else None
     if input_shapes is not None:
         input_desc = f"{input_desc}: {inputs_label(input_shapes)}"
@@ -473,11 +483,14 @@ def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, devic
     crowded = oversubscription(torch.get_num_threads()) if kind.host else ""
     runner = compile_model(model, compile)
     sync = kind.sync(dev)
+    per_pass = calls_per_pass(compile, dev)  # cudagraph trees: a pass is calls 1+2 (warm-up, record)
+    call = repeated(runner, per_pass)
 
     instruments = _instruments(runner, dev, compiled, op_view)
     grad_ctx = torch.no_grad() if no_grad else contextlib.nullcontext()
 
     windows: dict[str, tuple[int, int]] = {}
+    skips_before = cudagraph_skips() if per_pass > 1 else 0
     with grad_ctx:
         with Recording(spare_buffers=SPARE_BUFFERS) as rec:
             with contextlib.ExitStack() as stack:
@@ -485,7 +498,7 @@ def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, devic
                     stack.enter_context(inst)
                 say("first pass" + (" (includes torch.compile: seconds to minutes)" if compiled else ""))
                 try:
-                    windows["first"] = _guarded_pass(runner, args, kwargs, "first", instruments, sync,
+                    windows["first"] = _guarded_pass(call, args, kwargs, "first", instruments, sync,
                                                      "on the first pass")
                 except ModelError as e:  # a dtype mismatch says which way, and what to pass
                     hint = dtype_mismatch_hint(model, args, kwargs, dtype, model_dtype, e.__cause__,
@@ -494,12 +507,13 @@ def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, devic
                         raise
                     raise ModelError(f"{e}; {hint}") from e.__cause__
                 say("seen-shape re-run")
-                windows["seen_rerun"] = _guarded_pass(runner, args, kwargs, "seen_rerun", instruments, sync,
+                windows["seen_rerun"] = _guarded_pass(call, args, kwargs, "seen_rerun", instruments, sync,
                                                       "on the second pass (seen-shape re-run)")
             timeline = rec.drain()
+        skipped = cudagraph_skips() - skips_before if per_pass > 1 else 0
         say("steady passes")
         try:
-            steady_ms, steady_faults, steady_waits, steady_blocked = _steady(runner, args, kwargs, sync, min_steady,
+            steady_ms, steady_faults, steady_waits, steady_blocked = _steady(call, args, kwargs, sync, min_steady,
                                                                              max_steady, steady_budget_s)
         except Exception as e:
             raise ModelError(f"the model raised during the steady passes: {type(e).__name__}: {e}") from e
@@ -525,7 +539,7 @@ def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, devic
             say("steady passes with the instruments on (warmprof's own cost on this model)")
             try:
                 instrumented_ms, module_calls, warm_tl, warm_window = _instrumented_steady(
-                    runner, args, kwargs, dev, compiled, op_view, sync, passes, SELF_COST_SHARE * so_far_s)
+                    runner, args, kwargs, dev, compiled, op_view, sync, passes, SELF_COST_SHARE * so_far_s, call)
                 warm_baseline = (warm_tl, warm_window) if op_view else None
             except WarmprofError:
                 raise
@@ -567,6 +581,7 @@ def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, devic
                        window=windows[name], instrument_cost=own_cost)
         for name in PASSES
     )
+    setup_att = setup.attribute(cal)
     # The op view's warm baseline: the fastest instrumented steady pass, attributed like the re-run,
     # so what the re-run still paid over a warm pass is placed by (module, op) too.
     warm_pass = (attribute_pass(warm_baseline[0], INSTRUMENTED_STEADY, calibration=cal, steady_faults=0,
@@ -591,7 +606,11 @@ def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, devic
         instruments=[InstrumentSummary(i.name, i.summary(), list(i.notes), i.reason) for i in instruments],
         calibration={**costs.to_dict(), **({"op_view_cold_dispatch": op_view_cold} if op_view_cold else {})},
         warm_reasons=warm,
-        protocol_notes=[self_cost_skipped] if self_cost_skipped else [],
+        protocol_notes=([self_cost_skipped] if self_cost_skipped else [])
+        + ([CUDAGRAPH_NOTE.format(mode=compile_label(compile), n=per_pass)] if per_pass > 1 else [])
+        + ([skips_note(skipped)] if skipped > 0 else []),
+        calls_per_pass=per_pass,
+        setup=setup_att,
         platform=fingerprint(gpu_index=cuda_index(str(dev))),
         run=run,
         op_call=ops_inst.call if ops_inst is not None else None,
@@ -604,6 +623,29 @@ def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, devic
                                 inputs=input_shapes, op_view=op_view, steady=(min_steady, max_steady),
                                 steady_budget_s=steady_budget_s, no_grad=no_grad, model_cast=model_dtype, run=run),
     ))
+
+
+def _setup(torch: Any, model: Any, kind: Any, dev: Any, shape: Any, dtype: Any, inputs: Any,
+           model_dtype: Any) -> tuple[Any, tuple[tuple, dict, str], SetupRun]:
+    """The set-up before the first pass, timed with the set-up instruments on (traces/setup_phase.py):
+    the model moved to the device (not on the host: models stay put there), cast, and its inputs
+    made. Returns the model, make_inputs' (args, kwargs, description) and the set-up's record."""
+    got: dict[str, Any] = {"model": model}
+
+    def to_device() -> None:
+        got["model"] = got["model"].to(dev)
+
+    def cast() -> None:
+        got["model"] = cast_model(got["model"], model_dtype)
+
+    def make() -> None:
+        got["inputs"] = make_inputs(got["model"], shape, dtype, inputs, dev)
+
+    moves = not kind.host and isinstance(model, torch.nn.Module)
+    steps = (([(f"model.to({dev})", to_device)] if moves else []) + ([("model cast", cast)] if model_dtype is not None else [])
+             + [("inputs", make)])
+    record = run_setup(kind, dev, steps)
+    return got["model"], got["inputs"], record
 
 
 def _guarded_pass(model, args, kwargs, pass_name: str, instruments: list, sync, when: str) -> tuple[int, int]:

@@ -79,6 +79,9 @@ class TraceFacts:
     # trace(inputs=): each argument's shape by position and keyword (api._input_shapes); None from a shape
     inputs: dict[str, Any] | None = None
     settings: Settings | None = None  # every setting that changes what is measured (traces/settings.py)
+    # calls of the model per pass: 2 under cudagraph trees (the first pass is calls 1+2), else 1
+    calls_per_pass: int = 1
+    setup: Any = None  # report.trace.Setup: the set-up before the first pass (traces/setup_phase.py); None: not timed
 
 
 def steady_fault_median(steady_faults: list[int]) -> int:
@@ -364,7 +367,9 @@ def build_report(facts: TraceFacts) -> Report:
             oversubscription=f.oversubscription,
             steady_run_delay_ms=list(f.steady_run_delay_ms),
             steady_net_median_ms=median(net) if net else None,
+            calls_per_pass=f.calls_per_pass,
         ),
+        setup=f.setup,
         instruments=inst,
         torch_compile=TorchCompileFigures.from_summary(inst.get("torch_compile")),
         spans=spans,

@@ -41,6 +41,7 @@ CACHES = {
     "CUDA_CACHE_PATH": ("the CUDA driver's PTX JIT cache", "{home}/.nv/ComputeCache"),
     "TORCH_EXTENSIONS_DIR": ("torch's JIT-built C++/CUDA extensions", "{xdg}/torch_extensions"),
     "PYTORCH_KERNEL_CACHE_PATH": ("torch's NVRTC-compiled CUDA kernels (jiterator)", "{xdg}/torch/kernels"),
+    "CUPY_CACHE_DIR": ("CuPy's NVRTC-compiled kernels", "{home}/.cupy/kernel_cache"),
     "XDG_CACHE_HOME": ("per-user caches (torch extensions, kernels, ...)", "{home}/.cache"),
     "TMPDIR": ("the temp folder (inductor's default cache, torch's on-disk caches)", "{tmp}"),
     "TEMP": ("the temp folder, for tools that read TEMP", "{tmp}"),

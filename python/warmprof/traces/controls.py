@@ -312,7 +312,7 @@ def serve(fds: str, load: Any, *, device: str, threads: int | None, shape: Any, 
         if threads is not None:
             torch.set_num_threads(threads)
         from . import api
-        from .compile_options import compile_model
+        from .compile_options import calls_per_pass, compile_model, repeated
         from .inputs import cast_model, make_inputs, parse_device, parse_model_dtype
         from .. import devices
 
@@ -335,7 +335,8 @@ def serve(fds: str, load: Any, *, device: str, threads: int | None, shape: Any, 
             other = make_inputs(model, tuple(other_shape(list(parse_shape(shape)))), dtype, None, dev)[:2]
         elif spec is not None:  # given inputs: each tensor one row longer in its batch dimension, where they share one
             other = other_inputs(torch, args, kwargs)
-        runner = compile_model(model, compile)
+        # a pass is as many calls as the trace's (cudagraph trees: calls 1+2 are the cold start)
+        runner = repeated(compile_model(model, compile), calls_per_pass(compile, dev))
         sync = kind.sync(dev)
 
         send({"ready": {}})
@@ -494,9 +495,11 @@ def _clean(torch: Any, runner: Any, args: tuple, kwargs: dict, sync: Any,
 def _warm(api: Any, model: Any, args: tuple, kwargs: dict, device: str, compile: Any, op_view: bool,
           calibration: dict[str, Any]) -> dict[str, Any]:
     """The trace's protocol on the model already warm, instruments fresh, at the trace's calibration."""
+    from ..instruments.torch_cuda import CudnnFind
     from . import calibrate
 
     calibrate.seed(calibrate.MachineCosts.from_dict(calibration))
+    CudnnFind.already_called()  # the clean pass ran the model here: cuDNN's first call is behind it
     token = _in_warm_control.set(True)
     try:
         report = api.trace(model, inputs=kwargs if kwargs else args, device=device, compile=compile,
