@@ -73,7 +73,7 @@ class Clean:
     first: dict[str, Any] = field(default_factory=dict)  # _off_cpu() of the first pass
     steady: dict[str, Any] = field(default_factory=dict)  # the steady passes' median run delay and off-CPU time
     # the other-shape pass (_clean): first_pass_ms, steady_median_ms, excess_ms, shape; None where the
-    # input has no shape to vary (--inputs)
+    # inputs have no batch dimension to grow (given inputs: other_inputs) or the model refused it
     other_shape: dict[str, Any] | None = None
     other_shape_refused: str = ""  # why the model ran no pass at the other shape (what it raised)
     # warm passes at the traced inputs, each after a short sleep (ms): what a pass after other work pays
