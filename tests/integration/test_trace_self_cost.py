@@ -69,7 +69,10 @@ def test_expensive_hooks_are_measured_on_the_model_not_on_identity():
     calls = len(list(model.modules()))
     assert own.ms >= calls * r.protocol.calibration["hook_cost_ns"] / 1e6 * (1 - 1e-9)
     (again,) = [c for c in r.seen_rerun_causes if c.cause == "profiler_overhead"]
-    assert again.ms == pytest.approx(own.ms)
+    if "capped at what this pass took" in again.detail:  # a re-run quicker than steady plus the figure
+        assert again.ms < own.ms
+    else:
+        assert again.ms == pytest.approx(own.ms)
     # The clean steady passes keep their meaning: the instrumented ones are kept apart.
     assert r.steady_passes == len(r.protocol.steady_ms) and 10 <= r.steady_passes <= 20
     assert r.steady_median_ms == pytest.approx(statistics.median(r.protocol.steady_ms))
