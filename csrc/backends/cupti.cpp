@@ -434,18 +434,27 @@ void inject(uint32_t domain, uint32_t cbid, bool enter, uint64_t ticks, int64_t 
   handler::handle(e);
 }
 
-bool inject_unparamed(uint32_t domain, uint32_t cbid, bool enter, uint64_t ticks, const std::string& symbol) {
-  if (table::lookup(domain, cbid) == nullptr || domain == CUPTI_CB_DOMAIN_RESOURCE) return false;
+namespace {
+// A test injector's API callback through deliver(): the record CUPTI passes at the call's entry or
+// exit, with these parameters (null: none, as nvcc 13's __cudaLaunchKernel) and symbol name.
+void deliver_api(uint32_t domain, uint32_t cbid, bool enter, uint64_t ticks, const void* params,
+                 const char* symbol = nullptr) {
   CUresult ok = CUDA_SUCCESS;
   uint64_t correlation = 0;
   CUpti_CallbackData cb{};
   cb.callbackSite = enter ? CUPTI_API_ENTER : CUPTI_API_EXIT;
-  cb.functionParams = nullptr;
-  cb.symbolName = symbol.empty() ? nullptr : symbol.c_str();
+  cb.functionParams = params;
+  cb.symbolName = symbol;
   cb.functionReturnValue = &ok;
   cb.correlationData = &correlation;
-  handler::prepare_thread();
   deliver(CUpti_CallbackDomain(domain), cbid, &cb, ticks);
+}
+}  // namespace
+
+bool inject_unparamed(uint32_t domain, uint32_t cbid, bool enter, uint64_t ticks, const std::string& symbol) {
+  if (table::lookup(domain, cbid) == nullptr || domain == CUPTI_CB_DOMAIN_RESOURCE) return false;
+  handler::prepare_thread();
+  deliver_api(domain, cbid, enter, ticks, nullptr, symbol.empty() ? nullptr : symbol.c_str());
   return true;
 }
 
@@ -503,15 +512,8 @@ bool inject_query(uint32_t domain, uint32_t cbid, bool enter, uint64_t ticks, in
     }
   }
 #undef WP_Q
-  CUresult ok = CUDA_SUCCESS;
-  uint64_t correlation = 0;
-  CUpti_CallbackData cb{};
-  cb.callbackSite = enter ? CUPTI_API_ENTER : CUPTI_API_EXIT;
-  cb.functionParams = &params;
-  cb.functionReturnValue = &ok;
-  cb.correlationData = &correlation;
   handler::prepare_thread();
-  deliver(CUpti_CallbackDomain(domain), cbid, &cb, ticks);
+  deliver_api(domain, cbid, enter, ticks, &params);
   return true;
 }
 
@@ -563,14 +565,7 @@ bool inject_load(uint32_t domain, uint32_t cbid, bool enter, uint64_t ticks, con
     rd.resourceDescriptor = &module;
     deliver(CUPTI_CB_DOMAIN_RESOURCE, cbid, &rd, ticks);
   } else {
-    CUresult ok = CUDA_SUCCESS;
-    uint64_t correlation = 0;
-    CUpti_CallbackData cb{};
-    cb.callbackSite = enter ? CUPTI_API_ENTER : CUPTI_API_EXIT;
-    cb.functionParams = &params;
-    cb.functionReturnValue = &ok;
-    cb.correlationData = &correlation;
-    deliver(CUpti_CallbackDomain(domain), cbid, &cb, ticks);
+    deliver_api(domain, cbid, enter, ticks, &params);
   }
   decode::set_arch_override(-1);
   return true;
