@@ -343,7 +343,10 @@ def serve(fds: str, load: Any, *, device: str, threads: int | None, shape: Any, 
         # With a core to itself, the clean phase runs at once, right after the build as in a plain
         # script: a pass after any pause (waiting for the trace's process) pays 1-3 ms more on a
         # small model, which would read as a first-call cost. Its own wait for a CPU is measured.
-        clean = dict(_clean(torch, runner, args, kwargs, sync, other), at_once=True) if _cores() >= 2 else None
+        from ..system.platform import usable_cpus
+
+        at_once = usable_cpus()[0] >= 2  # the affinity mask, capped by a cgroup CPU quota
+        clean = dict(_clean(torch, runner, args, kwargs, sync, other), at_once=True) if at_once else None
         for line in incoming:
             msg = json.loads(line)
             if msg.get("do") == "clean":
@@ -398,14 +401,6 @@ def _off_cpu(t0: int, t1: int, d0: int | None, d1: int | None, u0: dict | None, 
                major_faults=int(u1["major_faults"] - u0["major_faults"]),
                blocks_in=int(u1["blocks_in"] - u0["blocks_in"]))
     return out
-
-
-def _cores() -> int:
-    """The CPUs this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 def _timed(runner: Any, args: tuple, kwargs: dict, sync: Any) -> tuple[float, dict[str, Any], Any]:
