@@ -134,8 +134,11 @@ def _kill_quietly(pid, group=False):
 def test_a_signal_stops_the_child_and_removes_the_folder(model, tmp_path, sig, to_group, code, message, extra):
     pidfile, subfile = tmp_path / "child.pid", tmp_path / "sub.pid"
     env = _env(tmp_path, WPH_ACTION="spawn", WPH_PIDFILE=str(pidfile), WPH_SUBFILE=str(subfile))
+    # Ctrl-C as a terminal's foreground job gets it: a suite started in the background by a
+    # non-interactive shell inherits SIGINT ignored, and so would every process it starts.
     with subprocess.Popen(_argv(model, *extra), env=env, stderr=subprocess.PIPE, text=True,
-                          start_new_session=True) as parent:
+                          start_new_session=True,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)) as parent:
         try:
             _wait_for(lambda: pidfile.exists() and pidfile.read_text(), "the child's forward")
             child_pid, sub_pid = int(pidfile.read_text()), int(subfile.read_text())
