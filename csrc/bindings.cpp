@@ -457,6 +457,146 @@ int add_module_hook_type(PyObject* module) {
   return 0;
 }
 
+// ModuleForward(hook, forward): a module's forward wrapped in one native call, set as the module
+// instance's `forward` attribute, so torch's Module.__call__ keeps its fast path (no hook dicts to
+// walk: a hooked call takes torch's slow path, about 4 us a call on a VM, more than the recording).
+// A call records the module's span begin, calls the wrapped forward with the same arguments, and
+// records the end, also when the forward raised (the exception goes on as it was). The span state
+// (name, coarse, root, thinned, open) is the ModuleHook's: a call the recorder does not take (the
+// pass's module budget is spent) marks it thinned and costs one native call more, nothing else.
+// Attributes it does not have itself are the wrapped forward's (__name__, __self__, __func__, ...),
+// and __wrapped__ is the forward, so inspect.signature(module.forward) reads the real signature.
+struct ModuleForward {
+  PyObject_HEAD
+  vectorcallfunc vectorcall;
+  ModuleHook* hook;
+  PyObject* forward;
+};
+
+PyObject* module_forward_call(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+  ModuleForward* f = reinterpret_cast<ModuleForward*>(self);
+  ModuleHook* h = f->hook;
+  const bool on = recorder::enabled();
+  if (on) {
+    if (module_enter_impl(h->name, h->coarse, h->root)) {
+      ++h->open;
+    } else {
+      h->thinned = true;
+    }
+  }
+  PyObject* forward = f->forward;
+  Py_INCREF(forward);  // the module may set its forward anew inside the call
+  PyObject* out = PyObject_Vectorcall(forward, args, nargsf, kwnames);
+  Py_DECREF(forward);
+  if (on && module_exit_impl(h->name, h->root)) --h->open;
+  return out;
+}
+
+PyTypeObject ModuleForwardType = {PyVarObject_HEAD_INIT(nullptr, 0)};
+
+PyObject* module_forward_new(PyTypeObject* type, PyObject* args, PyObject* kwds) {
+  static const char* kwlist[] = {"hook", "forward", nullptr};
+  PyObject* hook;
+  PyObject* forward;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!O:ModuleForward", const_cast<char**>(kwlist), &ModuleHookType,
+                                   &hook, &forward))
+    return nullptr;
+  if (!PyCallable_Check(forward)) {
+    PyErr_SetString(PyExc_TypeError, "ModuleForward(hook, forward): forward must be callable");
+    return nullptr;
+  }
+  ModuleForward* f = reinterpret_cast<ModuleForward*>(type->tp_alloc(type, 0));
+  if (f == nullptr) return nullptr;
+  f->vectorcall = module_forward_call;
+  Py_INCREF(hook);
+  f->hook = reinterpret_cast<ModuleHook*>(hook);
+  Py_INCREF(forward);
+  f->forward = forward;
+  return reinterpret_cast<PyObject*>(f);
+}
+
+int module_forward_traverse(PyObject* self, visitproc visit, void* arg) {
+  ModuleForward* f = reinterpret_cast<ModuleForward*>(self);
+  Py_VISIT(reinterpret_cast<PyObject*>(f->hook));
+  Py_VISIT(f->forward);
+  return 0;
+}
+
+int module_forward_clear(PyObject* self) {
+  ModuleForward* f = reinterpret_cast<ModuleForward*>(self);
+  PyObject* hook = reinterpret_cast<PyObject*>(f->hook);
+  f->hook = nullptr;
+  Py_XDECREF(hook);
+  Py_CLEAR(f->forward);
+  return 0;
+}
+
+void module_forward_dealloc(PyObject* self) {
+  PyObject_GC_UnTrack(self);
+  module_forward_clear(self);
+  Py_TYPE(self)->tp_free(self);
+}
+
+PyObject* module_forward_getattro(PyObject* self, PyObject* name) {
+  PyObject* got = PyObject_GenericGetAttr(self, name);
+  if (got != nullptr || !PyErr_ExceptionMatches(PyExc_AttributeError)) return got;
+  ModuleForward* f = reinterpret_cast<ModuleForward*>(self);
+  if (f->forward == nullptr) return nullptr;
+  PyErr_Clear();
+  return PyObject_GetAttr(f->forward, name);
+}
+
+PyObject* module_forward_repr(PyObject* self) {
+  ModuleForward* f = reinterpret_cast<ModuleForward*>(self);
+  if (f->forward == nullptr) return PyUnicode_FromString("<warmprof module span (cleared)>");
+  return PyUnicode_FromFormat("<warmprof module span around %R>", f->forward);
+}
+
+PyObject* module_forward_get_wrapped(PyObject* self, void*) {
+  ModuleForward* f = reinterpret_cast<ModuleForward*>(self);
+  if (f->forward == nullptr) Py_RETURN_NONE;
+  Py_INCREF(f->forward);
+  return f->forward;
+}
+
+PyObject* module_forward_get_hook(PyObject* self, void*) {
+  ModuleForward* f = reinterpret_cast<ModuleForward*>(self);
+  if (f->hook == nullptr) Py_RETURN_NONE;
+  Py_INCREF(reinterpret_cast<PyObject*>(f->hook));
+  return reinterpret_cast<PyObject*>(f->hook);
+}
+
+PyGetSetDef g_module_forward_getset[] = {
+    {"__wrapped__", module_forward_get_wrapped, nullptr, "The wrapped forward.", nullptr},
+    {"hook", module_forward_get_hook, nullptr, "The ModuleHook whose span state the calls use.", nullptr},
+    {nullptr, nullptr, nullptr, nullptr, nullptr}};
+
+int add_module_forward_type(PyObject* module) {
+  ModuleForwardType.tp_name = "warmprof._native.ModuleForward";
+  ModuleForwardType.tp_basicsize = sizeof(ModuleForward);
+  ModuleForwardType.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL;
+  ModuleForwardType.tp_doc =
+      "ModuleForward(hook, forward)\nA module's forward wrapped in its span (set as the module's `forward` "
+      "attribute: torch's Module.__call__ keeps its fast path). Records the span of `hook` (a ModuleHook) "
+      "around each call, also when the forward raises; other attributes are the wrapped forward's.";
+  ModuleForwardType.tp_new = module_forward_new;
+  ModuleForwardType.tp_dealloc = module_forward_dealloc;
+  ModuleForwardType.tp_traverse = module_forward_traverse;
+  ModuleForwardType.tp_clear = module_forward_clear;
+  ModuleForwardType.tp_vectorcall_offset = offsetof(ModuleForward, vectorcall);
+  ModuleForwardType.tp_call = PyVectorcall_Call;
+  ModuleForwardType.tp_getattro = module_forward_getattro;
+  ModuleForwardType.tp_repr = module_forward_repr;
+  ModuleForwardType.tp_getset = g_module_forward_getset;
+  if (PyType_Ready(&ModuleForwardType) < 0) return -1;
+  Py_INCREF(&ModuleForwardType);
+  if (PyModule_AddObject(module, "ModuleForward", reinterpret_cast<PyObject*>(&ModuleForwardType)) < 0) {
+    Py_DECREF(&ModuleForwardType);
+    return -1;
+  }
+  return 0;
+}
+
 PyObject* fast_now_ticks(PyObject*, PyObject* const*, Py_ssize_t nargs) {
   if (nargs != 0) {
     PyErr_SetString(PyExc_TypeError, "now_ticks() takes no arguments");
@@ -550,6 +690,7 @@ PYBIND11_MODULE(_native, m) {
   if (PyModule_AddFunctions(m.ptr(), g_fast_methods) != 0) throw py::error_already_set();
   if (warmprof_add_watch(m.ptr()) != 0) throw py::error_already_set();
   if (add_module_hook_type(m.ptr()) != 0) throw py::error_already_set();
+  if (add_module_forward_type(m.ptr()) != 0) throw py::error_already_set();
 
   g_minor_faults_name = recorder::intern("host:minor_faults");
   g_major_faults_name = recorder::intern("host:major_faults");

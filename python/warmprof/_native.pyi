@@ -326,6 +326,13 @@ class ModuleHook:
     def __call__(self, module: Any, args: tuple[Any, ...], output: Any = ..., /) -> None: ...
     def reset(self) -> None: ...
 
+class ModuleForward:
+    """A module's forward wrapped in its span (csrc/bindings.cpp): set as the module's `forward`."""
+    hook: ModuleHook
+    __wrapped__: Callable[..., Any]
+    def __init__(self, hook: ModuleHook, forward: Callable[..., Any]) -> None: ...
+    def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
+
 # warmprof.watch's hot path (csrc/watch_type.cpp); python/warmprof/serving/watch/core.py subclasses it.
 class WatchCall(tuple[Any, ...]):
     """One kept call, as watch's hot path hands it over (fields declared in csrc/watch_type.cpp)."""

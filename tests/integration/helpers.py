@@ -114,12 +114,19 @@ def hook_count(model: nn.Module) -> int:
     return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
 
 
+def own_forwards(model: nn.Module) -> list:
+    """Each module's own `forward` instance attribute (None where it has none): warmprof's span wrappers
+    (instruments/modules.py) must leave exactly these."""
+    return [m.__dict__.get("forward") for m in model.modules()]
+
+
 class Leftovers:
     """Snapshot of everything a trace may touch; `check()` asserts it is as before."""
 
     def __init__(self, model=None) -> None:
         self.model = model
         self.hooks = hook_count(model) if isinstance(model, nn.Module) else 0
+        self.forwards = own_forwards(model) if isinstance(model, nn.Module) else []
         self.callbacks = registered_callbacks()
         self.fd1 = os.fstat(1)
         self.env = os.environ.get("ONEDNN_VERBOSE_TIMESTAMP")
@@ -129,6 +136,9 @@ class Leftovers:
         assert not timeline.active(), "recording left on"
         if isinstance(self.model, nn.Module):
             assert hook_count(self.model) == self.hooks, "module hooks left on"
+            now_forwards = own_forwards(self.model)
+            assert len(now_forwards) == len(self.forwards) and all(
+                a is b for a, b in zip(now_forwards, self.forwards)), "a module's forward not restored"
         assert registered_callbacks() == self.callbacks, "dynamo compile callbacks left registered"
         now = os.fstat(1)
         assert (now.st_dev, now.st_ino) == (self.fd1.st_dev, self.fd1.st_ino), "stdout (fd 1) not restored"

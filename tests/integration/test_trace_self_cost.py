@@ -33,9 +33,14 @@ def _own_cost_ms(model, x, passes: int = 10, rounds: int = 5) -> float:
     from warmprof.timeline import Recording
     from warmprof.traces.api import _instruments
 
-    def fastest_ms() -> float:
+    from warmprof import _native
+
+    def fastest_ms(insts=()) -> float:
         times = []
         for _ in range(passes):
+            _native.begin_section(1)  # each pass's module budget, as the trace's _run_pass gives it
+            for inst in insts:
+                inst.mark_pass("apart")
             a = time.perf_counter_ns()
             model(x)
             times.append((time.perf_counter_ns() - a) / 1e6)
@@ -46,10 +51,11 @@ def _own_cost_ms(model, x, passes: int = 10, rounds: int = 5) -> float:
         for _ in range(rounds):
             clean.append(fastest_ms())
             with Recording(spare_buffers=4), contextlib.ExitStack() as stack:
-                for inst in _instruments(model, torch.device("cpu"), False):
+                insts = _instruments(model, torch.device("cpu"), False)
+                for inst in insts:
                     stack.enter_context(inst)
                 model(x)  # the fresh instruments' warm-up, as the trace's own
-                instrumented.append(fastest_ms())
+                instrumented.append(fastest_ms(insts))
     return min(instrumented) - min(clean)
 
 
@@ -63,7 +69,11 @@ def test_expensive_hooks_are_measured_on_the_model_not_on_identity():
     assert own.source == "instrumented_steady" and own.evidence == "estimated"
     apart = _own_cost_ms(model, torch.randn(1, 16))
     assert apart > 0
-    assert apart / 2 <= own.ms <= apart * 2, (own.ms, apart, own.detail)
+    # Within a factor of 2 of the figure measured apart, or of the steady passes' noise band where the
+    # figure is that small (wrapped forwards cost about 0.1-0.3 us a call: on 300 tiny modules both
+    # figures are a few tens of us, near the band, and the trace says "a rough figure" then).
+    slack = r.noise_band_ms if "within the noise band" in own.detail else 0.0
+    assert apart / 2 - slack <= own.ms <= apart * 2 + slack, (own.ms, apart, own.detail)
     # The calibrated floor (module calls x hook cost on nn.Identity) is what it replaces; the seen
     # re-run books the same figure.
     calls = len(list(model.modules()))
@@ -141,7 +151,9 @@ def test_a_model_too_slow_for_the_instrumented_passes_keeps_the_calibrated_figur
 
     monkeypatch.setattr(api, "SELF_COST_MAX_SHARE", 0.0)  # any pass is too long
     monkeypatch.setattr(api, "SELF_COST_ALWAYS_S", 0.0)
-    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU())
+    # many modules: the calibrated floor is calls x about 0.1 us (a wrapped forward, no hooks), which
+    # a model of two would put under the report's 1 us floor for a row
+    model = nn.Sequential(*(nn.Linear(8, 8) for _ in range(100)))
     left = Leftovers(model)
     r = warmprof.trace(model, (2, 8), steady=5)
     left.check()

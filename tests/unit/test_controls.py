@@ -112,7 +112,7 @@ def test_a_control_that_fails_says_why_and_the_trace_goes_on(tmp_path):
     bad.write_text("def make():\n    raise RuntimeError('no such weights')\n")
     ctl = controls.ControlProcess(["trace", f"{bad}:make", "--shape", "1,4", "--in-process", "--quiet"])
     try:
-        assert ctl.run_clean(timeout_s=120) is None
+        assert ctl.run_clean(timeout_s=120, spin=True) is None  # a spinning wait sees the end too
         assert "no such weights" in ctl.failed
     finally:
         ctl.close()
@@ -245,3 +245,24 @@ def test_the_clean_phase_runs_right_after_the_build_given_a_second_cpu(tmp_path)
     assert seen[1] is False
     if len(mine) >= 2:
         assert seen[len(mine)] is True
+
+
+def test_the_trace_waits_on_its_cpu_only_where_the_control_keeps_cpus_of_its_own(monkeypatch, tmp_path):
+    """The trace's process polls for the control's clean figures (a pass after its thread slept pays
+    more) only where a CPU is left beside the control's threads; the figures come either way."""
+    from warmprof.system import platform
+
+    monkeypatch.setattr(platform, "usable_cpus", lambda: (2, "test"))
+    assert controls.spin_wait_fits(1) and not controls.spin_wait_fits(2)
+    monkeypatch.setattr(platform, "usable_cpus", lambda: (1, "test"))
+    assert not controls.spin_wait_fits(1)
+    monkeypatch.undo()
+    good = tmp_path / "m.py"
+    good.write_text("import torch\ndef make():\n    return torch.nn.Linear(4, 4)\n")
+    ctl = controls.ControlProcess(["trace", f"{good}:make", "--shape", "2,4", "--in-process", "--quiet"])
+    try:
+        got = ctl.run_clean(timeout_s=300, spin=True)
+        assert got is not None, ctl.failed
+        assert got.first_pass_ms > 0
+    finally:
+        ctl.close()

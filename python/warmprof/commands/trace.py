@@ -294,7 +294,9 @@ def _trace_with(args: argparse.Namespace, status: child.Status, control: Any) ->
         warm_process.warm_run(torch, model, args.warm_shape, args.dtype, args.device, args.model_dtype)
     if control is not None:
         status.progress(args.quiet)("clean first pass (a second fresh process, no instruments)")
-        control.run_clean()
+        from ..traces import controls
+
+        control.run_clean(spin=controls.spin_wait_fits(torch.get_num_threads()))
     status.write("setting up the trace")
     import time
 

@@ -95,6 +95,7 @@ class StdoutTap:
         r = w = saved = out = None
         try:
             r, w = os.pipe()
+            _enlarge(w)
             saved, out = os.dup(1), os.dup(1)
         except OSError as e:
             _close(r, w, saved, out)
@@ -206,3 +207,22 @@ def _forward_here(fd: int, saved: int) -> str:
         _close(fd)
         return e.strerror or str(e)
     return _native.tap_forward(fd, out)  # takes both
+
+
+PIPE_BYTES = 1 << 20  # the tap's pipe, where the kernel lets us: the reader paces its reads (fd_tap.cpp)
+
+
+def _enlarge(fd: int) -> None:
+    """The pipe's capacity raised to PIPE_BYTES (Linux F_SETPIPE_SZ; up to the unprivileged limit in
+    /proc/sys/fs/pipe-max-size): the reader reads every few ms, and a pass's writes then fit while
+    it waits. Where that fails the pipe keeps its size (a full pipe only makes the writer wait)."""
+    import fcntl
+
+    setsz = getattr(fcntl, "F_SETPIPE_SZ", 1031 if sys.platform.startswith("linux") else None)
+    if setsz is None:
+        return
+    try:
+        fcntl.fcntl(fd, setsz, PIPE_BYTES)
+    except OSError:
+        pass
+

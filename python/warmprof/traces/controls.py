@@ -124,6 +124,15 @@ class WarmControl:
 # ---- the trace's side -----------------------------------------------------------------------------
 
 
+def spin_wait_fits(threads: int) -> bool:
+    """Whether the trace's process may wait for the control's clean phase on its CPU (polling): where
+    the machine has a CPU for it beyond the control's `threads` (the affinity mask, capped by a cgroup
+    CPU quota), so the wait takes nothing from the control's passes."""
+    from ..system.platform import usable_cpus
+
+    return usable_cpus()[0] >= threads + 1
+
+
 class ControlProcess:
     """The control process, seen from the trace's process: started first (its import and model
     build run beside the trace's own), then driven phase by phase. Every wait has a time limit; a
@@ -153,13 +162,16 @@ class ControlProcess:
             os.close(from_child_w)
 
     # phases
-    def run_clean(self, timeout_s: float = READY_TIMEOUT_S) -> Clean | None:
+    def run_clean(self, timeout_s: float = READY_TIMEOUT_S, spin: bool = False) -> Clean | None:
         """Wait until the control has built the model, then have it run its clean first pass and
-        steady passes (the trace's process waits meanwhile)."""
-        if self._get("ready", timeout_s) is None:
+        steady passes (the trace's process waits meanwhile). spin: wait on the CPU (polling), not
+        asleep: the trace's own first pass comes next, and a pass after its thread slept pays 1-3 ms
+        more on a small model (the CPU went idle), which would be booked as warmprof's own cost;
+        only where the control has CPUs of its own (spin_wait_fits)."""
+        if self._get("ready", timeout_s, spin) is None:
             return None
         self._send({"do": "clean"})
-        got = self._get("clean", timeout_s)
+        got = self._get("clean", timeout_s, spin)
         if got is not None:
             self.clean = Clean(float(got["first_pass_ms"]), [float(t) for t in got["steady_ms"]],
                                dict(got.get("first", {})), dict(got.get("steady", {})), got.get("other_shape"),
@@ -201,7 +213,7 @@ class ControlProcess:
         except OSError as e:  # it died: _get says how
             self.failed = self.failed or f"the control process stopped listening ({e})"
 
-    def _get(self, what: str, timeout_s: float) -> dict[str, Any] | None:
+    def _get(self, what: str, timeout_s: float, spin: bool = False) -> dict[str, Any] | None:
         if self.failed:
             return None
         deadline = time.monotonic() + timeout_s
@@ -210,7 +222,7 @@ class ControlProcess:
             if left <= 0:
                 self._fail(f"the control process took over {timeout_s:.0f} s to send its {what} figures")
                 return None
-            ready, _, _ = select.select([self._from_child], [], [], left)
+            ready, _, _ = select.select([self._from_child], [], [], 0 if spin else left)
             if not ready:
                 continue
             chunk = os.read(self._from_child, 65536)
