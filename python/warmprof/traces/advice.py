@@ -89,12 +89,16 @@ def advise(report: Any, share_floor: float = 0.1, max_causes: int = 3) -> list[s
         return [_no_cost_line(report)] + crowded
     waited = sum(c.ms for c in report.causes if c.cause == CONTENTION)
     own = sum(c.ms for c in report.causes if c.cause == causes.OWN)  # reports written before own_cost
-    if (own > 0 or waited > 0) and excess - own - waited <= band:
+    bound = no_cost_bound_ms(report)
+    if (own > 0 or waited > 0) and excess - own - waited <= bound:
         less = " and ".join(x for x in (f"the wait for a CPU ({waited:.2f} ms, measured)" if waited > 0 else "",
                                         f"warmprof's own instrument cost ({own:.2f} ms, estimated)" if own > 0 else "")
                             if x)
+        spread = (f"the steady passes' spread ({band:.2f} ms)" if bound <= band else
+                  f"the steady passes' spread ({band:.2f} ms) and what a warm pass after a short pause pays "
+                  f"({bound - band:.2f} ms)")
         return [f"No first-call cost of the model's at this shape: without {less} the rest of the excess "
-                f"({excess - own - waited:.2f} ms) is within the steady passes' spread ({band:.2f} ms)."] + (
+                f"({excess - own - waited:.2f} ms) is within {spread}."] + (
             [_lines(CONTENTION, "run_queue")[0]] if waited > 0 else []) + crowded
     workers = _workers_waited_ms(report)
     if workers > 0 and excess - own - waited <= band + workers:
