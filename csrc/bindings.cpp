@@ -431,6 +431,17 @@ PyGetSetDef g_module_hook_getset[] = {
     {"root", module_hook_get_root, nullptr, "Samples the host counters at both boundaries whatever the gap.", nullptr},
     {nullptr, nullptr, nullptr, nullptr, nullptr}};
 
+// Readies a static type and adds it to the module under `name` (0, or -1 with a Python error set).
+int add_type(PyObject* module, PyTypeObject* type, const char* name) {
+  if (PyType_Ready(type) < 0) return -1;
+  Py_INCREF(type);
+  if (PyModule_AddObject(module, name, reinterpret_cast<PyObject*>(type)) < 0) {
+    Py_DECREF(type);
+    return -1;
+  }
+  return 0;
+}
+
 PyTypeObject ModuleHookType = {PyVarObject_HEAD_INIT(nullptr, 0)};
 
 int add_module_hook_type(PyObject* module) {
@@ -448,13 +459,7 @@ int add_module_hook_type(PyObject* module) {
   ModuleHookType.tp_call = PyVectorcall_Call;
   ModuleHookType.tp_methods = g_module_hook_methods;
   ModuleHookType.tp_getset = g_module_hook_getset;
-  if (PyType_Ready(&ModuleHookType) < 0) return -1;
-  Py_INCREF(&ModuleHookType);
-  if (PyModule_AddObject(module, "ModuleHook", reinterpret_cast<PyObject*>(&ModuleHookType)) < 0) {
-    Py_DECREF(&ModuleHookType);
-    return -1;
-  }
-  return 0;
+  return add_type(module, &ModuleHookType, "ModuleHook");
 }
 
 // ModuleForward(hook, forward): a module's forward wrapped in one native call, set as the module
@@ -588,13 +593,7 @@ int add_module_forward_type(PyObject* module) {
   ModuleForwardType.tp_getattro = module_forward_getattro;
   ModuleForwardType.tp_repr = module_forward_repr;
   ModuleForwardType.tp_getset = g_module_forward_getset;
-  if (PyType_Ready(&ModuleForwardType) < 0) return -1;
-  Py_INCREF(&ModuleForwardType);
-  if (PyModule_AddObject(module, "ModuleForward", reinterpret_cast<PyObject*>(&ModuleForwardType)) < 0) {
-    Py_DECREF(&ModuleForwardType);
-    return -1;
-  }
-  return 0;
+  return add_type(module, &ModuleForwardType, "ModuleForward");
 }
 
 PyObject* fast_now_ticks(PyObject*, PyObject* const*, Py_ssize_t nargs) {
