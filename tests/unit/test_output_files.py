@@ -345,3 +345,96 @@ def test_a_name_of_255_bytes_gets_a_temporary_name_that_fits(tmp_path):
     target = tmp_path / ("r" * 250 + ".json")
     write_output(target, "{}")
     assert target.read_text() == "{}" and [p.name for p in tmp_path.iterdir()] == [target.name]
+
+
+# ---- another user's link in a shared sticky folder (issue 26): never followed ------------------------
+
+NOBODY = 65534
+
+
+@pytest.fixture
+def shared(tmp_path):
+    """A /tmp-like folder (sticky, world-writable, owned by root) and a root-only 0600 file in a 0700
+    folder: what another user's link would aim a root process's write at."""
+    if os.geteuid() != 0:
+        pytest.skip("a link owned by another user needs root to make (lchown)")
+    folder = tmp_path / "shared"
+    folder.mkdir()
+    os.chmod(folder, 0o1777)
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    secret = private / "secret"
+    secret.write_bytes(b"root only\n")
+    os.chmod(secret, 0o600)
+    return folder, secret
+
+
+def planted(link, target, uid=NOBODY):
+    link.symlink_to(target)
+    os.lchown(link, uid, uid)
+    return link
+
+
+def test_another_users_link_in_a_sticky_folder_is_not_followed(shared):
+    folder, secret = shared
+    link = planted(folder / "report.json", secret)
+    with pytest.raises(ReportError, match=r"report.json is a symbolic link in the shared sticky folder .*another user "
+                                          r"\(uid 65534\): not followed"):
+        write_output(link, "{}")
+    assert secret.read_bytes() == b"root only\n" and stat.S_IMODE(secret.stat().st_mode) == 0o600
+    assert link.is_symlink() and sorted(p.name for p in folder.iterdir()) == ["report.json"]  # no temp file left
+    with pytest.raises(InputError, match="not followed"):  # refused before any work, too
+        check_output_path(str(link))
+
+
+def test_another_users_link_to_a_folder_on_the_way_is_not_followed(shared):
+    folder, secret = shared
+    planted(folder / "out", secret.parent)
+    with pytest.raises(ReportError, match="not followed"):
+        write_output(folder / "out" / "secret", "{}")
+    assert secret.read_bytes() == b"root only\n"
+
+
+def test_a_cli_report_write_through_a_planted_link_is_refused(shared, capsys):
+    folder, secret = shared
+    link = planted(folder / "report.json", secret)
+    src = trace_report({"jit_compile": 3.0}).save(folder.parent / "r.json")
+    code = main(["show", str(src), "--format", "json", "-o", str(link)])
+    err = capsys.readouterr().err
+    assert code != 0 and err.startswith("warmprof: error: ") and err.count("\n") == 1 and "not followed" in err
+    assert secret.read_bytes() == b"root only\n"
+
+
+def test_own_links_and_the_folder_owners_links_in_a_sticky_folder_are_followed(shared, tmp_path):
+    folder, _ = shared
+    mine = tmp_path / "mine.json"
+    mine.write_text("old")
+    planted(folder / "a.json", mine, uid=os.geteuid())  # this user's own link
+    write_output(folder / "a.json", "new")
+    assert mine.read_text() == "new"
+    os.chown(folder, NOBODY, NOBODY)  # the folder's owner's link: the kernel follows it too
+    planted(folder / "b.json", mine)
+    write_output(folder / "b.json", "newer")
+    assert mine.read_text() == "newer" and (folder / "b.json").is_symlink()
+
+
+def test_a_file_swapped_for_a_link_while_being_written_is_refused(tmp_path, monkeypatch):
+    """The check is made on what is opened: a name that stops being the file checked (here a link
+    put in its place after the check, before the rename) is refused and the link's target is kept."""
+    from warmprof.system import fileio
+
+    target, other = tmp_path / "r.json", tmp_path / "other"
+    target.write_text("old")
+    other.write_text("keep")
+    real_new_temp = fileio._new_temp
+
+    def swap_then_temp(dfd, name):
+        target.unlink()
+        target.symlink_to(other)
+        return real_new_temp(dfd, name)
+
+    monkeypatch.setattr(fileio, "_new_temp", swap_then_temp)
+    with pytest.raises(ReportError, match="replaced by something else while being written"):
+        write_output(target, "new")
+    assert other.read_text() == "keep" and target.is_symlink()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other", "r.json"]

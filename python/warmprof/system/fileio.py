@@ -7,6 +7,12 @@ What the path names decides how it is written:
   write leaves the old file whole and the temporary file removed.
 - a symbolic link: followed on purpose. The link stays a link; its target is replaced as above.
   A dangling link is refused (its target's name may be a typo, and writing would create it silently).
+  A link (the name itself, or any folder on the way) that the kernel's fs.protected_symlinks would
+  refuse to follow is refused, whatever that setting is here: one in a sticky world-writable folder
+  (/tmp) owned neither by this user nor by the folder's owner, i.e. another user's plant. The check is
+  made hop by hop on the links themselves, and again on what is opened: the folder written through
+  is held open (the temporary file is made and renamed through it) and must be the folder checked,
+  and a file replaced must still be the one checked when the new bytes take its name.
 - a character device (/dev/null, a tty) or the process's own streams (/dev/stdout, /dev/stderr,
   /dev/fd/N, /proc/self/fd/N, recognised by name since they are links): written in place, never
   created, truncated or renamed over. A full device gives its ENOSPC error.
@@ -63,18 +69,65 @@ def _stream_link(path: str) -> str | None:
     return None
 
 
+def link_refusal(link: str) -> str | None:
+    """Why following the symlink `link` is refused, as fs.protected_symlinks=1 refuses it: it lies in
+    a sticky, world-writable folder and is owned neither by this process's user nor by the folder's
+    owner. None if it may be followed."""
+    folder = os.path.dirname(link) or "."
+    st_dir, st_link = os.stat(folder), os.lstat(link)
+    sticky_shared = st_dir.st_mode & stat.S_ISVTX and st_dir.st_mode & stat.S_IWOTH
+    if not sticky_shared or st_link.st_uid in (os.geteuid(), st_dir.st_uid):
+        return None
+    return (f"{link} is a symbolic link in the shared sticky folder {folder}, made by another user (uid "
+            f"{st_link.st_uid}): not followed (the kernel's fs.protected_symlinks refuses the same)")
+
+
+def resolve_checked(path: str) -> str:
+    """The path with every symlink resolved (os.path.realpath's answer), each one checked with
+    link_refusal as it is met, in the folders on the way and at the end. OSError(EACCES) for a link
+    that must not be followed, OSError(ELOOP) past 40 links. A name that does not exist ends the walk
+    (the rest is returned as it is)."""
+    parts = os.path.abspath(path).split(os.sep)[1:]
+    done, hops = "/", 0
+    while parts:
+        part = parts.pop(0)
+        if part in ("", "."):
+            continue
+        if part == "..":
+            done = os.path.dirname(done)
+            continue
+        here = os.path.join(done, part)
+        try:
+            is_link = stat.S_ISLNK(os.lstat(here).st_mode)
+        except (FileNotFoundError, NotADirectoryError):
+            return os.path.join(here, *parts)
+        if not is_link:
+            done = here
+            continue
+        hops += 1
+        if hops > 40:
+            raise OSError(errno.ELOOP, "too many levels of symbolic links")
+        why = link_refusal(here)
+        if why:
+            raise OSError(errno.EACCES, why)
+        to = os.readlink(here)
+        parts = [p for p in to.split(os.sep) if p] + parts
+        if to.startswith(os.sep):
+            done = "/"
+    return done
+
+
 def classify(path: str) -> tuple[str, str]:
     """(what the path names, the path to write to): 'new', 'file', 'stream', 'character device',
-    'FIFO', or one of REFUSED. A symlink is followed; the second item is its target (for a stream,
-    the stream path, which stream_fd reads)."""
+    'FIFO', or one of REFUSED. A symlink is followed (resolve_checked: OSError for another user's link
+    in a shared sticky folder); the second item is its target (for a stream, the stream path, which
+    stream_fd reads)."""
     stream = _stream_link(path)
     if stream is not None:
         return "stream", stream
-    target = path
-    if os.path.islink(path):
-        target = os.path.realpath(path)
-        if not os.path.exists(target):
-            return "dangling symlink", target
+    target = resolve_checked(path)  # absolute, with no link left in it: what is opened is what was checked
+    if os.path.islink(path) and not os.path.exists(target):
+        return "dangling symlink", target
     try:
         mode = os.stat(target).st_mode
     except (FileNotFoundError, NotADirectoryError):  # a new name; a bad folder fails when it is written
@@ -114,37 +167,66 @@ def _write(path: str, data: bytes) -> None:
         raise OSError(errno.EINVAL, refusal(kind, target))
 
 
+_O_PATH = getattr(os, "O_PATH", os.O_RDONLY)
+
+
 def _replace(target: str, data: bytes) -> None:
-    folder = os.path.dirname(target) or "."
+    """`target` (a path with no symlink left in it: classify resolved it) replaced atomically, through
+    its folder held open: the temporary file is made and renamed in the folder that was checked, and
+    the file it replaces must still be the one that was checked (a link or another file swapped in
+    under the name meanwhile is refused)."""
+    folder, name = os.path.dirname(target) or ".", os.path.basename(target)
+    dfd = os.open(folder, _O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        mode = stat.S_IMODE(os.stat(target).st_mode)
-    except FileNotFoundError:
-        mode = None  # a new file: created 0o666 less the umask, as open() would
-    fd, tmp = _new_temp(folder, os.path.basename(target))
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())  # the bytes are on disk before the name points at them
-        if mode is not None:
-            os.chmod(tmp, mode)  # the old file's permission bits
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
-def _new_temp(folder: str, name: str) -> tuple[int, str]:
-    """A new, uniquely named file beside the target, created 0o666 less the process's umask (the
-    kernel applies it: reading the umask would mean setting it, which races other threads)."""
-    for _ in range(100):  # the name is cut so that a legal 255-byte name still has a legal temp name
-        tmp = os.path.join(folder, f".{name[:200]}.{secrets.token_hex(6)}.tmp")
+        if os.path.isdir("/proc/self/fd") and os.readlink(f"/proc/self/fd/{dfd}") != os.path.normpath(folder):
+            raise OSError(errno.EAGAIN, f"the folder {folder} changed while being opened")
         try:
-            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666), tmp
+            old = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+        except FileNotFoundError:
+            old = None  # a new file: created 0o666 less the umask, as open() would
+        if old is not None and not stat.S_ISREG(old.st_mode):
+            raise OSError(errno.EAGAIN, f"{target} stopped being a regular file while being written")
+        fd, tmp = _new_temp(dfd, name)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())  # the bytes are on disk before the name points at them
+                if old is not None:
+                    os.fchmod(f.fileno(), stat.S_IMODE(old.st_mode))  # the old file's permission bits
+            if old is not None:
+                now = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+                # a freed inode number is reused at once: the change time and the kind tell a new node
+                if (not stat.S_ISREG(now.st_mode)
+                        or (now.st_dev, now.st_ino, now.st_ctime_ns) != (old.st_dev, old.st_ino, old.st_ctime_ns)):
+                    raise OSError(errno.EAGAIN, f"{target} was replaced by something else while being written")
+            os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=dfd)
+            raise
+    finally:
+        os.close(dfd)
+
+
+def _new_temp(dfd: int, name: str) -> tuple[int, str]:
+    """A new, uniquely named file beside the target (in the folder `dfd` holds; the name is relative
+    to it), created 0o666 less the process's umask (the kernel applies it: reading the umask would
+    mean setting it, which races other threads)."""
+    for _ in range(100):  # the name is cut so that a legal 255-byte name still has a legal temp name
+        tmp = f".{_cut_bytes(name, 200)}.{secrets.token_hex(6)}.tmp"
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o666,
+                           dir_fd=dfd), tmp
         except FileExistsError:
             continue
     raise OSError(errno.EEXIST, f"no unused temporary name beside {name}")
+
+
+def _cut_bytes(name: str, most: int) -> str:
+    """`name` cut to at most `most` bytes in the file system's encoding (a prefix of its bytes is a
+    legal name, even one that ends inside a character)."""
+    return os.fsdecode(os.fsencode(name)[:most])
 
 
 def _write_stream(fd: int, data: bytes) -> None:
