@@ -347,6 +347,21 @@ def test_a_name_of_255_bytes_gets_a_temporary_name_that_fits(tmp_path):
     assert target.read_text() == "{}" and [p.name for p in tmp_path.iterdir()] == [target.name]
 
 
+def test_a_name_of_254_utf8_bytes_is_written_and_one_past_the_limit_is_refused_up_front(tmp_path):
+    """Issue 26: the temporary name was cut by characters (a 254-byte name of 2-byte characters gave a
+    temporary name past 255 bytes, refused after the whole trace); a name too long in bytes is refused
+    by the up-front check, before any work."""
+    legal = tmp_path / ("é" * 122 + ".json")  # 244 + 5 = 249 bytes, 127 characters
+    assert len(os.fsencode(legal.name)) <= 255
+    check_output_path(str(legal))
+    write_output(legal, "{}")
+    assert legal.read_text() == "{}" and [p.name for p in tmp_path.iterdir()] == [legal.name]
+    long = tmp_path / ("é" * 126 + ".json")  # 257 bytes, 131 characters
+    with pytest.raises(InputError, match=r"the file name is 257 bytes long; this file system takes at most 255"):
+        check_output_path(str(long))
+    assert main(["show", str(legal), "-o", str(long)]) != 0
+
+
 # ---- another user's link in a shared sticky folder (issue 26): never followed ------------------------
 
 NOBODY = 65534

@@ -23,6 +23,7 @@ def check_output_path(path: str, option: str = "--json") -> None:
     """Refuse an output file that cannot be written, before any work."""
     if not path:
         raise InputError(f"{option} needs a file path, got an empty one")
+    _check_name_bytes(path, option)
     try:
         kind, target = classify(path)
     except OSError as e:  # e.g. a folder on the way that cannot be searched
@@ -41,6 +42,19 @@ def check_output_path(path: str, option: str = "--json") -> None:
     if kind in REFUSED:
         raise InputError(f"{option} {path}: {refusal(kind, target)}")
     _check_file(path, Path(target), option)
+
+
+def _check_name_bytes(path: str, option: str) -> None:
+    """Names are limited in bytes, not characters (255 on Linux file systems): said now, not after the
+    whole trace ran. A legal name of 254 UTF-8 bytes is fine (its temporary name is cut by bytes)."""
+    folder = os.path.dirname(path) or "."
+    try:
+        most = os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        most = 255
+    size = len(os.fsencode(os.path.basename(path)))
+    if size > most:
+        raise InputError(f"{option} {path}: the file name is {size} bytes long; this file system takes at most {most}")
 
 
 def _check_stream(path: str, fd: int, option: str) -> None:
