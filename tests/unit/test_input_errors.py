@@ -112,7 +112,7 @@ def test_report_records_a_compile_options_dict():
 # --- steady ----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("steady", [(5,), (1, 2, 3), "5", "5,10", -1, 0, (0, 5), (6, 5), (1.5, 3), 2.0, True,
-                                    (True, 3), None, {"min": 1}])
+                                    (True, 3), None, {"min": 1}, 2**64, (1, 2**64 + 3), (1, 100_001)])
 def test_malformed_steady(steady):
     with pytest.raises(InputError, match=r"steady must be a positive int N or a \(min, max\) pair") as info:
         warmprof.trace(lin(), (1, 8), steady=steady)

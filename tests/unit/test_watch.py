@@ -633,3 +633,18 @@ def test_a_cuda_graph_recording_bracketed_by_dynamos_callbacks_is_graph_capture_
     (g,) = own
     assert g["evidence"] == "measured" and g["source"] == "cudagraphs:record" and g["ms"] >= 10
     assert sum(c["ms"] for c in e["causes"]) <= e["ms"] + 1e-9
+
+
+@pytest.mark.parametrize("option, value", [("max_keys", 2**64 + 3), ("max_events", 2**63), ("min_calls", 2**64),
+                                           ("max_keys", 10_000_001), ("floor_ms", 1e300), ("idle_s", 2.0**64),
+                                           ("factor", 1e308)])
+def test_an_option_past_what_the_native_side_holds_is_refused_not_wrapped(option, value):
+    """Issue 26: max_keys=2**64+3 kept 3 keys (the count wrapped in C)."""
+    with pytest.raises(InputError, match=f"{option} must be a (whole )?number from"):
+        watch(lambda x: x, **{option: value})
+
+
+def test_the_largest_accepted_bounds_still_watch():
+    w = watch(lambda x: x, max_keys=10_000_000, max_events=10_000_000, min_calls=10**12)
+    assert w(3) == 3
+    w.close()

@@ -88,6 +88,9 @@ def _warm_reasons(model: Any, compiled: bool) -> list[str]:
     return reasons
 
 
+MAX_STEADY = 100_000  # steady passes at most (the native pass budget takes a signed 64-bit count)
+
+
 def _parse_steady(steady: Any) -> tuple[int, int]:
     def count(v: Any) -> bool:
         return isinstance(v, int) and not isinstance(v, bool)
@@ -98,9 +101,9 @@ def _parse_steady(steady: Any) -> tuple[int, int]:
         pair = (steady[0], steady[1])
     else:
         pair = None
-    if pair is None or pair[0] < 1 or pair[1] < pair[0]:
-        raise InputError(f"steady must be a positive int N or a (min, max) pair of ints with 1 <= min <= max, "
-                         f"got {steady!r}")
+    if pair is None or pair[0] < 1 or pair[1] < pair[0] or pair[1] > MAX_STEADY:
+        raise InputError(f"steady must be a positive int N or a (min, max) pair of ints with 1 <= min <= max "
+                         f"<= {MAX_STEADY:,}, got {steady!r}")
     return pair
 
 

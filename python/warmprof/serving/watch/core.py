@@ -39,6 +39,10 @@ from . import export, sources
 
 MAX_KEYS = 10000
 MAX_EVENTS = 2000
+# The most each bound takes (a sketch is 512 bytes: 10 million keys are 5 GB of them at most).
+MAX_KEYS_LIMIT = 10_000_000
+MAX_EVENTS_LIMIT = 10_000_000
+MIN_CALLS_LIMIT = 10**12  # "never an outlier" is a use: any count a process can reach
 
 
 class Watcher(_native.WatchCore):
@@ -206,14 +210,17 @@ def _check(fn: Any, key: Any, clock_source: Any, max_keys: Any, max_events: Any,
     for name, v in (("key", key), ("clock_source", clock_source), ("on_event", on_event)):
         if v is not None and not callable(v):
             raise InputError(f"{name} must be callable (or None), not {type(v).__name__}")
-    for name, v, low in (("max_keys", max_keys, 1), ("max_events", max_events, 1), ("min_calls", min_calls, 1)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < low:
-            raise InputError(f"{name} must be a whole number >= {low}, got {v!r}")
+    # Upper bounds too: the native side holds these in 64-bit fields (2**64 + 3 keys wrapped to 3), and
+    # a bound past what memory or a clock can hold is a typo, not a setting.
+    for name, v, low, high in (("max_keys", max_keys, 1, MAX_KEYS_LIMIT), ("max_events", max_events, 1, MAX_EVENTS_LIMIT),
+                               ("min_calls", min_calls, 1, MIN_CALLS_LIMIT)):
+        if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= high:
+            raise InputError(f"{name} must be a whole number from {low} to {high:,}, got {v!r}")
     if isinstance(idle_s, (int, float)) and not isinstance(idle_s, bool) and idle_s <= 0:
         raise InputError(f"idle_s must be above 0 (a gap that long before a call makes it an event), got {idle_s!r}")
-    for name, v, low in (("factor", factor, 1.0), ("floor_ms", floor_ms, 0.0), ("idle_s", idle_s, 0.0)):
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= low or v != v or v == float("inf"):
-            raise InputError(f"{name} must be a number >= {low}, got {v!r}")
+    for name, v, low, high in (("factor", factor, 1.0, 1e6), ("floor_ms", floor_ms, 0.0, 1e9), ("idle_s", idle_s, 0.0, 1e6)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or not low <= v <= high:
+            raise InputError(f"{name} must be a number from {low:g} to {high:g}, got {v!r}")
     if factor <= 1.0:
         raise InputError(f"factor must be above 1 (an outlier is factor x the key's median), got {factor!r}")
 
