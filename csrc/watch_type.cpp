@@ -405,7 +405,19 @@ PyObject* call(PyObject* self_obj, PyObject* args, PyObject* kwargs) {
     if (info != nullptr) {
       PyObject* r = PyObject_CallOneArg(self->on_event, info);
       Py_DECREF(info);
-      if (r == nullptr) PyErr_WriteUnraisable(self->on_event);  // never the model's call's error
+      if (r == nullptr) {
+        // An error of the event's handling is never the model's call's error: said, and the call's result
+        // returned. Ctrl-C, SystemExit and the like (BaseException but not Exception) are the user's
+        // intent, not an error: they go on up, as they would have from the plain call.
+        if (!PyErr_ExceptionMatches(PyExc_Exception)) {
+          Py_XDECREF(booked);
+          Py_XDECREF(key_obj);
+          Py_XDECREF(clock);
+          Py_DECREF(result);
+          return nullptr;
+        }
+        PyErr_WriteUnraisable(self->on_event);
+      }
       Py_XDECREF(r);
     } else {
       PyErr_WriteUnraisable(self_obj);

@@ -648,3 +648,25 @@ def test_the_largest_accepted_bounds_still_watch():
     w = watch(lambda x: x, max_keys=10_000_000, max_events=10_000_000, min_calls=10**12)
     assert w(3) == 3
     w.close()
+
+
+@pytest.mark.parametrize("exc", [KeyboardInterrupt, SystemExit])
+def test_ctrl_c_or_exit_raised_while_an_event_is_handled_goes_on_up(exc):
+    """Issue 26: a KeyboardInterrupt or SystemExit raised in on_event was swallowed (written as
+    unraisable, the call went on). An Exception there is still never the call's error."""
+    def on_event(event):
+        raise exc("from the handler")
+
+    w = watch(lambda x: x + 1, on_event=on_event)
+    with pytest.raises(exc, match="from the handler"):
+        w(1)  # the first call is an event
+    w.close()
+
+
+def test_an_error_in_on_event_is_not_the_calls_error(recwarn):
+    def on_event(event):
+        raise ValueError("handler bug")
+
+    w = watch(lambda x: x + 1, on_event=on_event)
+    assert w(1) == 2
+    w.close()
