@@ -3,6 +3,7 @@ idle gaps with a fake clock; bounded memory; threads; closing; the report."""
 
 import gc
 import json
+import os
 import threading
 import time
 
@@ -670,3 +671,45 @@ def test_an_error_in_on_event_is_not_the_calls_error(recwarn):
     w = watch(lambda x: x + 1, on_event=on_event)
     assert w(1) == 2
     w.close()
+
+
+def test_watching_a_plain_function_does_not_import_dynamo(tmp_path):
+    """Issue 26: watch() imported torch._dynamo (1-2 s) for a plain function and left an inductor folder
+    in the temp folder. In a fresh process with its own temp folder: neither."""
+    import subprocess
+    import sys
+
+    code = ("import sys, torch, warmprof\n"
+            "w = warmprof.watch(lambda x: x + 1)\n"
+            "[w(torch.zeros(2)) for _ in range(5)]\n"
+            "w.close()\n"
+            "print('torch._dynamo' in sys.modules)\n")
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    got = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert got.returncode == 0, got.stderr
+    assert got.stdout.strip() == "False" and list(tmp_path.iterdir()) == []
+
+
+
+def test_a_model_compiled_after_watch_began_is_tapped_from_then_on():
+    """dynamo imported after watch() began (a function that compiles on its first call): its compiles
+    are counted from the event that saw dynamo come in. A fresh process, where dynamo is not imported."""
+    import subprocess
+    import sys
+
+    code = ("import json, torch, warmprof\n"
+            "state = {}\n"
+            "def fn(x):\n"
+            "    if 'c' not in state:\n"
+            "        state['c'] = torch.compile(lambda t: t * 2, backend='eager', dynamic=False)\n"
+            "    return state['c'](x)\n"
+            "w = warmprof.watch(fn)\n"
+            "w(torch.zeros(2)); w(torch.zeros(2)); w(torch.zeros(3))\n"
+            "w.close()\n"
+            "print(json.dumps([[e['key'], sum(c.get('count') or 0 for c in e['causes'] if c['cause'] == 'jit_compile')]\n"
+            "                  for e in w.events()]))\n")
+    got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert got.returncode == 0, got.stderr
+    events = json.loads(got.stdout.strip().splitlines()[-1])
+    assert [k for k, _ in events] == ["2 float32", "3 float32"]  # each shape's first call
+    assert events[1][1] >= 1  # the second shape's recompile, booked as a compile once the tap was on

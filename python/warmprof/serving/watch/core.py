@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import sys
 import threading
 import time
 from typing import Any, Callable
@@ -97,6 +98,10 @@ class Watcher(_native.WatchCore):
         """The slow path: one kept call (a _native.WatchCall) becomes an event."""
         key_hash, key_obj, args, kwargs = call.key_hash, call.key, call.args, call.kwargs
         with self._lock:
+            if not self._tapped and not self.closed and "torch._dynamo" in sys.modules:
+                # dynamo came in after watch() began (a model compiled on its first call): tapped from now
+                self._tapped = sources.acquire_compile_tap()
+                self._dynamo = sources.DynamoState() if self._tapped else None
             name = self._names.get(key_hash)
             if name is None:
                 name = repr(key_obj)[:200] if key_obj is not None else _events.describe(args, kwargs)

@@ -9,6 +9,7 @@ callbacks, which run only when dynamo compiles."""
 from __future__ import annotations
 
 import collections
+import sys
 import threading
 import time
 from typing import Any, Callable
@@ -69,8 +70,12 @@ def take_side_work() -> list[tuple[str, int, int, int]]:
 
 def acquire_compile_tap() -> bool:
     """Register the process's dynamo compile callbacks (once, however many Watchers are open).
-    False where torch has no dynamo."""
+    False where torch has no dynamo, or where torch._dynamo is not imported yet: importing it costs
+    1-2 s and leaves an inductor folder in the temp folder, which a watched plain function never
+    needs (torch.compile imports it when a model is compiled; the Watcher taps it then)."""
     global _users
+    if "torch._dynamo" not in sys.modules:
+        return False
     try:
         from torch._dynamo import callback_handler
     except Exception:
