@@ -97,3 +97,28 @@ def test_a_name_holding_newlines_cannot_forge_lines_of_the_report():
     assert "\n  advice:\n    - no warm-up needed" not in text and "\n    - forged" not in text
     assert one_line(forged) in text
     assert one_line("a\tb\n") == "a\\x09b\\x0a"
+
+
+BIDI_AND_SURROGATE = "admin\u202egnp.exe\u2066x\u2069\u200f\udcff"
+
+
+def test_bidi_controls_and_lone_surrogates_are_shown_escaped():
+    """Issue 26: bidi override characters reached the terminal (they reorder what it shows), and a lone
+    surrogate (a module name read with surrogateescape, a report's "\\udcff") ended in a traceback when
+    printed."""
+    assert safe_text(BIDI_AND_SURROGATE) == "admin\\u202egnp.exe\\u2066x\\u2069\\u200f\\udcff"
+    text = str(trace_report({"jit_compile": 3.0}, model=BIDI_AND_SURROGATE))
+    assert "admin\\u202egnp.exe" in text and not re.search("[\u202a-\u202e\u2066-\u2069\u200e\u200f\ud800-\udfff]", text)
+    text.encode("utf-8")  # printable: no lone surrogate left
+
+
+def test_show_of_a_report_with_a_surrogate_and_bidi_in_a_name_prints_it_escaped(tmp_path, capsys):
+    import json
+
+    path = tmp_path / "r.json"
+    d = trace_report({"jit_compile": 3.0}).to_dict()
+    d["model"] = BIDI_AND_SURROGATE
+    path.write_text(json.dumps(d))  # ensure_ascii: the surrogate travels as "\udcff"
+    assert main(["show", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "admin\\u202egnp.exe" in out and "\\udcff" in out
