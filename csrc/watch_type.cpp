@@ -169,7 +169,13 @@ bool hash_value(PyObject* v, uint64_t* h, int depth) {
     return true;
   }
   PyObject* shape = nullptr;
-  if (lookup_attr(v, s_shape, &shape) < 0) return false;
+  if (lookup_attr(v, s_shape, &shape) < 0) {
+    // a .shape that raises (a lazy proxy, a property with a bug) is no shape: the call goes on, keyed by
+    // the argument's type, as the plain call would have gone on; Ctrl-C and the like still go up
+    if (!PyErr_ExceptionMatches(PyExc_Exception)) return false;
+    PyErr_Clear();
+    shape = nullptr;
+  }
   if (shape == nullptr) {
     *h = mix(*h, uint64_t(uintptr_t(t)));
     return true;
@@ -183,9 +189,25 @@ bool hash_value(PyObject* v, uint64_t* h, int depth) {
   }
   *h = mix(*h, uint64_t(hs));
   PyObject* dtype = nullptr;
-  if (lookup_attr(v, s_dtype, &dtype) < 0) return false;
+  if (lookup_attr(v, s_dtype, &dtype) < 0) {
+    if (!PyErr_ExceptionMatches(PyExc_Exception)) return false;
+    PyErr_Clear();
+    dtype = nullptr;
+  }
   if (dtype != nullptr) {
-    *h = mix(*h, uint64_t(uintptr_t(dtype)));  // dtypes are singletons
+    // By value: torch's dtypes are singletons (their hash is their address), but numpy makes a new
+    // dtype object for each string or structured array, equal in value ('<U5' == '<U5').
+    const Py_hash_t hd = PyObject_Hash(dtype);
+    if (hd == -1) {
+      if (!PyErr_ExceptionMatches(PyExc_Exception)) {
+        Py_DECREF(dtype);
+        return false;
+      }
+      PyErr_Clear();
+      *h = mix(*h, uint64_t(uintptr_t(Py_TYPE(dtype))));
+    } else {
+      *h = mix(*h, uint64_t(hd));
+    }
     Py_DECREF(dtype);
   }
   return true;

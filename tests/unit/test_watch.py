@@ -713,3 +713,82 @@ def test_a_model_compiled_after_watch_began_is_tapped_from_then_on():
     events = json.loads(got.stdout.strip().splitlines()[-1])
     assert [k for k, _ in events] == ["2 float32", "3 float32"]  # each shape's first call
     assert events[1][1] >= 1  # the second shape's recompile, booked as a compile once the tap was on
+
+
+# ---- issue 26: watch gives the right data on hostile arguments --------------------------------------
+
+def test_numpy_string_and_structured_arrays_of_one_shape_are_one_key():
+    """dtypes were hashed by address: numpy makes a new dtype object per string or structured array."""
+    import numpy as np
+
+    w = watch(lambda x: x)
+    for _ in range(5):
+        w(np.array(["abcde", "x"]))
+        w(np.zeros(3, dtype=[("a", "i4"), ("b", "f8")]))
+    assert len(w.stats()["keys"]) == 2
+    w.close()
+
+
+def test_an_argument_whose_shape_raises_is_watched_as_the_plain_call_runs():
+    class Lazy:
+        @property
+        def shape(self):
+            raise RuntimeError("not loaded")
+
+    w = watch(lambda x: "ran")
+    assert w(Lazy()) == "ran" and w(Lazy()) == "ran"
+    assert len(w.stats()["keys"]) == 1 and "Lazy" in w.stats()["keys"][0]["key"]
+    w.close()
+
+
+def test_watch_on_a_method_keeps_self():
+    class Server:
+        def __init__(self, k):
+            self.k = k
+
+        @warmprof.watch
+        def handle(self, x):
+            return self.k + x
+
+    a, b = Server(1), Server(10)
+    assert a.handle(2) == 3 and b.handle(2) == 12
+    assert Server.handle.stats()["calls"] == 2
+    Server.handle.close()
+
+
+@pytest.mark.parametrize("kind", ["async", "generator", "async generator"])
+def test_an_async_function_or_a_generator_is_refused_with_what_to_do(kind):
+    async def coro(x):
+        return x
+
+    def gen(x):
+        yield x
+
+    async def agen(x):
+        yield x
+
+    fn = {"async": coro, "generator": gen, "async generator": agen}[kind]
+    with pytest.raises(InputError, match=f"is an? {kind}.*function.*Watch the synchronous function"):
+        watch(fn)
+
+
+def test_a_dict_argument_of_thousands_of_fields_gets_a_short_key_name():
+    w = watch(lambda d: d)
+    w({f"field{i}": i for i in range(3000)})
+    (k,) = w.stats()["keys"]
+    assert len(k["key"]) <= 200 and k["key"].startswith("{field0: int, field1: int") and k["key"].endswith("…")
+    w.close()
+
+
+def test_a_lone_surrogate_in_a_key_never_breaks_a_prometheus_scrape():
+    """One request whose JSON body held the key "\\udcff" made every later scrape fail (500)."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    w = watch(lambda d: d)
+    w({"\udcff": 1})
+    w(torch.zeros(2))
+    registry = CollectorRegistry()
+    w.prometheus(registry)
+    text = generate_latest(registry).decode("utf-8")
+    assert "\\udcff" in text
+    w.close()

@@ -28,9 +28,11 @@ from __future__ import annotations
 
 import collections
 import functools
+import inspect
 import sys
 import threading
 import time
+import types
 from typing import Any, Callable
 
 from ... import _native
@@ -105,6 +107,11 @@ class Watcher(_native.WatchCore):
             name = self._names.get(key_hash)
             if name is None:
                 name = repr(key_obj)[:200] if key_obj is not None else _events.describe(args, kwargs)
+                # every exporter can write it: a lone surrogate (a JSON body's "\udcff" key) as \udcff
+                # (one made every later Prometheus scrape of the process fail)
+                name = name.encode("utf-8", "backslashreplace").decode("utf-8")
+                if len(name) > _events.KEY_NAME_CHARS:
+                    name = name[:_events.KEY_NAME_CHARS - 1] + "…"
                 if name in self._taken:  # two keys that read alike (a key function's -1 and -2 hash alike)
                     name = f"{name} #{len(self._taken)}"
                 self._taken.add(name)
@@ -179,6 +186,12 @@ class Watcher(_native.WatchCore):
             self._cupti = False
             sources.release_cupti()
 
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        """`@warmprof.watch` on a method: bound to the instance, as the plain method would be (it lost
+        `self`). One Watcher serves every instance; the instance is an argument like any other (the
+        default key reads its type, never its identity)."""
+        return self if obj is None else types.MethodType(self, obj)
+
     def __enter__(self) -> "Watcher":
         return self
 
@@ -212,6 +225,16 @@ def _check(fn: Any, key: Any, clock_source: Any, max_keys: Any, max_events: Any,
            floor_ms: Any, idle_s: Any, on_event: Any) -> None:
     if not callable(fn):
         raise InputError(f"watch() takes a model or function to call, not {type(fn).__name__}")
+    # A call to one of these only makes the coroutine or generator: its work runs later, where watch
+    # does not see it, so its timing would be its creation's. Refused with what to do instead.
+    target = getattr(fn, "forward", fn) if not inspect.isfunction(fn) and not inspect.ismethod(fn) else fn
+    for test, what in ((inspect.iscoroutinefunction, "an async function"),
+                       (inspect.isasyncgenfunction, "an async generator function"),
+                       (inspect.isgeneratorfunction, "a generator function")):
+        if test(fn) or (target is not fn and test(target)):
+            raise InputError(f"watch() times a call while it runs, and {getattr(fn, '__name__', fn)!r} is {what}: a call "
+                             "only makes its coroutine or generator, whose work runs later. Watch the synchronous "
+                             "function it awaits or iterates (the model's forward), or the whole request in a plain function")
     for name, v in (("key", key), ("clock_source", clock_source), ("on_event", on_event)):
         if v is not None and not callable(v):
             raise InputError(f"{name} must be callable (or None), not {type(v).__name__}")

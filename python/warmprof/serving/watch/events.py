@@ -33,26 +33,40 @@ from ...causes import Name
 from .sources import cupti_rows as cupti_rows_by_name
 
 
+KEY_NAME_CHARS = 200
+
+
 def describe(args: tuple, kwargs: dict | None) -> str:
     """A call's arguments as its default key reads them: each tensor's shape and dtype, each other
     argument's type."""
     def one(v: Any, depth: int = 0) -> str:
-        shape = getattr(v, "shape", None)
+        try:
+            shape = getattr(v, "shape", None)
+        except Exception:  # a .shape that raises is no shape (the key did the same)
+            shape = None
         if shape is not None and not isinstance(v, (int, float, str, bytes)):
             try:
                 dims = "x".join(str(int(d)) for d in shape)
             except Exception:
                 dims = str(shape)
-            dtype = str(getattr(v, "dtype", "")).removeprefix("torch.")
+            try:
+                dtype = str(getattr(v, "dtype", "")).removeprefix("torch.")
+            except Exception:
+                dtype = ""
             return f"{dims or 'scalar'} {dtype}".strip()
         if isinstance(v, (list, tuple)) and depth < 2:
             more = f", ... {len(v)} in all" if len(v) > 16 else ""
             return "(" + ", ".join(one(x, depth + 1) for x in list(v)[:16]) + more + ")"
         if isinstance(v, dict) and depth < 2:
-            return "{" + ", ".join(f"{k}: {one(x, depth + 1)}" for k, x in sorted(v.items(), key=lambda kv: str(kv[0]))) + "}"
+            items = sorted(v.items(), key=lambda kv: str(kv[0]))
+            more = f", ... {len(items)} in all" if len(items) > 16 else ""
+            return "{" + ", ".join(f"{str(k)[:40]}: {one(x, depth + 1)}" for k, x in items[:16]) + more + "}"
         return type(v).__name__
-    parts = [one(a) for a in args] + [f"{k}={one(v)}" for k, v in sorted((kwargs or {}).items())]
-    return ", ".join(parts) or "no arguments"
+    parts = [one(a) for a in args] + [f"{str(k)[:40]}={one(v)}" for k, v in sorted((kwargs or {}).items())]
+    text = ", ".join(parts) or "no arguments"
+    # a key's name is kept for every event and series: never longer than KEY_NAME_CHARS (a request's
+    # JSON body as a dict of thousands of fields made names of tens of kB, +194 MiB over 2,000 requests)
+    return text if len(text) <= KEY_NAME_CHARS else text[:KEY_NAME_CHARS - 1] + "…"
 
 
 class CallCosts:
