@@ -792,3 +792,21 @@ def test_a_lone_surrogate_in_a_key_never_breaks_a_prometheus_scrape():
     text = generate_latest(registry).decode("utf-8")
     assert "\\udcff" in text
     w.close()
+
+
+def test_two_watched_models_of_one_class_export_series_of_their_own():
+    """Issue 26: two watchers of one class exported the same Prometheus series twice (an invalid scrape)."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    a, b = watch(torch.nn.Linear(2, 2)), watch(torch.nn.Linear(2, 2))
+    registry = CollectorRegistry()
+    ca, cb = a.prometheus(registry), b.prometheus(registry)
+    with torch.no_grad():
+        a(torch.zeros(1, 2))
+        b(torch.zeros(1, 2))
+    assert (ca.model, cb.model) == ("Linear", "Linear #2")
+    lines = [ln for ln in generate_latest(registry).decode().splitlines() if ln and not ln.startswith("#")]
+    assert len(lines) == len(set(lines))
+    assert any('model="Linear #2"' in ln for ln in lines) and any('model="Linear"' in ln for ln in lines)
+    a.close()
+    b.close()

@@ -14,6 +14,8 @@ opentelemetry is installed (watch(..., otel=False) turns it off).
 
 from __future__ import annotations
 
+import threading
+import weakref
 from typing import Any
 
 from ...errors import InputError
@@ -55,6 +57,7 @@ class WatchCollector:
 
     def __init__(self, watcher: Any, prefix: str = "warmprof_watch", top_keys: int = 50) -> None:
         self.watcher, self.prefix, self.top_keys = watcher, prefix, top_keys
+        self.model = str(watcher.label)  # the series' model label (prometheus_metrics makes it unique)
 
     def describe(self) -> list:
         return []  # unchecked collector: the families are built at collect time
@@ -64,7 +67,7 @@ class WatchCollector:
 
         w, p = self.watcher, self.prefix
         stats = w.stats()
-        model = str(w.label)
+        model = self.model
         calls = CounterMetricFamily(f"{p}_calls", "Calls through the watched model, by key", labels=["model", "key"])
         kept = CounterMetricFamily(f"{p}_events", "Calls kept as events (first at a key, outliers, after idle, "
                                                   "compiles), by key", labels=["model", "key"])
@@ -119,9 +122,25 @@ def prometheus_metrics(watcher: Any, registry: Any = None) -> WatchCollector:
     """Register the watcher's metrics with `registry` (prometheus_client's default registry when
     None); the collector is returned (registry.unregister(it) takes it off)."""
     pc = _require_prometheus()
+    registry = registry if registry is not None else pc.REGISTRY
     collector = WatchCollector(watcher)
-    (registry if registry is not None else pc.REGISTRY).register(collector)
+    # Two watchers of one class in one registry would export the same series twice (an invalid
+    # scrape): the second one's model label gets " #2", and so on, and the label is said on the collector.
+    with _taken_lock:
+        taken = _taken.setdefault(registry, weakref.WeakSet())
+        labels = {c.model for c in taken}
+        base, n = str(watcher.label), 1
+        collector.model = base
+        while collector.model in labels:
+            n += 1
+            collector.model = f"{base} #{n}"
+        registry.register(collector)
+        taken.add(collector)
     return collector
+
+
+_taken: "weakref.WeakKeyDictionary[Any, weakref.WeakSet]" = weakref.WeakKeyDictionary()  # registry -> collectors
+_taken_lock = threading.Lock()
 
 
 def otel_available() -> bool:
