@@ -220,8 +220,10 @@ def test_an_excess_no_larger_than_a_warm_pass_after_a_pause_is_no_first_call_cos
 
 
 def test_the_clean_phase_runs_right_after_the_build_given_a_second_cpu(tmp_path):
-    """With two CPUs the control runs its clean phase as soon as the model is built (a pass after any
-    pause pays more); on one it waits until the trace's process asks (and is idle)."""
+    """With a CPU for each of the pass's threads and one more (the trace's process builds its own model
+    meanwhile) the control runs its clean phase as soon as the model is built (a pass after any pause
+    pays more); otherwise it waits until the trace's process asks (and is idle): on one CPU, and with as
+    many threads as CPUs."""
     import os
 
     if not hasattr(os, "sched_getaffinity"):
@@ -230,21 +232,23 @@ def test_the_clean_phase_runs_right_after_the_build_given_a_second_cpu(tmp_path)
     good.write_text("import torch\ndef make():\n    return torch.nn.Linear(4, 4)\n")
     mine = os.sched_getaffinity(0)
     seen = {}
-    for cpus in [{min(mine)}] + ([mine] if len(mine) >= 2 else []):
+    cases = [({min(mine)}, 1)] + ([(mine, 1), (mine, len(mine))] if len(mine) >= 2 else [])
+    for cpus, threads in cases:
         os.sched_setaffinity(0, cpus)  # the control inherits it
         try:
-            ctl = controls.ControlProcess(["trace", f"{good}:make", "--shape", "2,4", "--in-process", "--quiet"])
+            ctl = controls.ControlProcess(["trace", f"{good}:make", "--shape", "2,4", "--in-process", "--quiet",
+                                           "--threads", str(threads)])
         finally:
             os.sched_setaffinity(0, mine)
         try:
             got = ctl.run_clean(timeout_s=300)
             assert got is not None, ctl.failed
-            seen[len(cpus)] = got.at_once
+            seen[len(cpus), threads] = got.at_once
         finally:
             ctl.close()
-    assert seen[1] is False
+    assert seen[1, 1] is False
     if len(mine) >= 2:
-        assert seen[len(mine)] is True
+        assert seen[len(mine), 1] is True and seen[len(mine), len(mine)] is False
 
 
 def test_the_trace_waits_on_its_cpu_only_where_the_control_keeps_cpus_of_its_own(monkeypatch, tmp_path):

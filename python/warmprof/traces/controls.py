@@ -357,7 +357,10 @@ def serve(fds: str, load: Any, *, device: str, threads: int | None, shape: Any, 
         # small model, which would read as a first-call cost. Its own wait for a CPU is measured.
         from ..system.platform import usable_cpus
 
-        at_once = usable_cpus()[0] >= 2  # the affinity mask, capped by a cgroup CPU quota
+        # the affinity mask, capped by a cgroup CPU quota: a CPU for each of the pass's threads and one
+        # more for the trace's process, which is importing torch and building its own model meanwhile
+        # (at 2 threads on 2 CPUs the demo's clean pass waited 56 ms for a CPU, booked as the machine's load)
+        at_once = usable_cpus()[0] >= torch.get_num_threads() + 1
         clean = dict(_clean(torch, runner, args, kwargs, sync, other), at_once=True) if at_once else None
         for line in incoming:
             msg = json.loads(line)
