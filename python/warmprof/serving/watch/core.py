@@ -227,12 +227,15 @@ def _check(fn: Any, key: Any, clock_source: Any, max_keys: Any, max_events: Any,
         raise InputError(f"watch() takes a model or function to call, not {type(fn).__name__}")
     # A call to one of these only makes the coroutine or generator: its work runs later, where watch
     # does not see it, so its timing would be its creation's. Refused with what to do instead.
-    target = getattr(fn, "forward", fn) if not inspect.isfunction(fn) and not inspect.ismethod(fn) else fn
+    try:
+        target = getattr(fn, "forward", fn) if not inspect.isfunction(fn) and not inspect.ismethod(fn) else fn
+    except Exception:  # an attribute read that raises (a proxy): nothing more to look at
+        target = fn
     for test, what in ((inspect.iscoroutinefunction, "an async function"),
                        (inspect.isasyncgenfunction, "an async generator function"),
                        (inspect.isgeneratorfunction, "a generator function")):
         if test(fn) or (target is not fn and test(target)):
-            raise InputError(f"watch() times a call while it runs, and {getattr(fn, '__name__', fn)!r} is {what}: a call "
+            raise InputError(f"watch() times a call while it runs, and {getattr(fn, '__name__', type(fn).__name__)!r} is {what}: a call "
                              "only makes its coroutine or generator, whose work runs later. Watch the synchronous "
                              "function it awaits or iterates (the model's forward), or the whole request in a plain function")
     for name, v in (("key", key), ("clock_source", clock_source), ("on_event", on_event)):
