@@ -124,6 +124,14 @@ inline int lookup_attr(PyObject* o, PyObject* name, PyObject** out) {
 #endif
 }
 
+// After a failed call: an Exception is cleared (true: the caller goes on without what it asked for);
+// Ctrl-C, SystemExit and the like (BaseException only) are left set (false: the caller gives up).
+inline bool cleared_if_exception() {
+  if (!PyErr_ExceptionMatches(PyExc_Exception)) return false;
+  PyErr_Clear();
+  return true;
+}
+
 // One argument's part of the default key: a tensor's shape and dtype, a short list's or tuple's
 // items, and for anything else its type only (a request id must not make every call a new key).
 bool hash_value(PyObject* v, uint64_t* h, int depth) {
@@ -172,8 +180,7 @@ bool hash_value(PyObject* v, uint64_t* h, int depth) {
   if (lookup_attr(v, s_shape, &shape) < 0) {
     // a .shape that raises (a lazy proxy, a property with a bug) is no shape: the call goes on, keyed by
     // the argument's type, as the plain call would have gone on; Ctrl-C and the like still go up
-    if (!PyErr_ExceptionMatches(PyExc_Exception)) return false;
-    PyErr_Clear();
+    if (!cleared_if_exception()) return false;
     shape = nullptr;
   }
   if (shape == nullptr) {
@@ -190,8 +197,7 @@ bool hash_value(PyObject* v, uint64_t* h, int depth) {
   *h = mix(*h, uint64_t(hs));
   PyObject* dtype = nullptr;
   if (lookup_attr(v, s_dtype, &dtype) < 0) {
-    if (!PyErr_ExceptionMatches(PyExc_Exception)) return false;
-    PyErr_Clear();
+    if (!cleared_if_exception()) return false;
     dtype = nullptr;
   }
   if (dtype != nullptr) {
@@ -199,11 +205,10 @@ bool hash_value(PyObject* v, uint64_t* h, int depth) {
     // dtype object for each string or structured array, equal in value ('<U5' == '<U5').
     const Py_hash_t hd = PyObject_Hash(dtype);
     if (hd == -1) {
-      if (!PyErr_ExceptionMatches(PyExc_Exception)) {
+      if (!cleared_if_exception()) {
         Py_DECREF(dtype);
         return false;
       }
-      PyErr_Clear();
       *h = mix(*h, uint64_t(uintptr_t(Py_TYPE(dtype))));
     } else {
       *h = mix(*h, uint64_t(hd));

@@ -269,7 +269,8 @@ def _chain(values: list[int], P: list[int], Q: list[int], compile_ms: float,
     C, T = compile_ms, per_token_ms
 
     def beats(a: int, b: int, k: int) -> bool:
-        """Whether best[a] + a bucket a..k-1 is a better plan than best[b] + a bucket b..k-1."""
+        """Whether best[a] + a bucket a..k-1 is a better plan than best[b] + a bucket b..k-1 (each
+        bucket's padding is _padding's, inlined: this is the programme's inner loop)."""
         top, pk, qk = values[k - 1], P[k], Q[k]
         na, nb_ = nb[a] + 1, nb[b] + 1
         ca = C * na + T * (pad[a] + top * (pk - P[a]) - (qk - Q[a]))
@@ -284,7 +285,7 @@ def _chain(values: list[int], P: list[int], Q: list[int], compile_ms: float,
             head += 1
         i = starts[head]
         nb[k] = nb[i] + 1
-        pad[k] = pad[i] + values[k - 1] * (P[k] - P[i]) - (Q[k] - Q[i])
+        pad[k] = pad[i] + _padding(values, P, Q, i, k)
         parent[k] = i
         if k == n:
             break

@@ -106,12 +106,13 @@ class Watcher(_native.WatchCore):
                 self._dynamo = sources.DynamoState() if self._tapped else None
             name = self._names.get(key_hash)
             if name is None:
-                name = repr(key_obj)[:200] if key_obj is not None else _events.describe(args, kwargs)
+                most = _events.KEY_NAME_CHARS
+                name = repr(key_obj)[:most] if key_obj is not None else _events.describe(args, kwargs)
                 # every exporter can write it: a lone surrogate (a JSON body's "\udcff" key) as \udcff
                 # (one made every later Prometheus scrape of the process fail)
                 name = name.encode("utf-8", "backslashreplace").decode("utf-8")
-                if len(name) > _events.KEY_NAME_CHARS:
-                    name = name[:_events.KEY_NAME_CHARS - 1] + "…"
+                if len(name) > most:
+                    name = name[:most - 1] + "…"
                 if name in self._taken:  # two keys that read alike (a key function's -1 and -2 hash alike)
                     name = f"{name} #{len(self._taken)}"
                 self._taken.add(name)

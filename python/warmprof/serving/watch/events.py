@@ -33,6 +33,8 @@ from ...causes import Name
 from .sources import cupti_rows as cupti_rows_by_name
 
 
+# A key's name is kept for every event and series: never longer than this (a request's JSON body as a
+# dict of thousands of fields made names of tens of kB, +194 MiB over 2,000 requests).
 KEY_NAME_CHARS = 200
 
 
@@ -63,10 +65,7 @@ def describe(args: tuple, kwargs: dict | None) -> str:
             return "{" + ", ".join(f"{str(k)[:40]}: {one(x, depth + 1)}" for k, x in items[:16]) + more + "}"
         return type(v).__name__
     parts = [one(a) for a in args] + [f"{str(k)[:40]}={one(v)}" for k, v in sorted((kwargs or {}).items())]
-    text = ", ".join(parts) or "no arguments"
-    # a key's name is kept for every event and series: never longer than KEY_NAME_CHARS (a request's
-    # JSON body as a dict of thousands of fields made names of tens of kB, +194 MiB over 2,000 requests)
-    return text if len(text) <= KEY_NAME_CHARS else text[:KEY_NAME_CHARS - 1] + "…"
+    return ", ".join(parts) or "no arguments"  # the Watcher cuts it to KEY_NAME_CHARS
 
 
 class CallCosts:
