@@ -7,7 +7,7 @@ import importlib
 import sys
 import traceback
 
-from .errors import WarmprofError
+from .errors import InputError, TimedOut, WarmprofError
 
 # Set by a process warmprof started for itself (a trace's fresh child, its control process) once its
 # work is out: `python -m warmprof` then ends with os._exit, skipping the interpreter's teardown
@@ -17,15 +17,24 @@ _exit_now = False
 
 
 def exit_without_teardown() -> None:
-    """This process ends as soon as main() returns (see _exit_now); only for warmprof's own processes."""
+    """This process ends as soon as main() returns (see _exit_now), and what the model started ends
+    with it; only for warmprof's own processes. From now on a helper that detaches itself stays
+    below this process (supervise.adopt_orphans), so end() finds it."""
+    from .system.supervise import adopt_orphans
+
     global _exit_now
     _exit_now = True
+    adopt_orphans()
 
 
 def end(code: int) -> None:
-    """`python -m warmprof`'s exit: os._exit after a flush where exit_without_teardown() was called."""
+    """`python -m warmprof`'s exit. Where exit_without_teardown() was called: the processes the model
+    left running are stopped (a helper holding this process's stdout would keep a `| cat` reading for
+    its whole life), then os._exit after a flush."""
     if _exit_now:
         import os
+
+        from .system.supervise import stop_descendants
 
         for stream in (sys.stdout, sys.stderr):
             try:
@@ -33,10 +42,27 @@ def end(code: int) -> None:
                     stream.flush()
             except (OSError, ValueError):
                 pass
+        left = stop_descendants()
+        if left:
+            shown = ", ".join(left[:5]) + (f" and {len(left) - 5} more" if len(left) > 5 else "")
+            _say(f"warmprof: stopped {len(left)} process{'es' if len(left) > 1 else ''} the model left running: {shown}")
         os._exit(code)
     sys.exit(code)
 
 
+def _say(line: str) -> None:
+    """One line on stderr, whatever happened to sys.stderr."""
+    import os
+
+    from .render.safe import safe_text
+
+    try:
+        os.write(2, (safe_text(line) + "\n").encode("utf-8", "replace"))
+    except OSError:
+        pass
+
+
+MAX_TIMEOUT_S = 7 * 24 * 3600.0  # --timeout: a week at most (setitimer takes any float; a typo is not a week)
 COMMANDS = ("trace", "probe", "compare", "show", "watch", "buckets")
 TRACEBACK_HELP = ("on an error, also print its traceback, with the exception it came from (the model's own, "
                   "when the model raised) on stderr")
@@ -64,10 +90,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .system.output_paths import hold_stdout
+    from .system.supervise import Deadline, deadline
+
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return int(args._run(args) or 0)
+        timeout = getattr(args, "timeout", None)
+        if timeout is not None and not 0 < timeout <= MAX_TIMEOUT_S:
+            raise InputError(f"--timeout {timeout:g}: give seconds, more than 0 and at most {MAX_TIMEOUT_S:g}")
+        hold_stdout()  # the report reaches this stdout, whatever the model does to sys.stdout or fd 1
+        with deadline(timeout, f"warmprof {args.command}"):
+            return int(args._run(args) or 0)
+    except Deadline as d:  # --timeout ran out outside a place that says more (traces/child.py does)
+        e = TimedOut(f"{d}; no report was written")
+        print(f"warmprof: error: {e}", file=sys.stderr)
+        return e.exit_code
     except WarmprofError as e:
         from .render.safe import safe_text
 

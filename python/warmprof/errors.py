@@ -37,6 +37,18 @@ class BackendError(WarmprofError):
     exit_code = 6
 
 
+class TimedOut(WarmprofError):
+    """A command ran past its --timeout and was stopped (what it started with it); exit 124, as
+    timeout(1) ends. The message says what it was doing and what was written; `report` holds what
+    was gathered before it (a --repeat's finished runs), or None."""
+
+    exit_code = 124
+
+    def __init__(self, message: str, report: object = None) -> None:
+        super().__init__(message)
+        self.report = report
+
+
 class NotWarmError(WarmprofError):
     """assert_warm: a call at a warmed shape still paid a one-time cost (a compile, allocator growth...).
 

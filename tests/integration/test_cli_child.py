@@ -51,6 +51,22 @@ class M(torch.nn.Module):
             sub = subprocess.Popen(["sleep", "300"])
             pathlib.Path(os.environ["WPH_SUBFILE"]).write_text(str(sub.pid))
             self.action = "block"
+        if self.action == "helper":  # a helper that inherits stdout and stderr and outlives the pass
+            import subprocess
+            sub = subprocess.Popen(["sleep", "300"])
+            pathlib.Path(os.environ["WPH_SUBFILE"]).write_text(str(sub.pid))
+            self.action = ""
+        if self.action == "daemon":  # a helper that detaches itself (setsid, a double fork): an orphan
+            import subprocess
+            subprocess.run(["setsid", "sh", "-c", 'sh -c "echo \\$\\$ > $WPH_SUBFILE; exec sleep 300" &'], check=True)
+            self.action = ""
+        if self.action in ("stringio", "none", "close1"):  # the model takes stdout away while it runs
+            import io, sys
+            if self.action == "close1":
+                os.close(1)
+            else:
+                sys.stdout = io.StringIO() if self.action == "stringio" else None
+            self.action = ""
         if self.action == "input":  # reads the terminal once, as pdb or input() would
             self.action = ""
             print("typed:", input("ready> "), flush=True)
@@ -436,3 +452,90 @@ def test_a_model_atexit_that_never_returns_does_not_hold_the_finished_trace(mode
     assert pidfile.exists()  # the handler was registered in the traced process...
     assert _gone(int(pidfile.read_text()))  # ...and that process has ended
     assert list((tmp_path / "tmp").iterdir()) == []
+
+
+def _running(pid):
+    return not _gone(pid)
+
+
+@pytest.mark.parametrize("action", ["helper", "daemon"])
+def test_what_the_model_left_running_is_stopped_and_does_not_hold_a_pipe(model, tmp_path, action):
+    """A helper the model started (a tokenizer server, a log shipper) that holds the trace's stdout
+    and stderr kept `warmprof trace ... | cat` reading for the helper's whole life (300 s here);
+    one that detached itself (setsid, double fork) outlived the trace for good. Both are stopped
+    when the trace's process ends, and said so; the pipes close with them."""
+    subfile = tmp_path / "sub.pid"
+    try:
+        done = subprocess.run(_argv(model), env=_env(tmp_path, WPH_ACTION=action, WPH_SUBFILE=str(subfile)),
+                              capture_output=True, text=True, timeout=TIMEOUT)  # reads both pipes to their end
+        assert done.returncode == 0, done.stderr
+        assert "warmprof trace" in done.stdout
+        _wait_for(subfile.exists, "the helper's pid")
+        pid = int(subfile.read_text())
+        assert "the model left running: sleep" in done.stderr and f"pid {pid}" in done.stderr, done.stderr
+        _wait_for(lambda: _gone(pid), "the helper to end")
+    finally:
+        if subfile.exists():
+            _kill_quietly(int(subfile.read_text()))
+
+
+@pytest.mark.parametrize("action", ["stringio", "none", "close1"])
+def test_the_report_reaches_the_users_stdout_whatever_the_model_did_to_it(model, tmp_path, action):
+    """A model that replaced sys.stdout (a StringIO, None) or closed fd 1 gave exit 0 and no report:
+    the report goes to the stdout the command started with."""
+    done = _run(model, tmp_path, action)
+    assert done.returncode == 0, done.stderr
+    assert "warmprof trace" in done.stdout and "excess" in done.stdout, (done.stdout, done.stderr)
+
+
+def test_an_ascii_only_stdout_still_gets_the_report(model, tmp_path):
+    """PYTHONIOENCODING=ascii: `trace` exited 1 printing nothing anywhere. The report's few non-ASCII
+    characters are replaced, and stderr says so."""
+    done = subprocess.run(_argv(model), env=_env(tmp_path, PYTHONIOENCODING="ascii"), capture_output=True,
+                          timeout=TIMEOUT)
+    assert done.returncode == 0, done.stderr
+    assert b"warmprof trace" in done.stdout and b"excess" in done.stdout
+    done.stdout.decode("ascii")  # every byte ASCII
+    assert b"stdout takes ascii only" in done.stderr
+
+
+def test_timeout_stops_a_trace_that_hangs_says_where_and_writes_nothing(model, tmp_path):
+    """--timeout S: the trace, the model's own subprocess and the folder all go, exit 124, one line
+    naming the phase; no --json file."""
+    pidfile, subfile, out = tmp_path / "child.pid", tmp_path / "sub.pid", tmp_path / "r.json"
+    try:
+        done = subprocess.run(_argv(model, "--timeout", "10", "--json", str(out), "--no-control"),
+                              env=_env(tmp_path, WPH_ACTION="spawn", WPH_PIDFILE=str(pidfile), WPH_SUBFILE=str(subfile)),
+                              capture_output=True, text=True, timeout=TIMEOUT)
+        assert done.returncode == 124, done.stderr
+        last = done.stderr.strip().splitlines()[-1]
+        assert last.startswith("warmprof: error: warmprof trace ran past --timeout 10 s and was stopped while "), last
+        assert "no report was written" in last, last
+        assert not out.exists()
+        _wait_for(lambda: _gone(int(pidfile.read_text())) and _gone(int(subfile.read_text())), "the family to end")
+        assert list((tmp_path / "tmp").iterdir()) == []
+    finally:
+        for f in (pidfile, subfile):
+            if f.exists():
+                _kill_quietly(int(f.read_text()))
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf", "1e9"])
+def test_a_timeout_that_is_not_a_time_is_refused(value, capsys):
+    assert main(["trace", "--demo", "--timeout", value]) == 2
+    assert "--timeout" in capsys.readouterr().err
+
+
+def test_a_child_that_said_done_but_does_not_exit_is_stopped_after_a_grace(tmp_path, monkeypatch):
+    """Once the child said done (its report out), it gets EXIT_GRACE_S to exit; one that does not
+    (the model's own code holding the exit) is stopped and the report stands (exit 0)."""
+    status = tmp_path / "status"
+    status.write_text(child.DONE)
+    monkeypatch.setattr(child, "EXIT_GRACE_S", 0.2)
+    proc = subprocess.Popen(["sleep", "300"])
+    try:
+        assert child._wait_for_exit(proc, str(status)) == 0
+        assert proc.poll() is not None  # stopped, and waited for
+    finally:
+        _kill_quietly(proc.pid)
+        proc.wait()

@@ -95,3 +95,25 @@ def test_config_and_environment_come_back_even_when_the_block_raises():
             raise RuntimeError("boom")
     assert Cfg.limit == 8
     assert "WARMPROF_TEST_ENV" not in os.environ
+
+
+@pytest.mark.parametrize("argv", [["probe", "--quiet"], ["probe", "--ops", "gelu", "layer_norm", "--quiet"]],
+                         ids=["built-in", "aten"])
+def test_timeout_stops_the_probe_with_124_and_leaves_nothing(argv, capsys, tmp_path, monkeypatch):
+    """--timeout S bounds the whole probe (its per-op children too: --op-timeout is each op's own):
+    exit 124, one line, no JSON, the threads, the environment and the temp folder as they were."""
+    import signal
+    import tempfile
+
+    import torch
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    env, threads = dict(os.environ), torch.get_num_threads()
+    out = tmp_path / "p.json"
+    assert cli.main([*argv, "--timeout", "0.3", "--json", str(out)]) == 124
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last == "warmprof: error: warmprof probe ran past --timeout 0.3 s and was stopped; no report was written"
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+    assert dict(os.environ) == env and torch.get_num_threads() == threads
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)

@@ -184,3 +184,34 @@ def test_repeat_true_is_refused_not_taken_as_one():
         warmprof.trace("demo", (1, 8), repeat=2, no_grad=False)
     with pytest.raises(InputError, match="steady is a whole number of passes"):
         warmprof.trace("demo", (1, 8), repeat=2, steady=(3, 9))
+
+
+def test_a_timeout_keeps_the_runs_that_finished_and_says_so():
+    """--timeout during run 3 of 4: the two finished runs are the report (TimedOut carries it, the CLI
+    saves and prints it, then exits 124); with none finished, no report and the same error."""
+    from warmprof.errors import TimedOut
+    from warmprof.system.supervise import Deadline
+
+    runs = iter(_runs())
+
+    def fake(argv):
+        if fake.calls == 2:
+            raise Deadline("warmprof trace ran past --timeout 9 s and was stopped")
+        fake.calls += 1
+        next(runs).save(argv[argv.index("--json") + 1])
+        return 0, ""
+
+    fake.calls = 0
+    with pytest.raises(TimedOut, match="during run 3 of 4; the report holds the 2 runs that finished") as e:
+        run_repeats(["trace", "--demo", "--quiet"], 4, run=fake)
+    assert e.value.exit_code == 124
+    report = e.value.report
+    assert len(report.runs) == 2 and report.failed == ["run 3: stopped by --timeout; run 4 not started"]
+    assert any("this report holds the 2 runs that finished" in n for n in report.notes)
+
+    def never(argv):
+        raise Deadline("warmprof trace ran past --timeout 1 s and was stopped")
+
+    with pytest.raises(TimedOut, match="during run 1 of 2; no report was written") as e:
+        run_repeats(["trace", "--demo"], 2, run=never)
+    assert e.value.report is None

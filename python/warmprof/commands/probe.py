@@ -26,8 +26,12 @@ def setup(parser: argparse.ArgumentParser) -> None:
                         help="probe the op calls of a trace report saved with the op view (warmprof trace --explain "
                              "--json R.json), the largest unattributed first")
     parser.add_argument("--top", type=int, default=5, metavar="N", help="with --from: the N largest distinct op calls (default 5)")
-    parser.add_argument("--timeout", type=float, default=120.0, metavar="S",
-                        help="aten ops: seconds one op's fresh process may take before it is killed (default 120)")
+    parser.add_argument("--op-timeout", type=float, default=120.0, metavar="S",
+                        help="aten ops: seconds one op's fresh process may take before it is killed and becomes a "
+                             "failed row (default 120)")
+    parser.add_argument("--timeout", type=float, default=None, metavar="S",
+                        help="stop the whole probe (and the processes it started) after S seconds, with exit code "
+                             "124; nothing is written (default: no limit)")
     parser.add_argument("-K", type=int, default=20, help="distinct sequence lengths in the bucketing sweep (default 20)")
     parser.add_argument("-B", type=int, default=4, help="buckets the K lengths are padded to (default 4)")
     parser.add_argument("--shapes-per-op", type=int, default=4, metavar="N", help="never-seen shapes per op (default 4)")
@@ -83,6 +87,6 @@ def _aten(args: argparse.Namespace, aten: list[str]):
         if aten:
             raise InputError("give either --from R.json (the trace's own ops) or --ops NAMES, not both")
         return probe_from(args.from_report, top=args.top, device=args.device, threads=args.threads,
-                          progress=not args.quiet, timeout_s=args.timeout)
+                          progress=not args.quiet, timeout_s=args.op_timeout)
     return probe_ops(aten, device=args.device or "cpu", threads=args.threads, progress=not args.quiet,
-                     timeout_s=args.timeout, dtype=args.dtype)
+                     timeout_s=args.op_timeout, dtype=args.dtype)

@@ -12,7 +12,7 @@ import os
 import sys
 from typing import Any
 
-from ..errors import InputError, WarmprofError
+from ..errors import InputError, TimedOut, WarmprofError
 from ..report.trace import RunContext
 from ..system.output_paths import check_output_path, save_and_print
 from ..traces import child, warm_process
@@ -73,6 +73,10 @@ def setup(parser: argparse.ArgumentParser) -> None:
                              "warmprof's own first-pass cost on the model warm): faster, but the excess is the "
                              "instrumented pass's less an estimate of warmprof's own cost, which may stay in the causes")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    parser.add_argument("--timeout", type=float, default=None, metavar="S",
+                        help="stop the trace (and every process it and the model started) after S seconds, with "
+                             "exit code 124 and what it was doing; with --repeat, the runs finished by then are "
+                             "the report (default: no limit)")
     # the control process of a fresh-process trace (traces/controls.py): its two pipe descriptors
     parser.add_argument("--control-fds", help=argparse.SUPPRESS)
     parser.add_argument("--warm-shape", metavar="SHAPE",
@@ -210,6 +214,12 @@ def _repeat(args: argparse.Namespace) -> int:
     except Terminated as t:
         print("warmprof: terminated", file=sys.stderr)
         return 128 + t.signum
+    except TimedOut as e:  # --timeout: the runs that finished are saved and printed, then the error
+        if e.report is not None:
+            save_and_print(e.report, args.json)
+            if args.json:
+                e.args = (f"{e}; saved to {args.json}",)
+        raise
     return save_and_print(report, args.json)
 
 

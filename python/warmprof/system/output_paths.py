@@ -84,24 +84,101 @@ def save_and_print(report: Any, json_path: str | None) -> int:
     try:
         path = report.save(json_path) if json_path else None
     except WarmprofError:
-        _print_report(report)
+        _print_report(report, saved=False)
         raise
-    code = _print_report(report)
+    code = _print_report(report, saved=bool(path))
     if path:
         say_on_stderr(f"\nreport saved to {path}")
     return code
 
 
-def _print_report(report: Any) -> int:
+# The stdout this command started with (hold_stdout): a model may replace sys.stdout (a StringIO,
+# None) or close fd 1 while it loads, and the report must still reach the user.
+_held: dict[str, Any] = {}
+
+# What an ASCII-only stdout gets instead of the report's few non-ASCII characters (any other: "?").
+_ASCII = str.maketrans({"\u00d7": "x", "\u2014": "-", "\u2013": "-", "\u00b5": "u", "\u2026": "...",
+                        "\u2192": "->", "\u2190": "<-", "\u2248": "~", "\u00b1": "+/-", "\u2264": "<=",
+                        "\u2265": ">=", "\u2502": "|", "\u2500": "-", "\u2588": "#", "\u2591": ".",
+                        "\u2219": "*", "\u00b7": "*", "\u2022": "*"})
+
+
+def hold_stdout() -> None:
+    """Note the stdout a command starts with, and a duplicate of its descriptor, for the report."""
+    release_stdout()
+    stream = sys.stdout
+    _held["stream"] = stream
     try:
-        print(report, end="", flush=True)
+        fd = stream.fileno()
+        st = os.fstat(fd)
+        _held["fd"], _held["fd_was"], _held["id"] = os.dup(fd), fd, (st.st_dev, st.st_ino)
+    except (AttributeError, OSError, ValueError):  # a stream without a descriptor (a test's capture)
+        pass
+
+
+def release_stdout() -> None:
+    if "fd" in _held:
+        try:
+            os.close(_held["fd"])
+        except OSError:
+            pass
+    _held.clear()
+
+
+def _report_stream() -> Any:
+    """Where the report goes: the stdout the command started with, through the duplicate of its
+    descriptor when that descriptor is now closed or names another file. None: there is none."""
+    stream = _held.get("stream", sys.stdout)
+    if stream is None:
+        return None
+    if "fd" in _held:
+        try:
+            st = os.fstat(_held["fd_was"])
+            same = (st.st_dev, st.st_ino) == _held["id"]
+        except OSError:
+            same = False
+        if not same:
+            encoding = getattr(stream, "encoding", None) or "utf-8"
+            stream = os.fdopen(os.dup(_held["fd"]), "w", encoding=encoding, errors=getattr(stream, "errors", None))
+            _held["opened"] = stream
+    return stream
+
+
+def _print_report(report: Any, saved: bool) -> int:
+    """0 once printed; where there is no stdout (the command started without one), 0 if the JSON was
+    saved, else 1, and stderr says so either way."""
+    stream = _report_stream()
+    if stream is None:
+        say_on_stderr("warmprof: there is no standard output to print the report on (this process started "
+                      "without one)" + ("; it is in the JSON" if saved else ""))
+        return 0 if saved else 1
+    text = str(report)
+    try:
+        try:
+            stream.write(text)
+        except UnicodeEncodeError:  # an ASCII-only stdout (PYTHONIOENCODING=ascii, LANG=C on old Pythons)
+            encoding = getattr(stream, "encoding", None) or "ascii"
+            stream.write(text.translate(_ASCII).encode(encoding, "replace").decode(encoding))
+            say_on_stderr(f"warmprof: stdout takes {encoding} only: the report's other characters were replaced")
+        stream.flush()
         return 0
     except BrokenPipeError:
         # The reader left: send the rest to /dev/null so Python's exit flush stays quiet, and end
         # as SIGPIPE would have ended any other writer in a pipeline.
         devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        try:
+            os.dup2(devnull, stream.fileno())
+        except (OSError, ValueError):
+            pass
         os.close(devnull)
         return 128 + signal.SIGPIPE
-    except (OSError, ValueError):  # stdout closed: the report is in the JSON, if one was asked for
+    except (OSError, ValueError) as e:  # stdout closed: the report is in the JSON, if one was asked for
+        say_on_stderr(f"warmprof: the report could not be printed: {e}")
         return 1
+    finally:
+        opened = _held.pop("opened", None)
+        if opened is not None:
+            try:
+                opened.close()
+            except (OSError, ValueError):
+                pass

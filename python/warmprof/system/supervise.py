@@ -1,7 +1,9 @@
-"""Child processes that never outlive their parent: a parent-death signal set before exec, SIGTERM
-and SIGHUP raised like Ctrl-C so cleanup runs, and a stop that reaches every process the child
-started (SIGTERM, then SIGKILL after GRACE_S). Used by `warmprof trace`'s fresh process
-(commands/child.py) and by repeated traces (traces/repeat.py)."""
+"""Child processes that never outlive their parent, and waits that end: a parent-death signal set
+before exec, SIGTERM and SIGHUP raised like Ctrl-C so cleanup runs, a stop that reaches every process
+the child started (SIGTERM, then SIGKILL after GRACE_S), a command's --timeout (deadline), and, in
+warmprof's own processes, the model's helpers stopped at the end (adopt_orphans, stop_descendants).
+Used by `warmprof trace`'s fresh process (traces/child.py), its control (traces/controls.py),
+repeated traces (traces/repeat.py) and --explain's warm process (traces/warm_process.py)."""
 
 from __future__ import annotations
 
@@ -11,9 +13,12 @@ import os
 import signal
 import subprocess
 import threading
+import time
 from typing import Any, Iterator
 
 GRACE_S = 5.0  # a stopped child gets this long after SIGTERM before SIGKILL
+HELPER_GRACE_S = 2.0  # a helper the model left running gets this long after SIGTERM at the end
+OUTPUT_GRACE_S = 2.0  # a child's stderr pipe, after the child exited: a helper may hold it open
 
 
 STOPPING = (signal.SIGTERM, signal.SIGHUP)  # each stops the child and cleans up, as Ctrl-C does
@@ -50,6 +55,113 @@ def stop(proc: subprocess.Popen) -> None:
         pass
     _signal_all(family + _descendants(proc.pid), signal.SIGKILL)
     proc.wait()
+
+
+def adopt_orphans() -> None:
+    """This process (one of warmprof's own: a trace's fresh child, its control) becomes a child
+    subreaper (Linux prctl PR_SET_CHILD_SUBREAPER): a helper the model starts that detaches itself
+    (a double fork, a daemon) stays below it, so stop_descendants finds it at the end."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # 36 = PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):  # not Linux: what stays attached is still found
+        pass
+
+
+def stop_descendants(grace_s: float = HELPER_GRACE_S) -> list[str]:
+    """At the end of one of warmprof's own processes: SIGTERM to every process below this one (the
+    model's helpers: a tokenizer server, a log shipper), SIGKILL to any left after grace_s. Returns
+    "name (pid N)" of each one that was running, for the notice."""
+    family = [p for p in _descendants(os.getpid()) if _state(p[0]) not in (None, "Z")]
+    if not family:
+        return []
+    names = [f"{_name(pid)} (pid {pid})" for pid, _ in family]
+    _signal_all(family, signal.SIGTERM)
+    end = time.monotonic() + grace_s
+    while time.monotonic() < end and _running(family):
+        _reap()
+        time.sleep(0.02)
+    _signal_all(family + _descendants(os.getpid()), signal.SIGKILL)
+    _reap()
+    return names
+
+
+def _running(family: list[tuple[int, int]]) -> bool:
+    return any(_state(pid) not in (None, "Z") for pid, _ in family)
+
+
+def _reap() -> None:
+    """Collect the exit status of this process's ended children (adopted orphans among them)."""
+    with contextlib.suppress(ChildProcessError, OSError):
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
+
+
+def _state(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def _name(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip() or "?"
+    except OSError:
+        return "?"
+
+
+def wait_output(proc: subprocess.Popen, timeout_s: float | None = None) -> tuple[int, str]:
+    """proc.wait(timeout_s), then its stderr pipe: (exit code, stderr); subprocess.TimeoutExpired
+    after timeout_s. communicate() would wait for the pipe's end, which a helper that inherited it
+    (and outlives the child) holds open: the pipe is read on a thread, and after the child exited it
+    gets OUTPUT_GRACE_S, then what was read is what it said."""
+    chunks: list[str] = []
+
+    def read() -> None:  # to the pipe's end, then closed (a helper holding it: whenever it lets go)
+        with contextlib.suppress(OSError, ValueError):
+            for line in proc.stderr:
+                chunks.append(line)
+        with contextlib.suppress(OSError):
+            proc.stderr.close()
+
+    reader = threading.Thread(target=read, name="warmprof-stderr", daemon=True)
+    reader.start()
+    rc = proc.wait(timeout_s)
+    reader.join(OUTPUT_GRACE_S)
+    return rc, "".join(chunks)
+
+
+class Deadline(BaseException):
+    """A command's --timeout ran out: raised like KeyboardInterrupt (the model's own `except
+    Exception` cannot swallow it, and every cleanup on the way out runs); the CLI says it as a
+    TimedOut error (exit 124)."""
+
+
+@contextlib.contextmanager
+def deadline(seconds: float | None, what: str = "the command") -> Iterator[None]:
+    """A command's --timeout: Deadline is raised in the main thread once `seconds` have passed
+    (SIGALRM; code blocked in C sees it when it returns to Python), once only, so the cleanup on the
+    way out is not cut short. No limit when seconds is None. The timer and the handler before come
+    back afterwards."""
+    if seconds is None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    fired = []
+
+    def handler(signum: int, frame: Any) -> None:
+        if not fired:
+            fired.append(True)
+            raise Deadline(f"{what} ran past --timeout {seconds:g} s and was stopped")
+
+    previous = signal.signal(signal.SIGALRM, handler)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous if previous is not None else signal.SIG_DFL)
 
 
 def _stat(pid: int) -> tuple[int, int] | None:

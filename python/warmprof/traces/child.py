@@ -16,12 +16,13 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from typing import Any, Callable, Mapping
 
-from ..errors import ModelError, WarmprofError
+from ..errors import ModelError, TimedOut, WarmprofError
 from ..system.fileio import classify, stream_fd
 from ..system.progress import say_on_stderr
-from ..system.supervise import GRACE_S, STOPPING, Terminated  # noqa: F401  (part of this module's interface)
+from ..system.supervise import GRACE_S, STOPPING, Deadline, Terminated  # noqa: F401  (part of this module's interface)
 from ..system.supervise import die_with as _die_with
 from ..system.supervise import signals_held as _signals_held
 from ..system.supervise import sigterm_raises as _sigterm_raises
@@ -56,6 +57,8 @@ REMOTE_OFF = ("TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE", "TORCHINDUCTOR_AUTOTUNE_REM
 DOWNLOADS = {"TORCH_HOME": "{xdg}/torch", "HF_HOME": "{xdg}/huggingface"}
 
 STATUS_FILE = "status"
+POLL_S = 0.25  # how often the parent looks at the child's status while it waits for its exit
+EXIT_GRACE_S = 10.0  # the child's time to exit after it said it is done (supervise.HELPER_GRACE_S within it)
 DONE = "done"  # the child saved and printed its report
 EXPLAINED = "explained"  # the child stopped with its own one-line error (or "interrupted") on stderr
 
@@ -201,16 +204,53 @@ def _spawn_and_wait(argv: list[str], tmp: str, cache: str, pass_fds: tuple[int, 
         parent = os.getpid()
         proc = subprocess.Popen([sys.executable, "-m", "warmprof", *argv, "--status-file", status], env=env,
                                 pass_fds=pass_fds, preexec_fn=lambda: _die_with(parent))
-        rc = proc.wait()
+        rc = _wait_for_exit(proc, status)
+    except Deadline as e:  # --timeout: say where it was, and that nothing was written
+        where = _read_status(status)
+        if proc is not None:
+            _stop(proc)
+        raise TimedOut(f"{e} while {where or 'starting'}; {_written(argv)}") from None
     except BaseException:  # Ctrl-C or SIGTERM: the child must not outlive us
         if proc is not None:
             _stop(proc)
         raise
+    return rc, _read_status(status)
+
+
+def _wait_for_exit(proc: subprocess.Popen, status: str) -> int:
+    """The child's exit code. Once it said it is done (its report out, or its error said), it gets
+    EXIT_GRACE_S to exit (it stops what the model left running first, HELPER_GRACE_S at most); a
+    child still there after that (a model's thread that holds the exit) is stopped, and its report
+    stands: the exit code is the one it would have had (0 after DONE)."""
+    said_at = None
+    while True:
+        try:
+            return proc.wait(POLL_S)
+        except subprocess.TimeoutExpired:
+            pass
+        if said_at is None:
+            if _read_status(status) in (DONE, EXPLAINED):
+                said_at = time.monotonic()
+        elif time.monotonic() - said_at > EXIT_GRACE_S:
+            done = _read_status(status) == DONE
+            _stop(proc)
+            say_on_stderr(f"warmprof: the traced process had not exited {EXIT_GRACE_S:g} s after "
+                          f"{'its report' if done else 'its error'} and was stopped (the model's own code holds the exit: "
+                          "a thread, a helper, a handler)")
+            return 0 if done else WarmprofError.exit_code
+
+
+def _read_status(path: str) -> str:
     try:
-        with open(status) as f:
-            return rc, f.read()
+        with open(path) as f:
+            return f.read()
     except OSError:  # it died before its first phase
-        return rc, ""
+        return ""
+
+
+def _written(argv: list[str]) -> str:
+    """What a trace stopped by --timeout leaves: nothing (its report is saved and printed at its end)."""
+    return "no report was written" + (", no --json file either" if "--json" in argv else "")
 
 
 def _outcome(rc: int, status: str) -> int:

@@ -15,11 +15,11 @@ import tempfile
 from typing import Any, Callable
 
 from .. import errors
-from ..errors import InputError, ModelError, WarmprofError
+from ..errors import InputError, ModelError, TimedOut, WarmprofError
 from ..report.base import load
 from ..report.repeat import RepeatReport
 from ..system.progress import progress_printer, say_on_stderr
-from ..system.supervise import die_with, stop
+from ..system.supervise import Deadline, die_with, stop, wait_output
 from .advice import advise
 
 MAX_REPEAT = 100
@@ -67,11 +67,17 @@ def run_repeats(argv: list[str], repeat: int, *, progress: Any = None,
     check_repeat(repeat)
     say = progress_printer(progress)
     runs, failed = [], []
+    stopped: str | None = None
     with tempfile.TemporaryDirectory(prefix="warmprof-repeat-") as tmp:
         for k in range(1, repeat + 1):
             say(f"run {k}/{repeat}: a fresh process")
             out = os.path.join(tmp, f"run{k}.json")
-            rc, err = (run or _run)([*argv, "--json", out])
+            try:
+                rc, err = (run or _run)([*argv, "--json", out])
+            except Deadline as d:  # --timeout: the running one was stopped (_run); the finished ones stand
+                stopped = f"{d} during run {k} of {repeat}"
+                failed.append(f"run {k}: stopped by --timeout" + (f"; {_runs_after(k, repeat)} not started" if k < repeat else ""))
+                break
             if rc != 0:
                 last = (err.strip().splitlines() or ["no message"])[-1]
                 if k == 1:
@@ -86,13 +92,24 @@ def run_repeats(argv: list[str], repeat: int, *, progress: Any = None,
                 runs.append(load(out))
             except (WarmprofError, OSError) as e:
                 failed.append(f"run {k}: its report could not be read ({e})")
+    if stopped and not runs:
+        raise TimedOut(f"{stopped}; no report was written")
     if not runs:
         raise ModelError(f"none of the {repeat} runs gave a report; {failed[0] if failed else ''}")
     notes = [f"{len(runs)} runs of `warmprof {' '.join(argv)}`, each a fresh process, one after another"]
+    if stopped:
+        notes.append(f"{stopped}: this report holds the {len(runs)} run{'s' if len(runs) > 1 else ''} that finished")
     report = RepeatReport.of_runs(runs, failed=failed, notes=notes,
                                   created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
     report.advice = advise(report.median_view())
+    if stopped:
+        raise TimedOut(f"{stopped}; the report holds the {len(runs)} run{'s' if len(runs) > 1 else ''} that "
+                       "finished", report=report)
     return report
+
+
+def _runs_after(k: int, repeat: int) -> str:
+    return f"run {repeat}" if k + 1 == repeat else f"runs {k + 1}-{repeat}"
 
 
 def _error_for(rc: int) -> type[WarmprofError]:
@@ -107,13 +124,12 @@ def _run(argv: list[str]) -> tuple[int, str]:
     this process dies (die_with), and is stopped with what it started if this one is interrupted."""
     parent = os.getpid()
     proc = subprocess.Popen([sys.executable, "-m", "warmprof", *argv], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, preexec_fn=lambda: die_with(parent))
+                            stderr=subprocess.PIPE, text=True, errors="replace", preexec_fn=lambda: die_with(parent))
     try:
-        _, err = proc.communicate()
-    except BaseException:  # Ctrl-C or SIGTERM (raised as supervise.Terminated): it must not outlive us
+        return wait_output(proc)  # bounded: a helper holding its stderr does not hold this wait
+    except BaseException:  # Ctrl-C, SIGTERM (supervise.Terminated), --timeout (Deadline): it must not outlive us
         stop(proc)
         raise
-    return proc.returncode, err
 
 
 def trace_repeat(target: str, shape: Any = None, *, repeat: int, progress: Any = None, **options: Any) -> RepeatReport:

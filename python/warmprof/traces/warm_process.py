@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 from .. import devices
 from ..errors import InputError, WarmprofError
+from ..system.supervise import stop, wait_output
 
 # A warm run traces the same model again (plus one pass): allowed this much over the main trace's time.
 WARM_PROCESS_FACTOR, WARM_PROCESS_MARGIN_S = 3.0, 120.0
@@ -81,22 +82,20 @@ def traced_after_warm_up(target_argv: list[str], option_argv: list[str], shape: 
         out = os.path.join(tmp, "warm.json")
         argv = [sys.executable, "-m", "warmprof", "trace", *target_argv,
                 "--shape", shape, "--warm-shape", warm_shape, "--op-view", "--json", out, "--quiet", "--no-control", *option_argv]
-        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, errors="replace")
         try:
-            _, err = proc.communicate(timeout=timeout_s)
+            rc, err = wait_output(proc, timeout_s)  # bounded: a helper holding its stderr does not hold it
         except subprocess.TimeoutExpired:
-            proc.terminate()  # warmprof trace stops its own child and removes its folders on SIGTERM
-            try:
-                proc.communicate(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.communicate()
+            stop(proc)  # warmprof trace stops its own child and removes its folders on SIGTERM; SIGKILL after
             report.notes.append(f"--explain: the run warmed at {warm_shape} took over {timeout_s:.0f} s and was "
                                 "stopped; left out")
             return None
-        if proc.returncode != 0:
+        except BaseException:  # Ctrl-C, SIGTERM, --timeout: it must not outlive us
+            stop(proc)
+            raise
+        if rc != 0:
             last = (err.strip().splitlines() or ["no message"])[-1]
-            report.notes.append(f"--explain: the run warmed at {warm_shape} failed (exit {proc.returncode}): {last}; "
+            report.notes.append(f"--explain: the run warmed at {warm_shape} failed (exit {rc}): {last}; "
                                 "left out")
             return None
         try:

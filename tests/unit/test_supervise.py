@@ -1,0 +1,98 @@
+"""Waits that end: a command's --timeout (deadline), a child's stderr read without waiting for a
+helper that holds it (wait_output), and what the model left running stopped at the end
+(stop_descendants). Each waits for the state it checks."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from warmprof.system import supervise
+from warmprof.system.supervise import Deadline, deadline, wait_output
+
+WAIT_S = 120  # a hang fails the test instead of blocking the suite
+
+
+def _gone(pid: int) -> bool:
+    return supervise._state(pid) in (None, "Z")
+
+
+def _until(cond, what):
+    end = time.monotonic() + WAIT_S
+    while not cond():
+        assert time.monotonic() < end, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def test_deadline_raises_once_in_the_main_thread_and_puts_the_timer_back():
+    before = signal.getsignal(signal.SIGALRM)
+    with pytest.raises(Deadline, match="the job ran past --timeout 0.05 s"):
+        with deadline(0.05, "the job"):
+            _until(lambda: False, "the deadline")  # never true: only the Deadline ends it
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+    assert signal.getsignal(signal.SIGALRM) is before
+    assert not isinstance(Deadline("x"), Exception)  # a model's `except Exception` cannot swallow it
+
+
+def test_no_deadline_without_a_timeout():
+    with deadline(None):
+        assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+
+
+def test_a_helper_holding_the_childs_stderr_does_not_hold_the_wait():
+    """communicate() waited for the pipe's end, which a helper that inherited it held for its life."""
+    proc = subprocess.Popen(["sh", "-c", "sleep 300 & echo $! >&2; echo said >&2"], stderr=subprocess.PIPE,
+                            text=True)
+    started = time.monotonic()
+    rc, err = wait_output(proc)
+    helper = int(err.split()[0])
+    try:
+        assert rc == 0 and err.split()[1] == "said"
+        assert not _gone(helper)  # the helper still holds the pipe...
+        assert time.monotonic() - started < 300  # ...and the wait did not last its life
+    finally:
+        os.kill(helper, signal.SIGKILL)
+        _until(lambda: _gone(helper), "the helper to end")
+
+
+def test_wait_output_has_a_timeout():
+    proc = subprocess.Popen(["sleep", "300"], stderr=subprocess.PIPE, text=True)
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):
+            wait_output(proc, 0.05)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_stop_descendants_stops_helpers_attached_or_detached_in_a_process_of_our_own(tmp_path):
+    """In one of warmprof's own processes (a subreaper): a helper that ignores SIGTERM gets SIGKILL, one
+    that detached itself (setsid, a double fork) is found too; each is named."""
+    pids = tmp_path / "pids"
+    code = f"""
+import subprocess, sys, time
+from warmprof.system import supervise
+supervise.adopt_orphans()
+subprocess.Popen(["sh", "-c", "trap '' TERM; echo $$ >> {pids}; exec sleep 300"])
+subprocess.run(["setsid", "sh", "-c", 'sh -c "echo \\\\$\\\\$ >> {pids}; exec sleep 300" &'], check=True)
+while len(open("{pids}").read().split()) < 2:
+    time.sleep(0.02)
+print("\\n".join(supervise.stop_descendants(grace_s=0.2)))
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=WAIT_S)
+    assert done.returncode == 0, done.stderr
+    found = [int(p) for p in pids.read_text().split()]
+    try:
+        for pid in found:
+            _until(lambda: _gone(pid), f"pid {pid} to end")
+            assert f"(pid {pid})" in done.stdout, done.stdout
+    finally:
+        for pid in found:
+            if not _gone(pid):
+                os.kill(pid, signal.SIGKILL)
+
