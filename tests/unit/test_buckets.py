@@ -130,6 +130,12 @@ def test_one_distinct_length_is_one_bucket_with_no_padding(lengths):
     assert plan.per_length == plan.one_bucket and plan.vs_per_length == plan.vs_one_bucket == 1.0
 
 
+def test_the_largest_figures_accepted_stay_finite():
+    plan = plan_buckets({1 << 40: 10**15, 1: 10**15}, compile_ms=1e9, per_token_ms=1e9)
+    for figure in (plan.cost_ms, plan.one_bucket.cost_ms, plan.per_length.cost_ms):
+        assert math.isfinite(figure)
+
+
 def test_huge_compile_cost_gives_one_bucket():
     lengths = [3, 7, 7, 100, 250, 251]
     plan = plan_buckets(lengths, compile_ms=1e9, per_token_ms=1.0)
@@ -192,6 +198,12 @@ def test_large_inputs_stay_exact_in_integers():
     (dict(max_buckets=-2), "at least 1 bucket"),
     (dict(max_buckets=2.0), "integer of 1 or more"),
     (dict(max_buckets=True), "integer of 1 or more"),
+    # figures that overflowed a float in the planner (OverflowError traceback) or printed inf/nan
+    (dict(lengths=[5, 10**400]), r"lengths\[1\] = an integer of about 401 digits: longer than any context"),
+    (dict(lengths=[(1 << 40) + 1]), "longer than any context"),
+    (dict(lengths={5: 10**400}), "over 1,000,000,000,000,000 requests"),
+    (dict(compile_ms=1e308), "compile_ms = 1e[+]308 ms is more than"),
+    (dict(per_token_ms=1e300), "per_token_ms = 1e[+]300 ms is more than"),
 ])
 def test_bad_input_is_refused_with_an_input_error(kwargs, match):
     args = dict(lengths=[5, 9, 9], compile_ms=10.0, per_token_ms=1.0) | kwargs
@@ -257,6 +269,8 @@ def test_cli_reads_a_lengths_file(tmp_path, capsys, content):
     (["--compile-ms", "1", "--per-token-ms", "1"], "give the request lengths"),
     (["--lengths", "17", "--compile-ms", "-1", "--per-token-ms", "1"], "negative"),
     (["--lengths", "17", "--compile-ms", "nan", "--per-token-ms", "1"], "NaN"),
+    (["--lengths", "17," + "9" * 400, "--compile-ms", "1", "--per-token-ms", "1"], "longer than any context"),
+    (["--lengths", "17", "--compile-ms", "1e308", "--per-token-ms", "1e308"], "is more than"),
     (["--lengths", "17", "--compile-ms", "1", "--per-token-ms", "1", "--max-buckets", "0"], "at least 1 bucket"),
     (["--lengths-file", "/nonexistent/lengths.txt", "--compile-ms", "1", "--per-token-ms", "1"], "no such file"),
 ])

@@ -159,6 +159,9 @@ def _ratio(baseline: float, plan: float) -> float | None:
     return 1.0 if baseline == 0 else None
 
 
+MAX_LENGTH = 1 << 40  # tokens in one request: far past any context, and every plan's figure stays finite
+
+
 def check_length(x: Any, what: str) -> int:
     """A request length (a positive integer) as an int; anything else refused with an InputError
     naming `what`."""
@@ -172,7 +175,14 @@ def check_length(x: Any, what: str) -> int:
         raise InputError(f"{what} = {x!r} is not an integer: lengths are positive integers (token counts)") from None
     if n <= 0:
         raise InputError(f"{what} = {n}: lengths are positive integers")
+    if n > MAX_LENGTH:
+        raise InputError(f"{what} = {_short(n)}: longer than any context ({MAX_LENGTH:,} tokens at most)")
     return n
+
+
+def _short(n: int) -> str:
+    """A huge integer said by its size, not its digits (str() of one past 4,300 digits raises)."""
+    return str(n) if n.bit_length() <= 64 else f"an integer of about {int(n.bit_length() * 0.30103) + 1} digits"
 
 
 __all__ = ["Bucket", "BucketPlan", "PlanCost", "check_length"]

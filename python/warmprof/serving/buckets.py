@@ -50,6 +50,10 @@ class ProbeCosts:
         return vars(self).copy()
 
 
+MAX_COST_MS = 1e9  # what one bucket or one padded token may cost: with MAX_LENGTH and MAX_COUNT, every sum stays finite
+MAX_COUNT = 10**15  # requests of one length
+
+
 def plan_buckets(lengths: Any, *, compile_ms: float, per_token_ms: float, max_buckets: int | None = None) -> BucketPlan:
     """The bucket boundaries that cost the least in compiles plus padding, found exactly.
 
@@ -398,6 +402,8 @@ def _count(x: Any, length: int) -> int:
         raise InputError(f"the count for length {length} is {x!r}: counts are whole numbers of requests") from None
     if c < 0:
         raise InputError(f"the count for length {length} is {c}: counts cannot be negative")
+    if c > MAX_COUNT:
+        raise InputError(f"the count for length {length} is over {MAX_COUNT:,} requests: give observed counts")
     return c
 
 
@@ -411,6 +417,8 @@ def _cost(x: Any, name: str) -> float:
         raise InputError(f"{name} is infinite: give a finite number of milliseconds")
     if v < 0:
         raise InputError(f"{name} = {v:g} is negative: a cost is 0 ms or more")
+    if v > MAX_COST_MS:
+        raise InputError(f"{name} = {v:g} ms is more than {MAX_COST_MS:g} ms (11 days): give the cost in milliseconds")
     return v
 
 
