@@ -177,6 +177,64 @@ def _contiguous(shape: list[int]) -> list[int]:
     return stride[::-1]
 
 
+MAX_SIZE_ARGUMENT = 1 << 24  # an int argument of an op without a meta kernel (sizes, repeats): larger is refused
+
+
+def allocation(spec: dict[str, Any]) -> str:
+    """'' when a replay of this (replayable) call stays within MAX_REPLAY_BYTES, inputs and outputs
+    together, else why not. A hand-edited report's call can ask an op for 40 GB through its size
+    arguments (new_empty, expand then a copy, repeat) with small inputs: the outputs are found by
+    running the call on torch's meta device (shapes only, no memory, nothing of the real device
+    warmed); an op without a meta kernel is refused an int argument past MAX_SIZE_ARGUMENT."""
+    import torch
+
+    inputs = storage_bytes(spec)
+    try:
+        op = resolve_op(spec["op"])
+        args, kwargs = build(spec, torch.device("meta"))
+        outputs: int | None = _tensor_bytes(op(*args, **kwargs))
+    except InputError:
+        raise
+    except Exception:  # no meta kernel, or the op refuses these arguments (the child will say so)
+        outputs = None
+    if outputs is None:
+        big = max(_ints(spec), default=0)
+        if big > MAX_SIZE_ARGUMENT:
+            return (f"it takes an integer argument of {big:,} and its output size cannot be checked (no meta kernel): "
+                    f"over the {MAX_SIZE_ARGUMENT:,} a replay takes unchecked")
+        return ""
+    if inputs + outputs > MAX_REPLAY_BYTES:
+        return (f"its inputs and outputs take {(inputs + outputs) / 2**30:.1f} GiB, over the "
+                f"{MAX_REPLAY_BYTES / 2**30:.0f} GiB a replay may allocate")
+    return ""
+
+
+def _tensor_bytes(x: Any) -> int:
+    import torch
+
+    if isinstance(x, torch.Tensor):
+        return x.numel() * x.element_size()
+    if isinstance(x, (list, tuple)):
+        return sum(_tensor_bytes(v) for v in x)
+    return 0
+
+
+def _ints(spec: dict[str, Any]) -> list[int]:
+    found: list[int] = []
+
+    def walk(a: Any) -> None:
+        if isinstance(a, dict):
+            v = a.get("value")
+            if type(v) is int:
+                found.append(abs(v))
+            for x in a.get("list", []) if isinstance(a.get("list"), list) else []:
+                walk(x)
+
+    for a in [*spec.get("args", []), *spec.get("kwargs", {}).values()]:
+        walk(a)
+    return found
+
+
 def replayable(spec: dict[str, Any]) -> str:
     """'' when build() can rebuild the call, else why not."""
     malformed = check(spec)
@@ -208,16 +266,39 @@ def resolve_op(name: str) -> Any:
         parts = parts[1:]
     if not parts or len(parts) > 2 or not all(p.isidentifier() for p in parts):
         raise InputError(f"{name!r} is not an aten op name (e.g. aten.addmm.default, layer_norm)")
-    try:
-        packet = getattr(torch.ops.aten, parts[0])
-    except (AttributeError, RuntimeError):
-        raise InputError(f"torch has no aten op named {parts[0]!r}") from None
+    packet = aten_packet(parts[0])
     overload = parts[1] if len(parts) == 2 else "default"
+    if overload.startswith("__") or overload not in _overloads(packet):
+        have = ", ".join(_overloads(packet))
+        raise InputError(f"aten.{parts[0]} has no overload {overload!r} (it has: {have})")
+    op = getattr(packet, overload, None)
+    if not isinstance(op, torch._ops.OpOverload):
+        raise InputError(f"aten.{parts[0]}.{overload} is not an op overload")
+    return op
+
+
+def aten_packet(name: str) -> Any:
+    """torch.ops.aten.<name>, only when it is an op (its overload packet): not any attribute of the
+    namespace (`__class__`, `__init__` ended in an AttributeError traceback, and a report's op name
+    must never reach more than torch's ops)."""
+    import torch
+
+    if not name.isidentifier() or name.startswith("__"):
+        raise InputError(f"torch has no aten op named {name!r}")
     try:
-        return getattr(packet, overload)
+        packet = getattr(torch.ops.aten, name)
     except (AttributeError, RuntimeError):
-        have = ", ".join(packet.overloads())
-        raise InputError(f"aten.{parts[0]} has no overload {overload!r} (it has: {have})") from None
+        packet = None
+    if not isinstance(packet, torch._ops.OpOverloadPacket):
+        raise InputError(f"torch has no aten op named {name!r}")
+    return packet
+
+
+def _overloads(packet: Any) -> list[str]:
+    try:
+        return list(packet.overloads())
+    except (AttributeError, RuntimeError, TypeError):
+        return []
 
 
 def build(spec: dict[str, Any], device: Any) -> tuple[list[Any], dict[str, Any]]:

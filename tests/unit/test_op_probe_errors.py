@@ -20,6 +20,13 @@ from warmprof.errors import DeviceError, InputError, ReportError
     ({"args": []}, "needs an 'op' name"),
     (dict(ADD_CALL, op="aten.nope.default"), "no aten op named 'nope'"),
     (dict(ADD_CALL, args=[{"unsupported": "Generator"}]), "cannot replay"),
+    # attributes of torch.ops.aten that are not ops ended in an AttributeError traceback
+    ("__class__", "no aten op named '__class__'"),
+    ("__init__", "no aten op named '__init__'"),
+    ("aten.__class__.__init__", "no aten op named '__class__'"),
+    ("aten.add.__call__", "no overload '__call__'"),
+    ("gelu.__class__", "no overload '__class__'"),
+    (dict(ADD_CALL, op="aten.__class__.__init__"), "no aten op named '__class__'"),
 ])
 def test_bad_op_names_and_specs_are_input_errors(calls, message):
     with pytest.raises(InputError, match=message):
@@ -106,6 +113,67 @@ def test_a_replay_over_the_size_cap_is_refused_before_anything_is_allocated():
     assert "GiB" in opspec.replayable(huge)
     with pytest.raises(InputError, match="GiB"):
         opspec.build(huge, "cpu")
+
+
+SMALL = {"tensor": [1], "dtype": "float32"}
+
+
+@pytest.mark.parametrize("spec", [
+    # small inputs, 37 GiB asked for through size arguments or outputs: only the inputs were capped
+    {"op": "aten.new_empty.default", "args": [SMALL, {"list": [{"value": 100000}, {"value": 100000}]}], "kwargs": {}},
+    {"op": "aten.repeat.default", "args": [{"tensor": [1000], "dtype": "float32"}, {"list": [{"value": 10**7}]}],
+     "kwargs": {}},
+    {"op": "aten.mm.default", "args": [{"tensor": [100000, 1], "dtype": "float32"},
+                                       {"tensor": [1, 100000], "dtype": "float32"}], "kwargs": {}},
+], ids=["new_empty", "repeat", "mm"])
+def test_a_call_whose_outputs_pass_the_cap_is_refused_before_any_child(spec, monkeypatch):
+    from warmprof import opspec
+    from warmprof.probes import aten
+
+    monkeypatch.setattr(aten, "_Child", lambda *a, **k: pytest.fail("a child was started"))
+    assert opspec.replayable(spec) == ""  # the inputs alone are small
+    assert "37.3 GiB, over the 2 GiB" in opspec.allocation(spec)
+    with pytest.raises(InputError, match="37.3 GiB"):
+        warmprof.probe_ops([spec])
+
+
+def test_an_op_without_a_meta_kernel_is_refused_a_huge_size_argument(monkeypatch):
+    from warmprof import opspec
+
+    def no_meta(spec, device):
+        raise NotImplementedError("no meta kernel")
+
+    monkeypatch.setattr(opspec, "build", no_meta)
+    spec = {"op": "aten.new_empty.default", "args": [SMALL, {"list": [{"value": 10**9}]}], "kwargs": {}}
+    assert "integer argument of 1,000,000,000" in opspec.allocation(spec)
+    assert opspec.allocation(dict(spec, args=[SMALL, {"list": [{"value": 64}]}])) == ""
+
+
+def test_the_new_shapes_past_the_cap_are_skipped_by_the_child():
+    """The recorded call fits (1.5 GiB of output); its new shapes 1.5x and 1.75x larger would not: the
+    parent lists them, the child drops them with the reason and runs none of them."""
+    import torch
+
+    from warmprof import opspec
+    from warmprof.probes.aten import too_large_variants
+    from warmprof.probes.aten_child import new_shapes
+    from warmprof.probes.aten_variants import new_sizes, perturbations
+    from warmprof.probes.backends import TorchEager
+
+    big = {"op": "aten.mm.default", "args": [{"tensor": [20000, 1], "dtype": "float32"},
+                                             {"tensor": [1, 20000], "dtype": "float32"}], "kwargs": {}}
+    assert opspec.allocation(big) == ""
+    skipped = too_large_variants(big)
+    assert "leading dim of arg 0 (20000) in every tensor sharing it -> 30003" in skipped
+    assert not any(s.endswith("-> 25001") for s in skipped)  # 1.9 GiB: within the cap
+    small = {"op": "aten.mm.default", "args": [{"tensor": [8, 4], "dtype": "float32"},
+                                               {"tensor": [4, 8], "dtype": "float32"}], "kwargs": {}}
+    be = TorchEager(torch.device("cpu"), torch.float32)
+    what, _, size = next(perturbations(small))
+    first = f"{what} -> {new_sizes(size)[0]}"
+    ran, dropped = new_shapes(be, torch.ops.aten.mm.default, small, 2, too_large={first})
+    assert dropped[0] == f"{first}: over the 2 GiB a replay may allocate"
+    assert all(not v["what"].startswith(first.rsplit(" -> ", 1)[0]) for v in ran)
 
 
 def test_a_broadcast_argument_replays_as_one():

@@ -82,7 +82,7 @@ def op_sites(report: Any, top: int, origin: str = "the report",
     for w in sorted(rows, key=lambda w: -warm_left_ms(w)):
         call = w.get("call")
         reason = "no call recorded" if not isinstance(call, dict) or not isinstance(call.get("op"), str) \
-            else opspec.replayable(call)
+            else opspec.replayable(call) or _allocation(call)
         if reason:
             why.append(f"{w['op']}: {reason}")
             continue
@@ -141,12 +141,36 @@ def _probe(sites: list[tuple[dict[str, Any], dict[str, Any] | None]], *, device:
     )
 
 
+def _allocation(call: dict[str, Any]) -> str:
+    try:
+        return opspec.allocation(call)
+    except InputError as e:  # an op this torch does not have
+        return str(e)
+
+
+def too_large_variants(call: dict[str, Any]) -> list[str]:
+    """The new shapes the child would try (aten_child.new_shapes) whose replay would go past the cap
+    (opspec.allocation): the child skips them, with the reason."""
+    from .aten_child import MAX_PERTURBATIONS
+    from .aten_variants import new_sizes, perturbations, variant
+
+    out = []
+    for i, (what, targets, size) in enumerate(perturbations(call)):
+        if i >= MAX_PERTURBATIONS:
+            break
+        for n in new_sizes(size):
+            vspec = variant(call, targets, n)
+            if opspec.replayable(vspec) or _allocation(vspec):
+                out.append(f"{what} -> {n}")
+    return out
+
+
 def probe_one(call: dict[str, Any], *, device: str = "cpu", threads: int | None = None, timeout_s: float = 120,
               run: Callable[..., tuple[dict[str, Any], float]] | None = None) -> OpResult:
     """One op call in one fresh child, judged. `run` (job, threads, timeout_s) -> (answer, wall ms) is
     the child runner (a test double may stand in)."""
     job = {"call": call, "device": device, "threads": threads, "steady_calls": STEADY_CALLS,
-           "variant_calls": VARIANT_CALLS, "rerun_rounds": RERUN_ROUNDS}
+           "variant_calls": VARIANT_CALLS, "rerun_rounds": RERUN_ROUNDS, "too_large": too_large_variants(call)}
     answer, wall_ms = (run or run_child)(job, threads, timeout_s)
     base = dict(op=call["op"], short=opspec.short_op(call["op"]), label=opspec.label(call), call=dict(call),
                 child_wall_ms=wall_ms)
@@ -319,7 +343,7 @@ def _checked_spec(spec: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(spec.get("op"), str):
         raise InputError(f"an op call spec needs an 'op' name (aten.addmm.default), got {spec!r:.200}")
     opspec.resolve_op(spec["op"])
-    why = opspec.replayable(spec)
+    why = opspec.replayable(spec) or opspec.allocation(spec)
     if why:
         raise InputError(f"cannot replay {spec['op']}: {why}")
     return json.loads(json.dumps(spec))  # a plain JSON copy: the child gets, and the report keeps, exactly this

@@ -102,7 +102,8 @@ def measure(job: dict[str, Any]) -> dict[str, Any]:
                                                       lambda: mark("first"))
         except Exception as e:
             return {"ok": False, "error": f"the op raised on its recorded shapes: {one_line(e)}"}
-        variants, dropped = new_shapes(be, op, spec, int(job.get("variant_calls", 10)), mark)
+        variants, dropped = new_shapes(be, op, spec, int(job.get("variant_calls", 10)), mark,
+                                       set(job.get("too_large") or ()))
     if onednn is not None:  # its passes are read on exit: the first call's and each new shape's creations
         for name, counters in (("first", host), *((f"variant{i}", v["first_call"]) for i, v in enumerate(variants))):
             counters["onednn_create_ms"] = onednn.by_pass.get(name, {}).get("create_miss_ms", 0.0)
@@ -156,9 +157,11 @@ def runtime_warmup(be: Any) -> tuple[float, Stats]:
 
 
 def new_shapes(be: Any, op: Any, spec: dict[str, Any], calls: int,
-               mark: Callable[[str], None] = lambda name: None) -> tuple[list[dict[str, Any]], list[str]]:
+               mark: Callable[[str], None] = lambda name: None,
+               too_large: set[str] = frozenset()) -> tuple[list[dict[str, Any]], list[str]]:
     """Up to MAX_VARIANTS new shapes of the warm op: first call and steady each. A perturbation the op
-    refuses (it raises at the first new size) is dropped with its reason."""
+    refuses (it raises at the first new size), or one the parent found past the replay cap
+    (`too_large`, aten.too_large_variants), is dropped with its reason."""
     from .. import opspec
 
     out: list[dict[str, Any]] = []
@@ -170,6 +173,9 @@ def new_shapes(be: Any, op: Any, spec: dict[str, Any], calls: int,
             if len(out) >= MAX_VARIANTS:
                 break
             vspec = variant(spec, targets, n)
+            if f"{what} -> {n}" in too_large:
+                dropped.append(f"{what} -> {n}: over the {opspec.MAX_REPLAY_BYTES / 2**30:.0f} GiB a replay may allocate")
+                break
             try:
                 args, kwargs = opspec.build(vspec, be.device)
                 fn = _bound(op, kwargs)

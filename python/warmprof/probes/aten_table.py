@@ -132,12 +132,12 @@ def call_for(name: str, dtype: str = "float32") -> dict[str, Any]:
 
 
 def _default_overload(name: str) -> str:
-    import torch
+    from .. import opspec
 
-    packet = getattr(torch.ops.aten, name, None)
-    if packet is None:
-        raise InputError(f"torch has no aten op named {name!r}: the probe takes {accepted()}")
-    have = packet.overloads()
+    try:
+        have = opspec.aten_packet(name).overloads()
+    except InputError:
+        raise InputError(f"torch has no aten op named {name!r}: the probe takes {accepted()}") from None
     return next((o for o in ("Tensor", "default", "self", "Tensor_Scalar") if o in have), "default")
 
 
