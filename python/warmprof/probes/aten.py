@@ -20,7 +20,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 from typing import Any, Callable
 
 from .. import _native, opspec
@@ -29,6 +28,7 @@ from ..report.op_probe import OpProbeReport, OpResult
 from ..report.trace import warm_left_ms
 from ..system.platform import cuda_index, fingerprint
 from ..system.progress import progress_printer
+from ..system.fileio import temp_folder
 from .aten_table import call_for, split_names
 from .aten_verdict import OpTiming, VariantTiming, judge_op
 
@@ -228,7 +228,7 @@ class _Child:
     measuring), not the time it waited for its turn."""
 
     def __init__(self, threads: int | None) -> None:
-        self._tmp = tempfile.TemporaryDirectory(prefix="warmprof-op-")
+        self._tmp = temp_folder("warmprof-op-", "the op's fresh process")
         env = _child_env(self._tmp.name, threads)
         read_end, write_end = os.pipe()
         env[READY_FD_ENV] = str(write_end)

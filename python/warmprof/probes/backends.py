@@ -11,13 +11,13 @@ import contextlib
 import functools
 import os
 import shutil
-import tempfile
 from typing import Any, Callable, Iterator
 
 from .. import _native, devices
 from ..errors import DeviceError, InputError
 from ..stats import median
 from . import ops as O
+from ..system.fileio import make_temp_folder, require_temp_folder
 from .compile_env import GRAPH_COUNTER, CompileSession, unique_graphs
 from .timing import stats, time_calls
 
@@ -206,7 +206,7 @@ class CupyBackend:
         self._stack.enter_context(self.cp.cuda.Device(self.index))
         if self.cold_cache:  # CuPy reads CUPY_CACHE_DIR when it compiles; a fresh one means cold NVRTC
             old = os.environ.get("CUPY_CACHE_DIR")
-            root = tempfile.mkdtemp(prefix="warmprof-probe-cupy-")
+            root = make_temp_folder("warmprof-probe-cupy-", "CuPy's empty kernel cache")
             os.environ["CUPY_CACHE_DIR"] = root
             self._stack.callback(shutil.rmtree, root, True)
             self._stack.callback(_restore_env, "CUPY_CACHE_DIR", old)
@@ -305,6 +305,8 @@ def open_backend(device: str, backend: str, dtype: str, cold_cache: bool = True)
         if dtype not in ("float32", "float16", "float64"):
             raise InputError(f"dtype {dtype!r} is not one the cupy probes run (float32, float16, float64)")
         return CupyBackend(int(index or 0), dtype, cold_cache)
+    if backend == "compile":  # torch._dynamo and inductor look for their cache in the temp folder on import
+        require_temp_folder("torch.compile's caches")
     try:
         import torch  # noqa: F401
     except ImportError:

@@ -9,8 +9,9 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import tempfile
 from typing import Any, Iterator
+
+from ..system.fileio import make_temp_folder
 
 CACHE_ENV = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
 GRAPH_COUNTER = "torch._dynamo.utils.counters['stats']['unique_graphs']"
@@ -72,7 +73,7 @@ class CompileSession:
 
         self._stack.enter_context(restored_env(CACHE_ENV))
         if self.cold_cache:
-            self.root = tempfile.mkdtemp(prefix="warmprof-probe-cache-")
+            self.root = make_temp_folder("warmprof-probe-cache-", "the probe's empty compile caches")
             self._stack.callback(shutil.rmtree, self.root, True)
         self._stack.callback(torch._dynamo.reset)
         self._stack.callback(_clear_inductor_caches)

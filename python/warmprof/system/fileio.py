@@ -28,6 +28,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import tempfile
 import re
 import secrets
 import stat
@@ -284,3 +285,38 @@ def read_regular(path: str | os.PathLike) -> bytes:
             return f.read()
         except OSError as e:
             raise ReportError(f"{name}: cannot read ({e.strerror or e})") from None
+
+
+def make_temp_folder(prefix: str, what: str) -> str:
+    """tempfile.mkdtemp, or one WarmprofError naming what needed it: with no writable temp folder
+    (TMPDIR, /tmp, /var/tmp and the current folder all refused) tempfile's FileNotFoundError was a
+    traceback from --repeat, --explain and probe."""
+    from ..errors import WarmprofError
+
+    try:
+        return tempfile.mkdtemp(prefix=prefix)
+    except OSError as e:
+        raise WarmprofError(f"no usable temporary folder for {what} ({e.strerror or e}): set TMPDIR to a writable "
+                            "folder") from e
+
+
+def require_temp_folder(what: str) -> str:
+    """tempfile.gettempdir(), refused as make_temp_folder is (for what torch itself will look for)."""
+    from ..errors import WarmprofError
+
+    try:
+        return tempfile.gettempdir()
+    except OSError as e:
+        raise WarmprofError(f"no usable temporary folder for {what} ({e.strerror or e}): set TMPDIR to a writable "
+                            "folder") from e
+
+
+def temp_folder(prefix: str, what: str) -> "tempfile.TemporaryDirectory[str]":
+    """tempfile.TemporaryDirectory, refused as make_temp_folder is."""
+    from ..errors import WarmprofError
+
+    try:
+        return tempfile.TemporaryDirectory(prefix=prefix)
+    except OSError as e:
+        raise WarmprofError(f"no usable temporary folder for {what} ({e.strerror or e}): set TMPDIR to a writable "
+                            "folder") from e

@@ -20,7 +20,7 @@ import time
 from typing import Any, Callable, Mapping
 
 from ..errors import ModelError, TimedOut, WarmprofError
-from ..system.fileio import classify, stream_fd
+from ..system.fileio import classify, make_temp_folder, stream_fd
 from ..system.progress import say_on_stderr
 from ..system.supervise import GRACE_S, STOPPING, Deadline, Terminated  # noqa: F401  (part of this module's interface)
 from ..system.supervise import die_with as _die_with
@@ -120,7 +120,11 @@ def phase(msg: str) -> str:
 def caches_in_use(env: Mapping[str, str]) -> dict[str, str]:
     """Each cache variable -> the folder a process with this environment uses."""
     home = os.path.expanduser("~")
-    tmp, xdg = tempfile.gettempdir(), env.get("XDG_CACHE_HOME") or os.path.join(home, ".cache")
+    try:
+        tmp = tempfile.gettempdir()
+    except OSError:  # no usable temp folder: torch would find none either
+        tmp = "(no usable temp folder)"
+    xdg = env.get("XDG_CACHE_HOME") or os.path.join(home, ".cache")
     try:
         user = getpass.getuser()
     except Exception:  # no name for this uid (a container): torch falls back the same way
@@ -173,10 +177,7 @@ def _say_kept() -> None:
 
 
 def _make_temp_folder() -> str:
-    try:
-        return tempfile.mkdtemp(prefix="warmprof-")
-    except OSError as e:
-        raise WarmprofError(f"no usable temporary folder: {e}") from e
+    return make_temp_folder("warmprof-", "the trace's fresh process")
 
 
 def fresh_env(tmp: str) -> dict[str, str]:

@@ -25,7 +25,12 @@ def _check_mode(mode: Any) -> None:
 
 def check_compile(compile: Any) -> None:
     """Refuse a compile value torch.compile would refuse, before anything is built or compiled."""
-    if compile in (None, False) or compile is True:
+    if compile in (None, False):
+        return
+    from ..system.fileio import require_temp_folder
+
+    require_temp_folder("torch.compile's caches")  # inductor's default cache is there: its traceback otherwise
+    if compile is True:
         return
     if isinstance(compile, str):
         _check_mode(compile)

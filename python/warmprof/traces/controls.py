@@ -144,7 +144,7 @@ class ControlProcess:
         self.warm: WarmControl | None = None
         self._proc: subprocess.Popen | None = None
         self._buf = b""
-        self._err = tempfile.TemporaryFile()
+        self._err = _stderr_file()
         to_child_r, self._to_child = os.pipe()
         self._from_child, from_child_w = os.pipe()
         me = os.getpid()
@@ -298,7 +298,9 @@ def control_env(cache: str) -> dict[str, str] | None:
         return None
     from .child import fresh_env
 
-    return fresh_env(tempfile.mkdtemp(prefix="control-"))
+    from ..system.fileio import make_temp_folder
+
+    return fresh_env(make_temp_folder("control-", "the control process's caches"))
 
 
 # ---- the control's side ---------------------------------------------------------------------------
@@ -782,6 +784,15 @@ def verdict(report: Any) -> str:
         return FIRST_CALL_COST
     return NO_COST if report.excess_ms >= -report.noise_band_ms else FASTER
 
+
+
+def _stderr_file() -> Any:
+    """Where the control's stderr goes, for its last line when it fails: a temporary file, or
+    /dev/null where no temp folder is writable (the control then fails without its last line)."""
+    try:
+        return tempfile.TemporaryFile()
+    except OSError:
+        return open(os.devnull, "w+b")
 
 __all__ = ["Clean", "ControlProcess", "WarmControl", "attached", "control_env", "current", "fold", "fold_controls",
            "after_pause_ms", "in_warm_control", "no_cost_bound_ms", "other_inputs", "serve", "verdict", "why_none"]

@@ -11,7 +11,6 @@ import datetime
 import os
 import subprocess
 import sys
-import tempfile
 from typing import Any, Callable
 
 from .. import errors
@@ -20,6 +19,7 @@ from ..report.base import load
 from ..report.repeat import RepeatReport
 from ..system.progress import progress_printer, say_on_stderr
 from ..system.supervise import Deadline, die_with, stop, wait_output
+from ..system.fileio import temp_folder
 from .advice import advise
 
 MAX_REPEAT = 100
@@ -68,7 +68,7 @@ def run_repeats(argv: list[str], repeat: int, *, progress: Any = None,
     say = progress_printer(progress)
     runs, failed = [], []
     stopped: str | None = None
-    with tempfile.TemporaryDirectory(prefix="warmprof-repeat-") as tmp:
+    with temp_folder("warmprof-repeat-", "the runs' reports") as tmp:
         for k in range(1, repeat + 1):
             say(f"run {k}/{repeat}: a fresh process")
             out = os.path.join(tmp, f"run{k}.json")

@@ -9,12 +9,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import tempfile
 from typing import Any, Callable
 
 from .. import devices
 from ..errors import InputError, WarmprofError
 from ..system.supervise import stop, wait_output
+from ..system.fileio import temp_folder
 
 # A warm run traces the same model again (plus one pass): allowed this much over the main trace's time.
 WARM_PROCESS_FACTOR, WARM_PROCESS_MARGIN_S = 3.0, 120.0
@@ -78,7 +78,7 @@ def traced_after_warm_up(target_argv: list[str], option_argv: list[str], shape: 
     """The report of `warmprof trace` in a fresh process with --warm-shape (None, with a note, if it failed)."""
     from ..report.base import load
 
-    with tempfile.TemporaryDirectory(prefix="warmprof-warm-") as tmp:
+    with temp_folder("warmprof-warm-", "--explain's warm process") as tmp:
         out = os.path.join(tmp, "warm.json")
         argv = [sys.executable, "-m", "warmprof", "trace", *target_argv,
                 "--shape", shape, "--warm-shape", warm_shape, "--op-view", "--json", out, "--quiet", "--no-control", *option_argv]
