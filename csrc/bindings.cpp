@@ -1110,6 +1110,9 @@ PYBIND11_MODULE(_native, m) {
   py::module_ t = m.def_submodule("_testing", "Test-only entry points (tests/, bench/), not the package's API.");
   t.def("set_capacity", [](long long n) {
     check_positive(n, "capacity");
+    if (static_cast<unsigned long long>(n) > recorder::kMaxCapacity)
+      throw py::value_error("capacity must be at most " + std::to_string(recorder::kMaxCapacity) +
+                            " records, got " + std::to_string(n));
     if (recorder::enabled()) throw py::value_error("cannot change the capacity while recording");
     recorder::set_capacity(size_t(n));
   }, py::arg("records_per_thread"));

@@ -50,6 +50,7 @@ size_t pages_of(size_t records) { return (records * sizeof(Record) + page_bytes(
 // Not inherited by a fork: a child never writes into (or copies on write) the parent's buffers;
 // the atfork handler below turns recording off in the child.
 Record* map_records(size_t n) {
+  if (n == 0 || n > kMaxCapacity) return nullptr;  // never a byte count that wraps
   void* p = mmap(nullptr, n * sizeof(Record), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) return nullptr;
 #ifdef MADV_DONTFORK  // Linux; elsewhere a fork while recording is what the atfork handler guards
@@ -214,6 +215,7 @@ bool module_pop(uint32_t name) {
 }
 
 void set_capacity(size_t n) {
+  if (n == 0 || n > kMaxCapacity) return;  // the binding refuses these with a message
   std::lock_guard<std::mutex> lock(g_mu);
   g_capacity = n;
   // Buffers of a different size are re-made here so the setting takes effect. Called only

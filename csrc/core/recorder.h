@@ -116,7 +116,10 @@ void module_push(uint32_t name, bool recorded);   // the call opened (recorded o
 bool module_pop(uint32_t name);                   // the call closed: was it recorded?
 
 // Cold API.
-void set_capacity(size_t records_per_thread);  // applies to buffers created after the call
+// The most records a thread's buffer may hold (64 Mi records, 1.5 GiB of address space): a larger
+// count's byte size wrapped (2**60 records mapped a few bytes, then the first write crashed).
+constexpr size_t kMaxCapacity = size_t(1) << 26;
+void set_capacity(size_t records_per_thread);  // applies to buffers created after the call; at most kMaxCapacity
 size_t capacity();
 size_t reserve_of(size_t capacity);  // records of each buffer kept back from module records
 // New generation: every thread starts from an empty buffer. The calling thread's buffer and

@@ -52,6 +52,10 @@ COLD_CASES = [
     (_native._testing.set_capacity, (0,), ValueError, "capacity must be positive, got 0"),
     (_native._testing.set_capacity, (-5,), ValueError, "capacity must be positive, got -5"),
     (_native._testing.set_capacity, ("x",), TypeError, "incompatible function arguments"),
+    # its byte count wrapped: 2**60 records mapped a few bytes and the next recording segfaulted
+    (_native._testing.set_capacity, (2**60,), ValueError, "capacity must be at most 67108864 records"),
+    (_native._testing.set_capacity, (2**26 + 1,), ValueError, "at most 67108864"),
+    (_native._testing.set_capacity, (2**63,), TypeError, "incompatible function arguments"),
     (_native.calibrate_fault_cost, (-1,), ValueError, "bytes must be positive, got -1"),
     (_native.calibrate_fault_cost, (4096, 0), ValueError, "trials must be positive, got 0"),
     (_native.fresh_allocation_ns, (0,), ValueError, "bytes must be positive"),
