@@ -323,7 +323,7 @@ def test_no_usable_temp_folder_is_one_line(monkeypatch, capsys):
     monkeypatch.setattr(tempfile, "tempdir", "/nonexistent/x")
     assert main(["trace", "--demo", "--quiet"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [err[-1]] and err[-1].startswith("warmprof: error: no usable temporary folder: ")
+    assert err == [err[-1]] and err[-1].startswith("warmprof: error: no usable temporary folder for the trace's fresh process ")
 
 
 def test_no_torch_is_one_line_before_any_child(monkeypatch, capsys):
