@@ -34,6 +34,7 @@ def end(code: int) -> None:
     if _exit_now:
         import os
 
+        from .instruments.fd_capture import helper_pids
         from .system.supervise import stop_descendants
 
         for stream in (sys.stdout, sys.stderr):
@@ -42,7 +43,7 @@ def end(code: int) -> None:
                     stream.flush()
             except (OSError, ValueError):
                 pass
-        left = stop_descendants()
+        left = stop_descendants(own=helper_pids())
         if left:
             shown = ", ".join(left[:5]) + (f" and {len(left) - 5} more" if len(left) > 5 else "")
             _say(f"warmprof: stopped {len(left)} process{'es' if len(left) > 1 else ''} the model left running: {shown}")

@@ -473,6 +473,7 @@ def test_what_the_model_left_running_is_stopped_and_does_not_hold_a_pipe(model, 
         _wait_for(subfile.exists, "the helper's pid")
         pid = int(subfile.read_text())
         assert "the model left running: sleep" in done.stderr and f"pid {pid}" in done.stderr, done.stderr
+        assert "cat (pid" not in done.stderr  # the stdout tap's own forwarder is warmprof's, not the model's
         _wait_for(lambda: _gone(pid), "the helper to end")
     finally:
         if subfile.exists():
@@ -509,7 +510,8 @@ def test_timeout_stops_a_trace_that_hangs_says_where_and_writes_nothing(model, t
                               capture_output=True, text=True, timeout=TIMEOUT)
         assert done.returncode == 124, done.stderr
         last = done.stderr.strip().splitlines()[-1]
-        assert last.startswith("warmprof: error: warmprof trace ran past --timeout 10 s and was stopped while "), last
+        assert last.startswith("warmprof: error: warmprof trace ran past --timeout 10 s and was stopped while "
+                               "running the model's "), last
         assert "no report was written" in last, last
         assert not out.exists()
         _wait_for(lambda: _gone(int(pidfile.read_text())) and _gone(int(subfile.read_text())), "the family to end")
@@ -539,3 +541,16 @@ def test_a_child_that_said_done_but_does_not_exit_is_stopped_after_a_grace(tmp_p
     finally:
         _kill_quietly(proc.pid)
         proc.wait()
+
+
+@pytest.mark.parametrize("msg, said", [
+    ("first pass", "running the model's first pass"),
+    ("steady passes with the instruments on (warmprof's own cost on this model)",
+     "running the model's steady passes with the instruments on"),
+    ("clean first pass (a second fresh process, no instruments)",
+     "running the model's clean first pass (in the control process)"),
+    ("calibrating (timer, page-fault cost, thread start, hook cost)", "calibrating"),
+])
+def test_each_progress_line_reads_as_a_phase_after_while(msg, said):
+    """'... stopped while clean first pass' and '... while steady passes with the instruments on'."""
+    assert child.phase(msg) == said

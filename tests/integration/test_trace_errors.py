@@ -80,3 +80,41 @@ def test_every_error_warmprof_defines_is_a_warmprof_error():
                if issubclass(c, BaseException) and c.__module__ == errors.__name__]
     assert {InputError, DeviceError, ModelError} <= set(defined)
     assert all(issubclass(c, WarmprofError) for c in defined), defined  # one except clause catches them all
+
+
+class ExitsOnCall(nn.Module):
+    """sys.exit in the model's own forward, on its n-th call."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.n, self.calls = n, 0
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        self.calls += 1
+        if self.calls == self.n:
+            raise SystemExit(3)
+        return self.lin(x)
+
+
+@pytest.mark.parametrize("n, when", [(1, "on the first pass"), (2, "second pass"), (6, "steady passes")])
+def test_sys_exit_in_the_model_is_the_models_error_and_leaves_nothing(n, when):
+    """It ended the trace's process with the model's exit code and no report (`warmprof trace` then
+    said only 'exited (status 0) without writing its report'); now it is a ModelError like any raise."""
+    model = ExitsOnCall(n)
+    left = Leftovers(model)
+    with pytest.raises(ModelError, match=f"{when}.*SystemExit: 3"):
+        warmprof.trace(model, (2, 4), steady=10)
+    left.check()
+
+
+def test_sys_exit_in_a_factory_is_its_error(tmp_path):
+    from warmprof.traces.targets import load_target
+
+    path = tmp_path / "exits.py"
+    path.write_text("import sys\ndef make():\n    sys.exit(0)\n")
+    with pytest.raises(InputError, match="the factory .*exits.py:make raised: SystemExit: 0"):
+        load_target(f"{path}:make")
+    path.write_text("import sys\nsys.exit(2)\n")
+    with pytest.raises(InputError, match="cannot import .*SystemExit: 2"):
+        load_target(f"{path}:make")

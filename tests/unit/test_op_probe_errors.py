@@ -26,6 +26,8 @@ from warmprof.errors import DeviceError, InputError, ReportError
     ("aten.__class__.__init__", "no aten op named '__class__'"),
     ("aten.add.__call__", "no overload '__call__'"),
     ("gelu.__class__", "no overload '__class__'"),
+    # a name's own shape past the cap: refused here, not in a child started for it
+    ("layer_norm:100000x100000", "37.3 GiB, over the 2 GiB"),
     (dict(ADD_CALL, op="aten.__class__.__init__"), "no aten op named '__class__'"),
 ])
 def test_bad_op_names_and_specs_are_input_errors(calls, message):
@@ -84,6 +86,12 @@ def test_the_cli_prints_one_line_and_exits_nonzero(argv, message, capsys):
     assert cli.main(["probe", *argv]) != 0
     err = capsys.readouterr().err
     assert message in err and err.startswith("warmprof: error:") and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("value", ["0.5", "nan", "1e9"])
+def test_the_op_timeout_is_named_as_the_option(value, capsys):
+    assert cli.main(["probe", "--ops", "gelu", "--op-timeout", value]) == 2
+    assert f"--op-timeout {float(value):g}: give seconds from 1 to 86400" in capsys.readouterr().err
 
 
 def test_the_cli_refuses_from_and_ops_together(tmp_path, capsys):

@@ -29,19 +29,36 @@ def _until(cond, what):
         time.sleep(0.02)
 
 
-def test_deadline_raises_once_in_the_main_thread_and_puts_the_timer_back():
-    before = signal.getsignal(signal.SIGALRM)
+def test_deadline_raises_once_in_the_main_thread_and_puts_the_handler_back():
+    before = signal.getsignal(supervise.DEADLINE_SIGNAL)
     with pytest.raises(Deadline, match="the job ran past --timeout 0.05 s"):
         with deadline(0.05, "the job"):
             _until(lambda: False, "the deadline")  # never true: only the Deadline ends it
-    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
-    assert signal.getsignal(signal.SIGALRM) is before
+    assert signal.getsignal(supervise.DEADLINE_SIGNAL) is before
+    assert not [t for t in __import__("threading").enumerate() if t.name == "warmprof-deadline"]
     assert not isinstance(Deadline("x"), Exception)  # a model's `except Exception` cannot swallow it
 
 
+def test_a_model_that_takes_sigalrm_for_itself_neither_loses_it_nor_stops_the_deadline():
+    """--timeout --in-process on a model with its own SIGALRM handler: the trace ran on to its end (the
+    handler replaced warmprof's); and warmprof's alarm would have taken the model's."""
+    rang = []
+    before = signal.signal(signal.SIGALRM, lambda *a: rang.append(True))
+    try:
+        with pytest.raises(Deadline):
+            with deadline(0.3):
+                signal.setitimer(signal.ITIMER_REAL, 0.01)  # the model's own alarm
+                _until(lambda: False, "the deadline")
+        assert rang  # the model's alarm reached the model's handler
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, before)
+
+
 def test_no_deadline_without_a_timeout():
+    before = signal.getsignal(supervise.DEADLINE_SIGNAL)
     with deadline(None):
-        assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+        assert signal.getsignal(supervise.DEADLINE_SIGNAL) is before
 
 
 def test_a_helper_holding_the_childs_stderr_does_not_hold_the_wait():

@@ -81,6 +81,9 @@ def run(args: argparse.Namespace) -> int:
 def _aten(args: argparse.Namespace, aten: list[str]):
     from ..probes.aten import probe_from, probe_ops
 
+    if not 1 <= args.op_timeout <= 86400:  # also refused by probe_ops, named there as its timeout_s
+        raise InputError(f"--op-timeout {args.op_timeout:g}: give seconds from 1 to 86400")
+
     if args.backend != "eager":
         raise InputError(f"aten ops are probed eager (torch, a fresh process per op), not with --backend {args.backend}")
     if args.from_report is not None:

@@ -198,6 +198,11 @@ class StdoutTap:
         return taken
 
 
+def helper_pids() -> list[int]:
+    """The forwarders this process started (_hand_off) that still run: warmprof's own, not the model's."""
+    return [h.pid for h in _helpers if h.poll() is None]
+
+
 def _forward_here(fd: int, saved: int) -> str:
     """Forward fd to the real stdout from a native thread of ours (until this process exits); the
     reason if even that fails (fd is closed then)."""

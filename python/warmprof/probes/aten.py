@@ -333,7 +333,7 @@ def _specs(calls: Any, dtype: str) -> list[dict[str, Any]]:
         if isinstance(item, dict):
             out.append(_checked_spec(item))
         else:
-            out += [call_for(name, dtype) for name in split_names([item])]
+            out += [_checked_spec(call_for(name, dtype)) for name in split_names([item])]  # sizes checked here, not in a child
     if not out:
         raise InputError("no ops to probe: give op names (layer_norm, conv2d:8x3x64x64) or op call specs")
     return out

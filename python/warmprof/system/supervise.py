@@ -14,7 +14,7 @@ import signal
 import subprocess
 import threading
 import time
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 GRACE_S = 5.0  # a stopped child gets this long after SIGTERM before SIGKILL
 HELPER_GRACE_S = 2.0  # a helper the model left running gets this long after SIGTERM at the end
@@ -67,21 +67,28 @@ def adopt_orphans() -> None:
         pass
 
 
-def stop_descendants(grace_s: float = HELPER_GRACE_S) -> list[str]:
+def stop_descendants(grace_s: float = HELPER_GRACE_S, own: Iterable[int] = ()) -> list[str]:
     """At the end of one of warmprof's own processes: SIGTERM to every process below this one (the
-    model's helpers: a tokenizer server, a log shipper), SIGKILL to any left after grace_s. Returns
-    "name (pid N)" of each one that was running, for the notice."""
+    model's helpers: a tokenizer server, a log shipper), SIGKILL to any left after grace_s. `own`:
+    warmprof's own helpers among them (the stdout tap's forwarder): they get the same grace to end by
+    themselves once the model's are gone (their input closes), and are not named. Returns
+    "name (pid N)" of each of the model's that was running, for the notice."""
+    own = set(own)
     family = [p for p in _descendants(os.getpid()) if _state(p[0]) not in (None, "Z")]
-    if not family:
-        return []
-    names = [f"{_name(pid)} (pid {pid})" for pid, _ in family]
-    _signal_all(family, signal.SIGTERM)
-    end = time.monotonic() + grace_s
-    while time.monotonic() < end and _running(family):
+    theirs = [p for p in family if p[0] not in own]
+    ours = [p for p in family if p[0] in own]
+    names = [f"{_name(pid)} (pid {pid})" for pid, _ in theirs]
+    for group, first in ((theirs, signal.SIGTERM), (ours, None)):
+        if not group:
+            continue
+        if first is not None:
+            _signal_all(group, first)
+        end = time.monotonic() + grace_s
+        while time.monotonic() < end and _running(group):
+            _reap()
+            time.sleep(0.02)
+        _signal_all(group + [p for p in _descendants(os.getpid()) if p[0] not in own], signal.SIGKILL)
         _reap()
-        time.sleep(0.02)
-    _signal_all(family + _descendants(os.getpid()), signal.SIGKILL)
-    _reap()
     return names
 
 
@@ -139,29 +146,44 @@ class Deadline(BaseException):
     TimedOut error (exit 124)."""
 
 
+# The signal the deadline raises Deadline with: a realtime one where there is one, so a model that uses
+# SIGALRM itself (signal.alarm, a handler of its own) neither loses its alarms to --timeout nor, with
+# its own handler set, keeps --timeout from ending it.
+DEADLINE_SIGNAL = getattr(signal, "SIGRTMIN", signal.SIGALRM) + (6 if hasattr(signal, "SIGRTMIN") else 0)
+
+
 @contextlib.contextmanager
 def deadline(seconds: float | None, what: str = "the command") -> Iterator[None]:
-    """A command's --timeout: Deadline is raised in the main thread once `seconds` have passed
-    (SIGALRM; code blocked in C sees it when it returns to Python), once only, so the cleanup on the
-    way out is not cut short. No limit when seconds is None. The timer and the handler before come
-    back afterwards."""
+    """A command's --timeout: Deadline is raised in the main thread once `seconds` have passed (a timer
+    thread sends DEADLINE_SIGNAL to it; code blocked in C sees it when it returns to Python), once
+    only, so the cleanup on the way out is not cut short. No limit when seconds is None. The handler
+    before comes back afterwards."""
     if seconds is None or threading.current_thread() is not threading.main_thread():
         yield
         return
     fired = []
+    main = threading.main_thread().ident
 
     def handler(signum: int, frame: Any) -> None:
         if not fired:
             fired.append(True)
             raise Deadline(f"{what} ran past --timeout {seconds:g} s and was stopped")
 
-    previous = signal.signal(signal.SIGALRM, handler)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    def ring() -> None:
+        with contextlib.suppress(OSError, ValueError):
+            signal.pthread_kill(main, DEADLINE_SIGNAL)
+
+    previous = signal.signal(DEADLINE_SIGNAL, handler)
+    timer = threading.Timer(seconds, ring)
+    timer.daemon = True
+    timer.name = "warmprof-deadline"
+    timer.start()
     try:
         yield
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous if previous is not None else signal.SIG_DFL)
+        timer.cancel()
+        timer.join()  # a signal it sent is pending on our handler, never on the one put back
+        signal.signal(DEADLINE_SIGNAL, previous if previous is not None else signal.SIG_DFL)
 
 
 def _stat(pid: int) -> tuple[int, int] | None:

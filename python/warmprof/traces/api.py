@@ -518,7 +518,7 @@ def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, devic
         try:
             steady_ms, steady_faults, steady_waits, steady_blocked = _steady(call, args, kwargs, sync, min_steady,
                                                                              max_steady, steady_budget_s)
-        except Exception as e:
+        except (Exception, SystemExit) as e:  # sys.exit in the model's code is the model's error too
             raise ModelError(f"the model raised during the steady passes: {type(e).__name__}: {e}") from e
         clean = steady_stats(steady_ms)
         # the clean passes net of their waits for a CPU: what warmprof's own cost is measured against
@@ -546,7 +546,7 @@ def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, devic
                 warm_baseline = (warm_tl, warm_window) if op_view else None
             except WarmprofError:
                 raise
-            except Exception as e:
+            except (Exception, SystemExit) as e:
                 raise ModelError(f"the model raised during the instrumented steady passes: {type(e).__name__}: {e}") from e
 
     try:
@@ -656,7 +656,7 @@ def _guarded_pass(model, args, kwargs, pass_name: str, instruments: list, sync, 
         return _run_pass(model, args, kwargs, pass_name, instruments, sync)
     except WarmprofError:
         raise
-    except Exception as e:
+    except (Exception, SystemExit) as e:  # sys.exit in the model's forward: its error, not the trace's exit
         raise ModelError(f"the model raised {when}: {type(e).__name__}: {e}") from e
 
 

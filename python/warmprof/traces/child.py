@@ -112,8 +112,10 @@ class Status:
 def phase(msg: str) -> str:
     """A trace progress message -> what the child was doing, for "... while <phase>"."""
     msg = msg.split(" (")[0]  # "first pass (includes torch.compile: ...)"
-    if msg in ("first pass", "seen-shape re-run", "steady passes"):
+    if msg.startswith(("first pass", "seen-shape re-run", "steady passes")):  # "steady passes with the instruments on"
         return f"running the model's {msg}"
+    if msg == "clean first pass":  # the control process's (traces/controls.py), waited for here
+        return "running the model's clean first pass (in the control process)"
     return msg
 
 

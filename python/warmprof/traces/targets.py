@@ -53,7 +53,7 @@ def imported(where: str) -> Iterator[ModuleType]:
                 module = importlib.import_module(where)
         except WarmprofError:
             raise
-        except Exception as e:
+        except (Exception, SystemExit) as e:
             raise InputError(f"cannot import {where!r}: {type(e).__name__}: {e}") from e
         yield module
     finally:
@@ -95,7 +95,7 @@ def load_target(target: str) -> Any:
         fn = factory_of(module, where, name)
         try:
             return fn()
-        except Exception as e:
+        except (Exception, SystemExit) as e:  # sys.exit in a factory: said as its error, not an exit 0
             raise InputError(f"the factory {target} raised: {type(e).__name__}: {e}") from e
 
 
