@@ -171,7 +171,11 @@ def test_without_a_clock_reading_an_after_idle_outlier_is_not_clock_ramp():
 
     w = watch(serve, idle_s=0.2, floor_ms=1.0)
     e = _after_idle_event(w, spin, 0.3)
-    assert e["after_idle"] and not any(c["cause"] in ("clock_ramp", "wait") for c in e["causes"])
+    assert e["after_idle"] and not any(c["cause"] == "clock_ramp" for c in e["causes"])
+    # A pure-Python spin hands the GIL over at each switch interval (5 ms) when another thread of the
+    # process wants it: real waits of 0.06-1.7 ms were measured in 4 of 18 such calls here, never the
+    # spin's own 20 ms of CPU.
+    assert not any(c["cause"] == "wait" and c["ms"] > 5.0 for c in e["causes"]), e["causes"]
     assert e["unattributed_ms"] > 15  # the planted slowness stays unexplained, and is exported as such
     fam = {f.name: f for f in _families(w)}
     (residual,) = [x for x in fam["warmprof_watch_unattributed_seconds"].samples if x.name.endswith("_total")]
