@@ -8,6 +8,7 @@ interpreter (with empty compile caches unless --cache keep) and that child does 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from typing import Any
@@ -16,7 +17,7 @@ from ..errors import InputError, TimedOut, WarmprofError
 from ..report.trace import RunContext
 from ..system.output_paths import check_output_path, save_and_print
 from ..traces import child, warm_process
-from ..traces.targets import check_inputs_spec, load_inputs, load_target
+from ..traces.targets import call_target, check_inputs_spec, load_inputs, load_target
 
 __all__ = ["HELP", "NAME", "load_target", "run", "setup"]
 
@@ -280,20 +281,60 @@ def _trace_here(args: argparse.Namespace, status: child.Status) -> int:
             control.close()
 
 
+def _cold_start(args: argparse.Namespace, status: child.Status) -> tuple[Any, Any, Any]:
+    """torch imported, then the model built by its factory, each a step of the set-up's cold start
+    (traces/setup_phase.py: host counters and Python imports on): (torch, model, the recorded run).
+    In an --in-process trace only the model is a step: the caller's process imported torch before."""
+    from ..traces.setup_phase import cold_start_instruments, run_setup
+    from ..traces.targets import factory_of, imported, split_target
+
+    got: dict[str, Any] = {}
+
+    def import_torch() -> None:
+        status.write("importing torch")
+        got["torch"] = child.import_torch()
+        if args.threads is not None:
+            got["torch"].set_num_threads(args.threads)
+
+    steps: list[tuple[str, Any]] = [("import torch", import_torch)] if "torch" not in sys.modules else []
+    with contextlib.ExitStack() as stack:
+        if args.demo:
+            def build_demo() -> None:
+                from ..traces.demo import demo_model
+
+                status.write("loading the model")
+                got["model"] = demo_model()
+
+            steps.append(("demo_model() (the built-in demo)", build_demo))
+        else:
+            where, name = split_target(args.target)
+
+            def import_module() -> None:
+                status.write("loading the model")
+                got["module"] = stack.enter_context(imported(where))
+
+            def call_factory() -> None:
+                got["model"] = call_target(factory_of(got["module"], where, name), args.target)
+
+            steps += [(f"import {where}", import_module), (f"{name}() (the factory)", call_factory)]
+        record = run_setup(None, None, steps, instruments=cold_start_instruments())
+    if "torch" not in got:
+        got["torch"] = child.import_torch()
+        if args.threads is not None:
+            got["torch"].set_num_threads(args.threads)
+    return got["torch"], got["model"], record
+
+
 def _trace_with(args: argparse.Namespace, status: child.Status, control: Any) -> int:
-    status.write("importing torch")
-    torch = child.import_torch()
+    torch, model, cold_start = _cold_start(args, status)
     import warmprof
 
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
-    status.write("loading the model")
     if args.demo:
-        from ..traces.demo import DEFAULT_SHAPE, demo_model
+        from ..traces.demo import DEFAULT_SHAPE
 
-        model, shape = demo_model(), args.shape or (None if args.inputs is not None else DEFAULT_SHAPE)
+        shape = args.shape or (None if args.inputs is not None else DEFAULT_SHAPE)
     else:
-        model, shape = load_target(args.target), args.shape
+        shape = args.shape
     inputs = None
     if args.inputs is not None:
         status.write("loading the inputs")
@@ -315,7 +356,7 @@ def _trace_with(args: argparse.Namespace, status: child.Status, control: Any) ->
     report = warmprof.trace(model, shape, inputs=inputs, dtype=args.dtype, model_dtype=args.model_dtype,
                             device=args.device, compile=args.compile, steady=steady, steady_budget_s=budget,
                             progress=status.progress(args.quiet), run=_run_context(args),
-                            op_view=args.op_view or args.explain)
+                            op_view=args.op_view or args.explain, _cold_start=cold_start)
     if args.warm_shape:
         report.notes.append(f"the model ran once at input shape {args.warm_shape} before this trace (--warm-shape): "
                             "what a process pays once whatever the shape was paid then")

@@ -62,7 +62,7 @@ from .inputs import (
     parse_model_dtype,
 )
 from .settings import trace_settings
-from .setup_phase import SetupRun, run_setup
+from .setup_phase import SetupRun, merged, run_setup
 
 _traced_models: "weakref.WeakSet[Any]" = weakref.WeakSet()
 
@@ -344,6 +344,7 @@ def trace(
     explain: bool = False,
     explain_top: int = 8,
     repeat: int = 1,
+    _cold_start: Any = None,
 ) -> Report:
     """Trace the first pass of `model` and attribute its excess over a steady pass to causes.
 
@@ -367,6 +368,8 @@ def trace(
     median and min-max over them); a first pass happens once per process, so the model must then be
     named, as `warmprof trace` takes it: "MODULE:FACTORY", "path/to/file.py:FACTORY" or "demo"
     (traces/repeat.py). A named model with repeat=1 is one trace in a fresh process (its Report).
+    _cold_start: `warmprof trace`'s own child only (the cold start it recorded before the model
+    existed: importing torch, the factory's module, the factory; a setup_phase.SetupRun).
 
     One trace runs at a time in a process: a second one (from another thread) is refused up front.
     """
@@ -405,7 +408,7 @@ def trace(
         report = _trace(torch, model, shape, inputs=inputs, dtype=dtype, device=device, steady=steady,
                         steady_budget_s=steady_budget_s, compile=compile, progress=progress, no_grad=no_grad,
                         label=label, run=run if run is not None else RunContext(), op_view=op_view or explain,
-                        model_dtype=model_dt)
+                        model_dtype=model_dt, cold_start=_cold_start)
         report.notes.extend(before.changes_since())
         controls.fold_controls(report)  # the headline and the model's causes, warmprof's own cost apart
         if model_dt is not None:
@@ -466,7 +469,7 @@ def _check_options(steady_budget_s: Any, progress: Any, no_grad: Any, label: Any
 
 def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, device: Any, steady: Any,
            steady_budget_s: float, compile: Any, progress: Any, no_grad: bool, label: str | None,
-           run: RunContext, op_view: bool = False, model_dtype: Any = None) -> Report:
+           run: RunContext, op_view: bool = False, model_dtype: Any = None, cold_start: Any = None) -> Report:
     say = progress_printer(progress)
     started = time.monotonic()
     check_model(model)
@@ -584,7 +587,8 @@ def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, devic
                        window=windows[name], instrument_cost=own_cost)
         for name in PASSES
     )
-    setup_att = setup.attribute(cal)
+    # `warmprof trace`'s child recorded the cold start before the model reached here (commands/trace.py)
+    setup_att = merged(cold_start.attribute(cal) if cold_start is not None else None, setup.attribute(cal))
     # The op view's warm baseline: the fastest instrumented steady pass, attributed like the re-run,
     # so what the re-run still paid over a warm pass is placed by (module, op) too.
     warm_pass = (attribute_pass(warm_baseline[0], INSTRUMENTED_STEADY, calibration=cal, steady_faults=0,

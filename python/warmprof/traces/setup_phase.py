@@ -14,6 +14,7 @@ before its window so that their own start is not in it). The device's checks bef
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
@@ -123,4 +124,33 @@ def run_setup(kind: Any, device: Any, steps: list[tuple[str, Callable[[], Any]]]
     return SetupRun(timeline, (t0, t1), done, instruments)
 
 
-__all__ = ["SETUP", "SetupRun", "run_setup"]
+COLD_START_HOW = ("the cold start before the model reached the trace (importing torch, the factory's module, the "
+                  "factory: its build or weight load), timed in the trace's own fresh process with host counters and "
+                  "Python imports on; then ")
+
+
+def cold_start_instruments() -> list[Any]:
+    """The cold start's instruments: the host's and Python imports' (no device instruments: they start
+    before torch is imported, and a device's context is created in the set-up's to(device) step)."""
+    return [HostCounters(), PythonImports()]
+
+
+def merged(first: Setup | None, then: Setup | None) -> Setup | None:
+    """One set-up section of two recorded one after the other (the cold start, then the trace's own set-up):
+    steps in order, times and causes added, each cause's share of the whole."""
+    if first is None or then is None:
+        return first or then
+    ms = first.ms + then.ms
+    causes = [dataclasses.replace(c) for c in (*first.causes, *then.causes)]
+    attributed = sum(c.ms for c in causes)
+    for c in causes:
+        c.share = c.ms / max(ms, attributed) if max(ms, attributed) > 0 else 0.0
+    instruments = dict(first.instruments)
+    for name, state in then.instruments.items():
+        instruments[name] = state if instruments.get(name, "on") == "on" else instruments[name]
+    return Setup(ms=ms, steps=[*first.steps, *then.steps], causes=causes,
+                 unattributed_ms=first.unattributed_ms + then.unattributed_ms, instruments=instruments,
+                 how=COLD_START_HOW + then.how)
+
+
+__all__ = ["COLD_START_HOW", "SETUP", "SetupRun", "cold_start_instruments", "merged", "run_setup"]

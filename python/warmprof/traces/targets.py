@@ -92,11 +92,15 @@ def load_target(target: str) -> Any:
     """MODULE:FACTORY or FILE.py:FACTORY -> the model the factory returns."""
     where, name = split_target(target)
     with imported(where) as module:
-        fn = factory_of(module, where, name)
-        try:
-            return fn()
-        except (Exception, SystemExit) as e:  # sys.exit in a factory: said as its error, not an exit 0
-            raise InputError(f"the factory {target} raised: {type(e).__name__}: {e}") from e
+        return call_target(factory_of(module, where, name), target)
+
+
+def call_target(fn: Callable, target: str) -> Any:
+    """The factory's model; what it raises, as its error."""
+    try:
+        return fn()
+    except (Exception, SystemExit) as e:  # sys.exit in a factory: said as its error, not an exit 0
+        raise InputError(f"the factory {target} raised: {type(e).__name__}: {e}") from e
 
 
 # -- --inputs ------------------------------------------------------------------------------------
