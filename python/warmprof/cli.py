@@ -63,7 +63,7 @@ def _say(line: str) -> None:
         pass
 
 
-MAX_TIMEOUT_S = 7 * 24 * 3600.0  # --timeout: a week at most (setitimer takes any float; a typo is not a week)
+MAX_TIMEOUT_S = 7 * 24 * 3600.0  # --timeout: a week at most (a typo is not a week)
 COMMANDS = ("trace", "probe", "compare", "show", "watch", "buckets")
 TRACEBACK_HELP = ("on an error, also print its traceback, with the exception it came from (the model's own, "
                   "when the model raised) on stderr")

@@ -192,7 +192,7 @@ def allocation(spec: dict[str, Any]) -> str:
     try:
         op = resolve_op(spec["op"])
         args, kwargs = build(spec, torch.device("meta"))
-        outputs: int | None = _tensor_bytes(op(*args, **kwargs))
+        outputs: int | None = tensor_bytes(op(*args, **kwargs))
     except InputError:
         raise
     except Exception:  # no meta kernel, or the op refuses these arguments (the child will say so)
@@ -209,13 +209,16 @@ def allocation(spec: dict[str, Any]) -> str:
     return ""
 
 
-def _tensor_bytes(x: Any) -> int:
+def tensor_bytes(x: Any) -> int:
+    """Bytes of the tensors in x (a tensor, or lists, tuples and dicts of them), by their sizes."""
     import torch
 
     if isinstance(x, torch.Tensor):
         return x.numel() * x.element_size()
     if isinstance(x, (list, tuple)):
-        return sum(_tensor_bytes(v) for v in x)
+        return sum(tensor_bytes(v) for v in x)
+    if isinstance(x, dict):
+        return sum(tensor_bytes(v) for v in x.values())
     return 0
 
 

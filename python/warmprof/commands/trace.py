@@ -296,7 +296,8 @@ def _cold_start(args: argparse.Namespace, status: child.Status) -> tuple[Any, An
         if args.threads is not None:
             got["torch"].set_num_threads(args.threads)
 
-    steps: list[tuple[str, Any]] = [("import torch", import_torch)] if "torch" not in sys.modules else []
+    imported_before = "torch" in sys.modules
+    steps: list[tuple[str, Any]] = [] if imported_before else [("import torch", import_torch)]
     with contextlib.ExitStack() as stack:
         if args.demo:
             def build_demo() -> None:
@@ -317,11 +318,9 @@ def _cold_start(args: argparse.Namespace, status: child.Status) -> tuple[Any, An
                 got["model"] = call_target(factory_of(got["module"], where, name), args.target)
 
             steps += [(f"import {where}", import_module), (f"{name}() (the factory)", call_factory)]
+        if imported_before:  # not a step: this process had it; its threads are set before the model is built
+            import_torch()
         record = run_setup(None, None, steps, instruments=cold_start_instruments())
-    if "torch" not in got:
-        got["torch"] = child.import_torch()
-        if args.threads is not None:
-            got["torch"].set_num_threads(args.threads)
     return got["torch"], got["model"], record
 
 

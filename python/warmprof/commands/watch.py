@@ -33,10 +33,10 @@ def run(args: argparse.Namespace) -> int:
         check_output_path(args.json)
     from ..render.watch_text import event_line
     from ..serving.watch import watch
+    from ..serving.watch.demo import compiled_demo, replay, stream
     from ..system.fileio import require_temp_folder
 
     require_temp_folder("torch.compile's caches (the demo LM is compiled)")
-    from ..serving.watch.demo import compiled_demo, replay, stream
 
     lengths = stream(args.requests, seed=args.seed)
     say = (lambda e: None) if args.quiet else (lambda e: print(event_line(e), file=sys.stderr, flush=True))

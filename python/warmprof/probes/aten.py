@@ -26,9 +26,9 @@ from .. import _native, opspec
 from ..errors import InputError, ReportError
 from ..report.op_probe import OpProbeReport, OpResult
 from ..report.trace import warm_left_ms
+from ..system.fileio import temp_folder
 from ..system.platform import cuda_index, fingerprint
 from ..system.progress import progress_printer
-from ..system.fileio import temp_folder
 from .aten_table import call_for, split_names
 from .aten_verdict import OpTiming, VariantTiming, judge_op
 

@@ -110,7 +110,7 @@ def measure(job: dict[str, Any]) -> dict[str, Any]:
             counters["onednn"] = "" if onednn.available else onednn.reason
     with quiet_gc():
         reruns = [time_call(fn, tuple(args), be.sync) for _ in range(int(job.get("rerun_rounds", 3)))]
-    working_set = _nbytes(args) + _nbytes(kwargs) + _nbytes(fn(*args))
+    working_set = opspec.tensor_bytes([args, kwargs, fn(*args)])
     alloc_ms = be.alloc_ms(working_set)
     launch_hi = LAUNCH_MARGIN * trivial.median_ms
     shape_set = max([v["working_set_bytes"] for v in variants], default=working_set)  # new shapes are larger
@@ -181,7 +181,7 @@ def new_shapes(be: Any, op: Any, spec: dict[str, Any], calls: int,
                 fn = _bound(op, kwargs)
                 first_ms, steady, host = first_and_steady(fn, tuple(args), be.sync, calls,
                                                           lambda: mark(f"variant{len(out)}"), warm_calls=1)
-                nbytes = _nbytes(args) + _nbytes(kwargs) + _nbytes(fn(*args))
+                nbytes = opspec.tensor_bytes([args, kwargs, fn(*args)])
             except Exception as e:
                 dropped.append(f"{what} -> {n}: {one_line(e)}")
                 break
@@ -197,17 +197,6 @@ def _bound(op: Any, kwargs: dict[str, Any]) -> Callable:
 def _stats(s: Stats) -> dict[str, Any]:
     return {"steady_ms": s.median_ms, "steady_p10_ms": s.p10_ms, "steady_p90_ms": s.p90_ms, "n": s.n}
 
-
-def _nbytes(x: Any) -> int:
-    import torch
-
-    if isinstance(x, torch.Tensor):
-        return x.numel() * x.element_size()
-    if isinstance(x, (list, tuple)):
-        return sum(_nbytes(v) for v in x)
-    if isinstance(x, dict):
-        return sum(_nbytes(v) for v in x.values())
-    return 0
 
 
 if __name__ == "__main__":

@@ -16,8 +16,8 @@ from typing import Any, Callable, Iterator
 from .. import _native, devices
 from ..errors import DeviceError, InputError
 from ..stats import median
-from . import ops as O
 from ..system.fileio import make_temp_folder, require_temp_folder
+from . import ops as O
 from .compile_env import GRAPH_COUNTER, CompileSession, unique_graphs
 from .timing import stats, time_calls
 

@@ -28,14 +28,14 @@ import contextlib
 import errno
 import fcntl
 import os
-import tempfile
 import re
 import secrets
 import stat
 import sys
+import tempfile
 from pathlib import Path
 
-from ..errors import ReportError
+from ..errors import ReportError, WarmprofError
 
 _KINDS = {stat.S_IFREG: "file", stat.S_IFCHR: "character device", stat.S_IFIFO: "FIFO",
           stat.S_IFDIR: "directory", stat.S_IFBLK: "block device", stat.S_IFSOCK: "socket"}
@@ -291,32 +291,27 @@ def make_temp_folder(prefix: str, what: str) -> str:
     """tempfile.mkdtemp, or one WarmprofError naming what needed it: with no writable temp folder
     (TMPDIR, /tmp, /var/tmp and the current folder all refused) tempfile's FileNotFoundError was a
     traceback from --repeat, --explain and probe."""
-    from ..errors import WarmprofError
-
     try:
         return tempfile.mkdtemp(prefix=prefix)
     except OSError as e:
-        raise WarmprofError(f"no usable temporary folder for {what} ({e.strerror or e}): set TMPDIR to a writable "
-                            "folder") from e
+        raise _no_temp_folder(what, e) from e
 
 
 def require_temp_folder(what: str) -> str:
     """tempfile.gettempdir(), refused as make_temp_folder is (for what torch itself will look for)."""
-    from ..errors import WarmprofError
-
     try:
         return tempfile.gettempdir()
     except OSError as e:
-        raise WarmprofError(f"no usable temporary folder for {what} ({e.strerror or e}): set TMPDIR to a writable "
-                            "folder") from e
+        raise _no_temp_folder(what, e) from e
 
 
 def temp_folder(prefix: str, what: str) -> "tempfile.TemporaryDirectory[str]":
     """tempfile.TemporaryDirectory, refused as make_temp_folder is."""
-    from ..errors import WarmprofError
-
     try:
         return tempfile.TemporaryDirectory(prefix=prefix)
     except OSError as e:
-        raise WarmprofError(f"no usable temporary folder for {what} ({e.strerror or e}): set TMPDIR to a writable "
-                            "folder") from e
+        raise _no_temp_folder(what, e) from e
+
+
+def _no_temp_folder(what: str, e: OSError) -> WarmprofError:
+    return WarmprofError(f"no usable temporary folder for {what} ({e.strerror or e}): set TMPDIR to a writable folder")

@@ -104,11 +104,9 @@ def _reap() -> None:
 
 
 def _state(pid: int) -> str | None:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return None
+    """A process's state letter (R, S, Z, ...), from /proc (None when it is gone or unreadable)."""
+    fields = _stat_fields(pid)
+    return fields[0] if fields else None
 
 
 def _name(pid: int) -> str:
@@ -186,13 +184,21 @@ def deadline(seconds: float | None, what: str = "the command") -> Iterator[None]
         signal.signal(DEADLINE_SIGNAL, previous if previous is not None else signal.SIG_DFL)
 
 
-def _stat(pid: int) -> tuple[int, int] | None:
-    """(parent pid, start time) of a process, from /proc (None when it is gone or unreadable)."""
+def _stat_fields(pid: int) -> list[str] | None:
+    """/proc/PID/stat's fields after the command name (state first), or None when it is gone or unreadable."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return int(fields[1]), int(fields[19])
-    except (OSError, ValueError, IndexError):
+            return f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def _stat(pid: int) -> tuple[int, int] | None:
+    """(parent pid, start time) of a process, from /proc (None when it is gone or unreadable)."""
+    fields = _stat_fields(pid)
+    try:
+        return (int(fields[1]), int(fields[19])) if fields else None
+    except (ValueError, IndexError):
         return None
 
 
