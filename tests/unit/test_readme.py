@@ -44,12 +44,13 @@ def test_the_cpu_torch_install_is_a_command_of_its_own():
 NOT_YET: set[str] = set()
 FILE_NAME = re.compile(r"^[\w./-]+(/|\.(py|pyi|cpp|h|mm))$")
 ROOT = README.parent
+LAYOUT = ROOT / "docs" / "layout.md"  # the layout table (the README links to it)
 
 
 def _layout_rows() -> list[tuple[list[str], list[str]]]:
     """(paths in the where column, file names in the what column) of each row of the Layout table."""
-    text = README.read_text(encoding="utf-8")
-    start = text.index("## Layout")
+    text = LAYOUT.read_text(encoding="utf-8")
+    start = text.index("| layer | where | what |")
     end = text.find("\n## ", start + 1)
     rows = []
     for line in text[start:end if end > 0 else None].splitlines():
