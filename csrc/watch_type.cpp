@@ -74,6 +74,8 @@ PyStructSequence_Field kCallFields[] = {
                   "or at a new key); False: its start is getrusage's, so cpu_ns may be high by up to a scheduler tick"},
     {"usual_off_cpu_ns", "the key's mean time off the CPU over its earlier calls that were neither first nor outliers "
                          "(0: none yet)"},
+    {"nvcsw", "the thread's voluntary context switches over the call: the times it blocked (a sleep, a lock, a read "
+              "from storage)"},
     {nullptr, nullptr},
 };
 constexpr int kCallFieldCount = int(sizeof(kCallFields) / sizeof(kCallFields[0])) - 1;
@@ -245,6 +247,7 @@ struct Usage {
   int64_t minflt = 0;
   int64_t majflt = 0;
   int64_t nivcsw = 0;
+  int64_t nvcsw = 0;
   int64_t inblock = 0;
 };
 
@@ -270,6 +273,7 @@ inline Usage usage() {
   u.minflt = ru.ru_minflt;
   u.majflt = ru.ru_majflt;
   u.nivcsw = ru.ru_nivcsw;
+  u.nvcsw = ru.ru_nvcsw;
   u.inblock = ru.ru_inblock;
   return u;
 }
@@ -411,7 +415,7 @@ PyObject* call(PyObject* self_obj, PyObject* args, PyObject* kwargs) {
         PyLong_FromUnsignedLongLong(compiles), PyLong_FromUnsignedLongLong(compile_ns),
         PyLong_FromUnsignedLongLong(v.calls), PyFloat_FromDouble(v.median_ns), booked ? booked : Py_None,
         PyLong_FromLongLong(u1.inblock - u0.inblock), delay, exact ? Py_True : Py_False,
-        PyFloat_FromDouble(v.usual_off_cpu_ns)};
+        PyFloat_FromDouble(v.usual_off_cpu_ns), PyLong_FromLongLong(u1.nvcsw - u0.nvcsw)};
     // borrowed ones (objects the call already holds) get a reference of their own; SetItem steals one
     for (PyObject* borrowed : {key_obj ? key_obj : Py_None, args, kwargs ? kwargs : Py_None, v.first ? Py_True : Py_False,
                                v.outlier ? Py_True : Py_False, clock ? clock : Py_None, booked ? booked : Py_None,

@@ -362,6 +362,7 @@ class WatchCall(tuple[Any, ...]):
     run_delay_ns: int | None
     cpu_exact: bool
     usual_off_cpu_ns: float
+    nvcsw: int | None
     def __new__(cls, fields: Any) -> "WatchCall": ...
 
 class WatchCore:

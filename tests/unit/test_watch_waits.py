@@ -21,12 +21,13 @@ MS = 1_000_000
 
 
 def _event(*, dur_ms=30.0, median_ms=1.0, cpu_ms=1.0, run_delay_ms=None, exact=True, majflt=0, inblock=0,
-           nivcsw=0, usual_off_cpu_ms=0.0, outlier=True, first=False, clock=None, gap_ns=0, compile_ms=0.0):
+           nivcsw=0, usual_off_cpu_ms=0.0, outlier=True, first=False, clock=None, gap_ns=0, compile_ms=0.0,
+           nvcsw=None):
     """The event watch builds for one kept call with these figures (a WatchCall made by hand)."""
     info = watch_call(1, None, (), None, first, outlier, 10**9, int(dur_ms * MS), gap_ns, clock, int(cpu_ms * MS), 0,
                       majflt, nivcsw, 1 if compile_ms else 0, int(compile_ms * MS), 9, median_ms * MS if outlier else 0.0,
                       None, inblock, None if run_delay_ms is None else int(run_delay_ms * MS), exact,
-                      usual_off_cpu_ms * MS)
+                      usual_off_cpu_ms * MS, nvcsw)
     return build(info, index=0, key="k", start_ns=0, idle_ns=10**8, dynamo=None, costs=call_costs(1000.0),
                  reserved=(None, None))
 
@@ -51,6 +52,40 @@ def test_a_stall_that_read_from_storage_is_a_disk_read(reads, said):
     assert set(got) == {"disk_read"}
     assert got["disk_read"]["ms"] == pytest.approx(29.0) and got["disk_read"]["evidence"] == "estimated"
     assert said in got["disk_read"]["detail"]
+
+
+@pytest.mark.parametrize("reads, blocks, disk_ms", [
+    ({"majflt": 1}, 4, 29.0 / 4),  # one page read from disk, three other blocks (a sleep, a lock)
+    ({"inblock": 512}, 4, 29.0 / 2),  # 256 KiB read: two readahead windows of four blocks
+    ({"majflt": 5}, 5, 29.0),  # every block a read: all of it disk
+    ({"majflt": 9}, 3, 29.0),  # more faults than blocks (some served by readahead in flight): all disk
+])
+def test_a_stall_that_read_and_also_waited_is_split_by_block_counts(reads, blocks, disk_ms):
+    got = _causes(_event(run_delay_ms=0.0, nvcsw=blocks, **reads))
+    assert got["disk_read"]["ms"] == pytest.approx(disk_ms) and got["disk_read"]["evidence"] == "estimated"
+    if disk_ms < 29.0:
+        assert got["wait"]["ms"] == pytest.approx(29.0 - disk_ms) and got["wait"]["evidence"] == "estimated"
+        assert "by block counts" in got["wait"]["detail"] and "by block counts" in got["disk_read"]["detail"]
+        assert got["wait"]["count"] == blocks - (reads.get("majflt") or 2)
+    else:
+        assert "wait" not in got and "by block counts" not in got["disk_read"]["detail"]
+
+
+def test_a_real_sleep_is_a_wait_with_its_voluntary_switch_counted():
+    """The hot path hands over the thread's voluntary switches (ru_nvcsw): a 20 ms sleep blocks once."""
+    from warmprof.serving.watch import watch
+
+    raw = []
+    w = watch(lambda: time.sleep(0.02))
+    w._set_on_event(lambda call: (raw.append(call), w._on_event(call)))
+    w()
+    w.close()
+    (call,) = raw
+    if _native.thread_times() is None:
+        pytest.skip("no per-thread CPU time here: no wait is read")
+    assert call.nvcsw >= 1
+    (e,) = w.events()
+    assert "wait" in _causes(e) and _causes(e)["wait"]["ms"] >= 0.9 * 20.0
 
 
 def test_what_the_keys_usual_calls_wait_is_not_booked():

@@ -33,6 +33,7 @@ from ..causes import Name
 from .compiles import cause_of
 from .faults import FAULT_AROUND_PAGES, is_growth, split_faults
 from .. import _native
+from .off_cpu import READAHEAD_BYTES
 from .parts import Calibration
 
 CLOCK_LOW = 0.9  # a device clock below this share of its maximum has not ramped up
@@ -46,6 +47,8 @@ SOURCES = {  # rule -> the source name a part carries
 # CPU in any call; and it is watch's own default floor for an outlier (floor_ms 0.05), so a wait below it
 # could not make a call slow enough to be kept.
 WAIT_FLOOR_NS = 50_000
+# getrusage's ru_inblock counts 512-byte blocks, whatever the device's own block size
+BLOCK_BYTES = 512
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,8 @@ class CallFacts:
     usual_off_cpu_ns: float = 0.0  # what its key's usual calls spend off the CPU (their mean)
     major_faults: int = 0  # of `faults`, those that read a page from storage
     blocks_read: int = 0  # blocks the thread read from storage
+    # its voluntary context switches (the times it blocked); None: not read (a record from before it)
+    voluntary_switches: int | None = None
     cuda_calls: Mapping[str, CudaCalls] = field(default_factory=dict)  # CUPTI, by cause
     compiled_graphs: int = 0  # graphs dynamo's counters say it produced (seen even with no callback)
     excess_ns: float | None = None  # over its key's median, for an outlier; None: no baseline
@@ -202,25 +207,43 @@ def _idle_part(facts: CallFacts, left: float) -> CallPart | None:
     return None
 
 
-def _blocked_part(facts: CallFacts, off_cpu_ns: float, measured_ns: float, room: float) -> CallPart | None:
-    """wait, or disk_read when the call read from storage: its time off the CPU that was no wait for a
+def _blocked_parts(facts: CallFacts, off_cpu_ns: float, measured_ns: float, room: float) -> list[CallPart]:
+    """wait, and disk_read when the call read from storage: its time off the CPU that was no wait for a
     CPU (`off_cpu_ns`, that taken out already), less the measured stretches' time (a compile's or a
     CUDA call's own waits are theirs, and where in the call the thread was off its CPU is not known)
-    and its key's usual, fitted in the room left."""
+    and its key's usual, fitted in the room left. A call that read from storage and also blocked
+    otherwise (a sleep beside a page read from disk) has it split by block counts, as a trace's
+    stretches are (attribution.off_cpu): the reads account for one block a major fault or a readahead
+    window, the rest of its voluntary switches were waits. Where the switches were not read, all of it
+    is the disk read's (an estimate, as before they were)."""
     if facts.cpu_ns is None or facts.cpu_exact is None or room <= 0:
-        return None
+        return []
     beyond = off_cpu_ns - measured_ns - max(0.0, facts.usual_off_cpu_ns)
     if beyond < WAIT_FLOOR_NS:
-        return None
+        return []
     reads = facts.major_faults + facts.blocks_read
     exact = facts.cpu_exact and facts.run_delay_ns is not None
-    part = CallPart(Name.DISK_READ if reads else Name.WAIT, SOURCES["blocked"],
-                    "measured" if exact and not reads else "estimated", beyond, reads or 1,
-                    {"off_cpu_ns": float(off_cpu_ns), "measured_ns": float(measured_ns),
-                     "usual_off_cpu_ns": max(0.0, facts.usual_off_cpu_ns),
-                     "major_faults": facts.major_faults, "blocks_read": facts.blocks_read,
-                     "lower_bound": 0.0 if facts.cpu_exact else 1.0})
-    return _fit(part, room)
+    switches = facts.voluntary_switches
+    share = 0.0
+    io_blocks = 0
+    if reads:
+        io_blocks = max(facts.major_faults, -(-facts.blocks_read * BLOCK_BYTES // READAHEAD_BYTES))
+        share = min(1.0, io_blocks / switches) if switches else 1.0
+    figures = {"off_cpu_ns": float(off_cpu_ns), "measured_ns": float(measured_ns),
+               "usual_off_cpu_ns": max(0.0, facts.usual_off_cpu_ns),
+               "major_faults": facts.major_faults, "blocks_read": facts.blocks_read,
+               "voluntary_switches": -1 if switches is None else switches, "disk_share": share,
+               "lower_bound": 0.0 if facts.cpu_exact else 1.0}
+    out = []
+    disk_ns, wait_ns = beyond * share, beyond * (1.0 - share)
+    if disk_ns > 0:
+        out.append(_fit(CallPart(Name.DISK_READ, SOURCES["blocked"], "estimated", disk_ns, reads, figures), room))
+        room -= out[-1].ns or 0.0
+    if wait_ns >= WAIT_FLOOR_NS and room > 0:
+        waits = max(1, (switches or 1) - io_blocks)
+        out.append(_fit(CallPart(Name.WAIT, SOURCES["blocked"], "measured" if exact and not reads else "estimated",
+                                 wait_ns, waits, figures), room))
+    return out
 
 
 def attribute_call(facts: CallFacts, costs: Costs) -> CallAttribution:
@@ -251,9 +274,7 @@ def attribute_call(facts: CallFacts, costs: Costs) -> CallAttribution:
         parts.append(CallPart(Name.CPU_CONTENTION, SOURCES["off_cpu"], evidence, min(ready, room),
                               facts.involuntary_switches))
         room -= parts[-1].ns or 0.0
-    blocked = _blocked_part(facts, off_cpu - ready, measured, room)
-    if blocked is not None:
-        parts.append(blocked)
+    parts += _blocked_parts(facts, off_cpu - ready, measured, room)
     attributed = sum(p.ns or 0.0 for p in parts)
     idle = _idle_part(facts, (facts.excess_ns or 0.0) - attributed)
     if idle is not None:

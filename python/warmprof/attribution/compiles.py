@@ -12,6 +12,8 @@ from typing import Any
 from ..causes import Name
 
 # dynamo's CallbackTrigger name -> (source, cause); a callback with no trigger (older torch) is a compile
+from ..system.torch_compat import callback_fields
+
 TRIGGERS: dict[str, tuple[str, str]] = {
     "DYNAMO": ("torch.compile:compile", Name.JIT_COMPILE),
     "LAZY_BACKWARD": ("torch.compile:lazy_backward", Name.JIT_COMPILE),
@@ -24,8 +26,7 @@ COMPILE_SOURCE = TRIGGERS["DYNAMO"][0]
 
 def trigger_source(args: tuple) -> str:
     """The source of a stretch from the arguments dynamo's callback got (a CallbackArgs, or none)."""
-    trig = getattr(args[0], "callback_trigger", None) if args else None
-    return TRIGGERS.get(getattr(trig, "name", "DYNAMO"), TRIGGERS["DYNAMO"])[0]
+    return TRIGGERS.get(callback_fields(args)[0], TRIGGERS["DYNAMO"])[0]
 
 
 def cause_of(source: Any) -> str:

@@ -25,6 +25,7 @@ from typing import Any, Callable, Iterator, NamedTuple
 
 from .. import _native
 from ..opspec import UNSUPPORTED
+from ..system.torch_compat import kineto_cpu_config, record_function_fast
 
 ANCHOR = "warmprof:anchor"
 ANCHOR_TRIES = 12  # per anchor: the tightest pair of clock reads around one anchor event is kept
@@ -89,13 +90,9 @@ class Session:
     @classmethod
     def start(cls) -> "Session":
         import torch._C._autograd as autograd
-        from torch._C._profiler import ProfilerActivity, ProfilerConfig, ProfilerState, _ExperimentalConfig
+        from torch._C._profiler import ProfilerActivity
 
-        try:
-            experimental = _ExperimentalConfig(capture_overload_names=True)
-        except TypeError as e:  # an older torch: no overload names, so no op names to replay
-            raise RuntimeError(f"this torch's profiler records no overload names ({e})") from None
-        config = ProfilerConfig(ProfilerState.KINETO, True, False, False, False, False, experimental)
+        config = kineto_cpu_config()  # RuntimeError, with the reason, where it records no overload names
         activities = {ProfilerActivity.CPU}
         autograd._prepare_profiler(config, activities)
         autograd._enable_profiler(config, activities)
@@ -121,13 +118,12 @@ class Anchors:
 
     def take(self) -> int:
         """One group of anchors now; its index."""
-        from torch._C._profiler import _RecordFunctionFast
-
+        record = record_function_fast()
         ticks = _native.now_ticks
         tries = []
         for _ in range(ANCHOR_TRIES):
             a = ticks()
-            with _RecordFunctionFast(ANCHOR):
+            with record(ANCHOR):
                 pass
             b = ticks()
             tries.append((a, b))

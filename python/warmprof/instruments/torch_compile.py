@@ -24,6 +24,15 @@ from typing import Any, Mapping
 from .. import _native
 from ..attribution.compiles import cause_of, trigger_source
 from ..causes import id_of
+from ..system.torch_compat import (
+    callback_fields,
+    compilation_metrics,
+    compile_time_metrics,
+    dynamo_callbacks,
+    recompile_reason,
+    remove_callback,
+)
+from ..system.torch_compat import registered_callbacks as compat_registered_callbacks
 from ..timeline import (
     ALGORITHM_SELECTION,
     JIT_COMPILE,
@@ -182,16 +191,7 @@ def cache_outcome(delta: Mapping[str, int]) -> CacheOutcome:
 
 def compilation_metrics_mark() -> list[Any]:
     """dynamo's compilation metrics records so far (held, so recompile_reasons() can tell the new ones)."""
-    if "torch._dynamo" not in sys.modules:
-        return []
-    try:
-        from torch._dynamo.utils import get_compilation_metrics
-    except Exception:
-        return []
-    try:
-        return list(get_compilation_metrics())
-    except Exception:
-        return []
+    return compilation_metrics()
 
 
 def recompile_reasons(mark: list[Any]) -> dict[str, str]:
@@ -207,7 +207,7 @@ def recompile_reasons(mark: list[Any]) -> dict[str, str]:
     for m in compilation_metrics_mark():
         if id(m) in seen:
             continue
-        reason = getattr(m, "recompile_reason", None)
+        reason = recompile_reason(m)
         if reason:
             out[str(getattr(m, "compile_id", ""))] = str(reason)
     return out
@@ -274,14 +274,14 @@ class CompileEvents:
         self._registered = False
         self._mark: list[Any] = []
         self.counters_at_open: dict[str, int] = {}
-        try:
-            import torch._dynamo  # noqa: F401
-            from torch._dynamo import callback_handler, utils  # noqa: F401
-        except Exception as e:  # pragma: no cover - torch without dynamo
-            self.reason = f"torch._dynamo is not available ({e})"
+        handler = dynamo_callbacks(import_dynamo=True)
+        metrics = compile_time_metrics() if handler is not None else None
+        if handler is None or metrics is None:
+            self.reason = ("torch._dynamo is not available (no compile callback handler)" if handler is None else
+                           "torch._dynamo has no compilation_time_metrics")
             return
-        self._handler = callback_handler
-        self._utils = utils
+        self._handler = handler
+        self._time_metrics = metrics
 
     # Hooks for subclasses: called on the compiling thread, around the base's own reads.
     def _compile_starting(self, cause: int, name: str) -> Any:
@@ -312,7 +312,7 @@ class CompileEvents:
         self._compile_ending(cause, name)
         t1 = now_ns()
         faults, rss, files = _host()
-        entry = CompileEvent(str(getattr(args[0], "compile_id", "")) if args else "", name, (t1 - t0) / 1e6,
+        entry = CompileEvent(callback_fields(args)[1], name, (t1 - t0) / 1e6,
                              faults - host[0], rss - host[1], files - host[2])
         if cause == JIT_COMPILE:
             entry.cache = cache_outcome(counters_since(counters)).to_dict()
@@ -338,12 +338,8 @@ class CompileEvents:
         if not self._registered:
             return
         self._registered = False
-        for remove, cb in ((self._handler.remove_start_callback, self._on_start),
-                           (self._handler.remove_end_callback, self._on_end)):
-            try:
-                remove(cb)
-            except ValueError:
-                pass
+        remove_callback(self._handler.remove_start_callback, self._on_start)
+        remove_callback(self._handler.remove_end_callback, self._on_end)
         self.collect_reasons()
 
     def __enter__(self) -> "CompileEvents":
@@ -385,7 +381,7 @@ class TorchCompile(CompileEvents, Instrument):
         self.cache_outcome = CacheOutcome()
 
     def _snapshot(self) -> dict[str, int]:
-        return {k: len(v) for k, v in self._utils.compilation_time_metrics.items()}
+        return {k: len(v) for k, v in self._time_metrics.items()}
 
     def _compile_starting(self, cause: int, name: str) -> Any:
         sample_host()
@@ -402,7 +398,7 @@ class TorchCompile(CompileEvents, Instrument):
         sample_host()
         entry.pass_ = self.current_pass
         if cause == JIT_COMPILE:
-            totals = _metric_totals(self._utils.compilation_time_metrics, snap)
+            totals = _metric_totals(self._time_metrics, snap)
             cursor = t0
             entry.phases_ms = {}
             for pcause, pname, secs in phases(totals, (t1 - t0) / 1e9):
@@ -414,7 +410,7 @@ class TorchCompile(CompileEvents, Instrument):
     def __enter__(self) -> "TorchCompile":
         if self.reason:
             return self
-        self._whole_before = {k: len(self._utils.compilation_time_metrics.get(k, [])) for k in WHOLE}
+        self._whole_before = {k: len(self._time_metrics.get(k, [])) for k in WHOLE}
         self.open()
         return self
 
@@ -424,7 +420,7 @@ class TorchCompile(CompileEvents, Instrument):
         self.close()
         self.cache = counters_since(self.counters_at_open)
         self.cache_outcome = cache_outcome(self.cache)
-        metrics = self._utils.compilation_time_metrics
+        metrics = self._time_metrics
         self.torch_reported_ms = 1e3 * sum(
             sum(metrics.get(k, [])[self._whole_before.get(k, 0):]) for k in WHOLE)
 
@@ -459,11 +455,7 @@ class TorchCompile(CompileEvents, Instrument):
 
 def registered_callbacks() -> int:
     """How many compile callbacks dynamo holds now (tests check none is left behind)."""
-    try:
-        from torch._dynamo import callback_handler
-    except Exception:
-        return 0
-    return len(callback_handler.start_callbacks) + len(callback_handler.end_callbacks)
+    return compat_registered_callbacks()
 
 
 __all__ = ["CacheOutcome", "CompileEvent", "CompileEvents", "TorchCompile", "cache_outcome", "compilation_metrics_mark",

@@ -34,18 +34,13 @@ import os
 import threading
 from typing import Any, Callable
 
+from ..system.torch_compat import MEMORY_STATS_KEYS, compile_time_metrics
 from ..timeline import ALGORITHM_SELECTION, RUNTIME_INIT, begin, counter, end, name_id
 from .base import Instrument
 
-# summary key -> torch.cuda.memory_stats() key
-ALLOCATOR_STATS = {
-    "segments": "segment.all.allocated",
-    "device_allocs": "num_device_alloc",
-    "device_frees": "num_device_free",
-    "alloc_retries": "num_alloc_retries",
-    "ooms": "num_ooms",
-    "reserved_bytes": "reserved_bytes.all.allocated",
-}
+# summary key -> torch.cuda.memory_stats() key (the compatibility module's name for it, 2.9-2.15)
+ALLOCATOR_STATS = {k: MEMORY_STATS_KEYS[k][0]
+                   for k in ("segments", "device_allocs", "device_frees", "alloc_retries", "ooms", "reserved_bytes")}
 
 CUBLAS_NOTE = ("cuBLAS handle/workspace creation is not visible from Python: CUPTI shows it inside the "
                "first matmul as module loads (runtime_init) and a workspace allocation")
@@ -398,12 +393,11 @@ class InductorCudaMetrics(Instrument):
         self._since: dict[str, dict[str, int]] = {}
         self._metrics = metrics
         if metrics is None:
-            try:
-                from torch._dynamo.utils import compilation_time_metrics
-            except Exception as e:
-                self.reason = f"torch._dynamo is not available ({e})"
+            metrics = compile_time_metrics()
+            if metrics is None:
+                self.reason = "torch._dynamo is not available (no compilation_time_metrics)"
                 return
-            self._metrics = compilation_time_metrics
+            self._metrics = metrics
 
     def mark_pass(self, name: str) -> None:
         super().mark_pass(name)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import InputError
+from ..system.torch_compat import cudagraph_step_marker
 
 
 def _modes() -> list[str]:
@@ -186,7 +187,7 @@ def repeated(runner: Any, calls: int) -> Any:
     try:
         import torch
 
-        mark = getattr(getattr(torch, "compiler", None), "cudagraph_mark_step_begin", None)
+        mark = cudagraph_step_marker(torch)
     except Exception:  # pragma: no cover - torch is a dependency of every caller
         mark = None
 

@@ -17,6 +17,7 @@ from types import ModuleType
 from typing import Any, Callable, Iterator
 
 from ..errors import InputError, WarmprofError
+from ..system.torch_compat import load_weights_only
 
 FORM = "MODULE:FACTORY or path/to/file.py:FACTORY"
 INPUTS_FORM = "a FILE.pt saved with torch.save, or MODULE:FACTORY (path/to/file.py:FACTORY) returning the inputs"
@@ -148,17 +149,16 @@ def _torch_load(path: str, say: Callable[[str], None] | None) -> Any:
 
     if not os.path.isfile(path):
         raise InputError(f"--inputs {path}: not a regular file; give {INPUTS_FORM}")
-    safe = "weights_only" in inspect.signature(torch.load).parameters
+    safe = True
     try:
-        if safe:
-            with warnings.catch_warnings():  # torch's own warnings about a file it then refuses, say
-                warnings.simplefilter("ignore")
-                return torch.load(path, map_location="cpu", weights_only=True)
-        # A torch before 1.13 has no weights_only: its load unpickles anything in the file.
-        (say or _warn)(f"--inputs {path}: torch {torch.__version__} has no torch.load(weights_only=True), so the "
-                       "file is loaded with full unpickling, which can run code stored in it: load only files "
-                       "you trust")
-        return torch.load(path, map_location="cpu")
+        with warnings.catch_warnings():  # torch's own warnings about a file it then refuses, say
+            warnings.simplefilter("ignore")
+            value, safe = load_weights_only(torch, path)
+        if not safe:  # a torch before 1.13 has no weights_only: its load unpickled anything in the file
+            (say or _warn)(f"--inputs {path}: torch {torch.__version__} has no torch.load(weights_only=True), so the "
+                           "file was loaded with full unpickling, which can run code stored in it: load only files "
+                           "you trust")
+        return value
     except pickle.UnpicklingError as e:
         why = _unpickler_says(str(e))
         if safe and why.startswith("Unsupported global"):  # a class or function stored in the file

@@ -125,6 +125,7 @@ def facts(call: Any, *, idle_ns: int, side: list[tuple] | None = None,
                      cpu_exact=None if call.cpu_exact is None else bool(call.cpu_exact),
                      usual_off_cpu_ns=float(call.usual_off_cpu_ns or 0.0),
                      major_faults=int(call.majflt), blocks_read=int(call.inblock or 0),
+                     voluntary_switches=None if call.nvcsw is None else int(call.nvcsw),
                      excess_ns=float(dur - median) if call.outlier and median > 0 else None,
                      after_idle_s=gap / 1e9 if gap >= idle_ns and gap > 0 and call.outlier else None,
                      clock_mhz=_clock(call.clock))
@@ -230,6 +231,10 @@ def _blocked_detail(part: CallPart, f: CallFacts) -> str:
                     "start-up")
     else:
         said.append("blocked: a sleep, a lock, I/O or a remote call")
+    if 0 < fig.get("disk_share", 1.0) < 1 and fig.get("voluntary_switches", -1) > 0:
+        said.append(f"split with the {'wait' if part.cause == Name.DISK_READ else 'disk read'} beside it by block "
+                    f"counts: its reads account for {fig['disk_share']:.0%} of the thread's "
+                    f"{int(fig['voluntary_switches'])} blocks (an estimate)")
     if f.run_delay_ns is None:
         said.append("its wait for a CPU was not read (only after an idle gap or at a new key): that wait is in it")
     if "capped_from_ns" in fig:

@@ -9,7 +9,6 @@ callbacks, which run only when dynamo compiles."""
 from __future__ import annotations
 
 import collections
-import sys
 import threading
 import time
 from typing import Any, Callable
@@ -26,6 +25,7 @@ from ...instruments.torch_compile import (
     recompile_reasons,
 )
 from ...system import cuda_paths
+from ...system.torch_compat import dynamo_callbacks, memory_stat, remove_callback
 
 _lock = threading.Lock()
 _users = 0
@@ -74,11 +74,8 @@ def acquire_compile_tap() -> bool:
     1-2 s and leaves an inductor folder in the temp folder, which a watched plain function never
     needs (torch.compile imports it when a model is compiled; the Watcher taps it then)."""
     global _users
-    if "torch._dynamo" not in sys.modules:
-        return False
-    try:
-        from torch._dynamo import callback_handler
-    except Exception:
+    callback_handler = dynamo_callbacks()
+    if callback_handler is None:
         return False
     with _lock:
         if _users == 0:
@@ -90,21 +87,16 @@ def acquire_compile_tap() -> bool:
 
 def release_compile_tap() -> None:
     global _users
-    try:
-        from torch._dynamo import callback_handler
-    except Exception:
+    callback_handler = dynamo_callbacks()
+    if callback_handler is None:
         return
     with _lock:
         if _users == 0:
             return
         _users -= 1
         if _users == 0:
-            for remove, cb in ((callback_handler.remove_start_callback, _on_start),
-                               (callback_handler.remove_end_callback, _on_end)):
-                try:
-                    remove(cb)
-                except ValueError:
-                    pass
+            remove_callback(callback_handler.remove_start_callback, _on_start)
+            remove_callback(callback_handler.remove_end_callback, _on_end)
             _started.clear()
             _side.clear()
 
@@ -189,7 +181,7 @@ def cuda_reserved() -> tuple[int, int] | None:
         if not torch.cuda.is_available() or not torch.cuda.is_initialized():
             return None
         stats = torch.cuda.memory_stats()
-        return int(stats.get("reserved_bytes.all.current", 0)), int(stats.get("segment.all.current", 0))
+        return memory_stat(stats, "reserved_bytes_current") or 0, memory_stat(stats, "segments_current") or 0
     except Exception:
         return None
 
