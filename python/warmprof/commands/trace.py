@@ -68,7 +68,7 @@ def setup(parser: argparse.ArgumentParser) -> None:
                         help="ops probed by --explain (default 8, the largest first)")
     parser.add_argument("--repeat", type=int, default=1, metavar="N",
                         help="run the trace N times, each in a fresh process, into one report with each cause's "
-                             "median and range over the runs (a busy or noisy machine; see the README)")
+                             "median and range over the runs (a busy or noisy machine: docs/busy-machines.md)")
     parser.add_argument("--no-control", action="store_true",
                         help="skip the control process (the model's first pass clean, in a second fresh process, and "
                              "warmprof's own first-pass cost on the model warm): faster, but the excess is the "

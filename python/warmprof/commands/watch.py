@@ -26,7 +26,7 @@ def setup(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if not args.demo:
         raise InputError("warmprof watch replays the demo stream (--demo); in a service, call warmprof.watch(model) "
-                         "and serve through what it returns (see the README)")
+                         "and serve through what it returns (docs/watch.md)")
     if not 12 <= args.requests <= 100000:
         raise InputError("--requests must be from 12 (one per length) to 100000")
     if args.json is not None:
