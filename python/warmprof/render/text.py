@@ -102,10 +102,12 @@ class TraceTextRenderer(Renderer):
         # An eager trace that compiled nothing has no compile time to report (the instrument is on
         # whenever dynamo is imported); a compiled one always says what torch reported, 0 included.
         if tc is not None and (r.compile or tc.compiles or tc.torch_reported_ms > 0):
+            again = f", {tc.recompiled} of them recompiles" if tc.recompiled else ""
             lines.append(
                 f"  torch reports {_ms(tc.torch_reported_ms)} of compile time; "
-                f"{tc.compiles} compile(s); inductor cache: {one_line(tc.inductor_cache)}"
+                f"{tc.compiles} compile(s){again}; inductor cache: {one_line(tc.inductor_cache)}"
             )
+            lines.extend(_recompile_lines(tc.recompiles))
         # warmprof's own hook cost sits in every module: it says nothing about the model's.
         top = []
         for m in r.modules:
@@ -146,6 +148,37 @@ def _setup_lines(r: Any) -> list[str]:
     out = [f"  set-up before the first pass (not in its excess): {_ms(setup.ms)}" + (f": {steps}" if steps else "")]
     if parts:
         out.append(f"    set-up causes: {', '.join(parts)}")
+    return out
+
+
+# What a kind of dynamo guard failure means, by a phrase of its reason (facts of dynamo's guards, not advice)
+_GUARD_MEANS = (
+    ("size mismatch", "a new size at that dimension: dynamo compiled a graph for it"),
+    ("stride mismatch", "a new memory layout (strides) of that tensor: a graph for it"),
+    ("dtype mismatch", "a new dtype of that tensor: a graph for it"),
+    ("device mismatch", "that tensor on another device: a graph for it"),
+    ("requires_grad mismatch", "that tensor's requires_grad changed: a graph for it"),
+    ("len(", "the number of arguments (or of a list's items) changed: a graph for each count"),
+    ("___check_obj_id", "another object where the compiled code saw one (a new module, closure or config each call)"),
+    ("___check_type_id", "an argument of another type"),
+    ("grad_mode", "grad mode changed (torch.no_grad on one call, not another)"),
+)
+
+
+def _recompile_lines(groups: list[dict[str, Any]], top: int = 3) -> list[str]:
+    """dynamo's recompile reasons, grouped (report.trace.recompile_groups), the most first: each with
+    its count, the recompiles' time, an example with its numbers, and what that guard means."""
+    out = []
+    for g in groups[:top]:
+        means = next((m for phrase, m in _GUARD_MEANS if phrase in g["reason"]), "")
+        alike = f" (and {g['count'] - 1} more alike, other numbers)" if g["count"] > 1 else ""
+        took = f", {_ms(g['ms'])}" if g.get("ms") else ""
+        out.append(f"    recompiled {g['count']}x{took}: {one_line(g['example'])}{alike}"
+                   + (f": {means}" if means else ""))
+    if len(groups) > top:
+        rest = groups[top:]
+        out.append(f"    and {sum(g['count'] for g in rest)} more recompile(s) for {len(rest)} other reason(s) (JSON: "
+                   "torch_compile.recompiles)")
     return out
 
 

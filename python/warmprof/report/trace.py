@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping
 
@@ -206,6 +207,9 @@ class TorchCompileFigures:
     torch_reported_ms: float = 0.0  # torch's own compile timers, summed
     compiles: int = 0  # compiles dynamo ran
     inductor_cache: str = "n/a"  # "hit" | "miss" | "n/a"
+    # dynamo's recompile reasons grouped (recompile_groups): reason with its numbers as N, an example,
+    # how many recompiles gave it and their span ms, the most first
+    recompiles: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def from_summary(cls, summary: Any) -> "TorchCompileFigures | None":
@@ -214,9 +218,55 @@ class TorchCompileFigures:
         if not isinstance(summary, dict) or not summary.get("active"):
             return None
         cache = summary.get("inductor_cache")
+        compiles = [c for c in summary.get("compiles", []) if isinstance(c, dict)]
         return cls(torch_reported_ms=float(summary.get("torch_reported_compile_ms", 0.0)),
                    compiles=len(summary.get("compiles", [])),
-                   inductor_cache=cache if isinstance(cache, str) else "n/a")
+                   inductor_cache=cache if isinstance(cache, str) else "n/a",
+                   recompiles=recompile_groups(compiles))
+
+    @property
+    def recompiled(self) -> int:
+        return sum(int(g["count"]) for g in self.recompiles)
+
+
+def _compile_figures_json(figures: TorchCompileFigures | None) -> dict[str, Any] | None:
+    """TorchCompileFigures as JSON; recompiles is optional: a trace that recompiled nothing writes what
+    it wrote before the field."""
+    if figures is None:
+        return None
+    out = dataclasses.asdict(figures)
+    if not out["recompiles"]:
+        del out["recompiles"]
+    return out
+
+
+_NUMBER = re.compile(r"(?<![\w.])(?<!index )-?\d+(?:\.\d+)?")  # a tensor's dimension index stays
+_COMPILE_ID_PREFIX = re.compile(r"^\s*\d+/\d+:\s*")
+
+
+def recompile_reason_kind(reason: str) -> str:
+    """dynamo's recompile reason with its numbers as N and its compile id prefix ("0/3: ") dropped:
+    "tensor 'input_ids' size mismatch at index 1. expected 64, actual 65" and "... expected 65, actual
+    66" are one kind. The tensor's name, the dimension's index and the guard's text stay."""
+    first = reason.strip().splitlines()[0] if reason.strip() else ""
+    return _NUMBER.sub("N", _COMPILE_ID_PREFIX.sub("", first)).strip()
+
+
+def recompile_groups(compiles: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The recompiles among a trace's compile records (those with a recompile_reason), grouped by
+    recompile_reason_kind: [{"reason", "example", "count", "ms"}], the most recompiles first."""
+    groups: dict[str, dict[str, Any]] = {}
+    for c in compiles:
+        reason = c.get("recompile_reason")
+        if not isinstance(reason, str) or not reason.strip():
+            continue
+        kind = recompile_reason_kind(reason)
+        g = groups.setdefault(kind, {"reason": kind, "example": _COMPILE_ID_PREFIX.sub("", reason.strip().splitlines()[0]),
+                                     "count": 0, "ms": 0.0})
+        g["count"] += 1
+        span = c.get("span_ms")
+        g["ms"] += float(span) if isinstance(span, (int, float)) else 0.0
+    return sorted(groups.values(), key=lambda g: (-g["count"], -g["ms"], g["reason"]))
 
 
 # The JSON schema: every field a renderer (text, JSON, Chrome trace, PNG, compare) reads, checked at load.
@@ -244,8 +294,9 @@ _WHERE = S.Obj({"module": S.STR, "ms": S.NUM}, {"op": S.STR, "calls": S.NON_NEGA
 _INPUT_SHAPE = S.Nullable(S.ListOf(S.NON_NEGATIVE_INT))
 _INPUTS = S.Obj({"args": S.ListOf(_INPUT_SHAPE), "kwargs": S.MapOf(_INPUT_SHAPE)})
 _TORCH_COMPILE = S.Obj(optional={"torch_reported_compile_ms": S.NUM, "compiles": S.ListOf(S.ANY)})
+_RECOMPILE_GROUP = S.Obj({"reason": S.STR, "example": S.STR, "count": S.NON_NEGATIVE_INT, "ms": S.NUM}, extra=False)
 _TORCH_COMPILE_FIGURES = S.Obj({"torch_reported_ms": S.NUM, "compiles": S.NON_NEGATIVE_INT, "inductor_cache": S.STR},
-                               extra=False)
+                               {"recompiles": S.ListOf(_RECOMPILE_GROUP)}, extra=False)
 _RECORDER = S.Obj(optional={k: S.NON_NEGATIVE_INT for k in ("records", "dropped", "thinned_modules", "own_faults")})
 _PROTOCOL = S.Obj(optional={
     "input": S.STR, "steady_ms": S.ListOf(S.NUM), "calibration": S.MapOf(S.ANY), "runtime_warm": S.BOOL,
@@ -437,7 +488,7 @@ class Report(ReportBase):
         if name == "protocol":
             return value.to_dict() if value is not None else {}
         if name == "torch_compile":
-            return dataclasses.asdict(value) if value is not None else None
+            return _compile_figures_json(value)
         if name in ("settings", "setup"):
             return value.to_dict() if value is not None else None
         return value
@@ -460,7 +511,7 @@ class Report(ReportBase):
     def _upgrade(cls, data: dict[str, Any], version: int) -> dict[str, Any]:
         if version < 2:  # version 1 kept torch's compile figures in the instrument's summary only
             figures = TorchCompileFigures.from_summary(data.get("instruments", {}).get("torch_compile"))
-            data = dict(data, torch_compile=dataclasses.asdict(figures) if figures is not None else None)
+            data = dict(data, torch_compile=_compile_figures_json(figures))
         return data
 
     def validate(self) -> None:
