@@ -159,3 +159,22 @@ def test_real_trace_report_exports_well_formed_events(tmp_path):
     events = check_trace_events(doc)
     first = [e for e in events if e["ph"] == "X" and e["pid"] == 1]
     assert first and max(e["ts"] + e["dur"] for e in first) <= report.first_pass_ms * 1000 * 1.5 + 1000
+
+
+def test_the_set_up_steps_are_a_track_of_their_own_end_to_end():
+    from warmprof.report import CauseEntry
+    from warmprof.report.trace import Setup
+    from warmprof.render.chrome import SETUP_PID
+
+    r = trace_report({"jit_compile": 10.0})
+    r.setup = Setup(ms=2650.0, steps=[{"name": "import torch", "ms": 2200.0}, {"name": "factory()", "ms": 450.0}],
+                    causes=[CauseEntry("disk_read", 300.0, 0.11, "measured", "storage", module="factory()")])
+    doc = json.loads(ChromeTraceRenderer().render(r))
+    events = check_trace_events(doc)
+    steps = [e for e in events if e["ph"] == "X" and e["pid"] == SETUP_PID]
+    assert [(e["name"], e["ts"], e["dur"]) for e in steps] == [("import torch", 0.0, 2.2e6), ("factory()", 2.2e6, 4.5e5)]
+    assert steps[1]["args"]["causes_ms"] == {"disk_read/storage": 300.0} and steps[0]["args"]["causes_ms"] == {}
+    name = next(e for e in events if e["ph"] == "M" and e["pid"] == SETUP_PID and e["name"] == "process_name")
+    assert "2650.00 ms" in name["args"]["name"]
+    r.setup = None
+    assert not [e for e in json.loads(ChromeTraceRenderer().render(r))["traceEvents"] if e["pid"] == SETUP_PID]

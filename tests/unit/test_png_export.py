@@ -154,3 +154,30 @@ def test_tick_labels_and_bar_labels_are_plain_text(what):
     if what == "trace":  # a name stays literal: not parsed as math, drawn as given
         assert "net$_2$" in ax.get_title() and not ax.title.get_parse_math()
     assert png.PngRenderer().render(obj).startswith(PNG_MAGIC)
+
+
+def _with_setup(r):
+    from warmprof.report import CauseEntry
+    from warmprof.report.trace import Setup
+
+    r.setup = Setup(ms=2700.0, steps=[{"name": "import torch", "ms": 2200.0}, {"name": "factory()", "ms": 450.0},
+                                      {"name": "inputs", "ms": 50.0}],
+                    causes=[CauseEntry("runtime_init", 1900.0, 0.7, "measured", "python_imports", module="import torch"),
+                            CauseEntry("disk_read", 300.0, 0.11, "measured", "storage", module="factory()")])
+    return r
+
+
+def test_a_trace_with_set_up_steps_draws_them_on_an_axis_of_their_own():
+    r = _with_setup(trace_report({"jit_compile": 10.0}))
+    decoded(png.PngRenderer().render(r))
+    fig = png._trace_figure(Figure, r)
+    assert len(fig.axes) == 2
+    setup_ax = fig.axes[1]
+    widths = [p.get_width() for p in setup_ax.patches]
+    assert widths == pytest.approx([2200.0, 450.0, 50.0])  # the steps end to end, in order
+    lefts = [p.get_x() for p in setup_ax.patches]
+    assert lefts == pytest.approx([0.0, 2200.0, 2650.0])
+    legend = [t.get_text() for t in setup_ax.get_legend().get_texts()]
+    assert legend[0].startswith("import torch: 2200") and "runtime init" in legend[0], legend
+    assert "disk read" in legend[1] and "not in the excess" in setup_ax.get_title()
+    assert len(png._trace_figure(Figure, trace_report({"jit_compile": 10.0})).axes) == 1  # none: one axis

@@ -39,7 +39,7 @@ class ChromeTraceRenderer(Renderer):
         if getattr(report, "KIND", "") != "trace":
             kind = getattr(report, "KIND", type(report).__name__)
             raise ReportError(f"a Chrome trace needs a trace report (with spans), not a {kind!r} report")
-        events: list[dict[str, Any]] = []
+        events: list[dict[str, Any]] = _setup_track(getattr(report, "setup", None))
         for pass_, pid, title in PASSES:
             spans = [s for s in report.spans if s.pass_ == pass_]
             if pass_ == "steady":
@@ -49,6 +49,30 @@ class ChromeTraceRenderer(Renderer):
             events += _slices(pid, _whole_pass_name(report, pass_, title), spans, ms)
             events += _counters(pid, [c for c in report.counter_samples if c.pass_ == pass_])
         return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": _other_data(report)}
+
+
+SETUP_PID = 0  # the set-up's track, above the passes
+
+
+def _setup_track(setup: Any) -> list[dict[str, Any]]:
+    """The set-up before the first pass (the cold start's import torch, the factory; to(device), the
+    inputs) as a track of its own: one slice per step, laid end to end in the order they ran (each
+    step's time is recorded, the moments between them are not), each with the causes booked in it as
+    its args (where in the step they fell is not recorded, so they are not drawn as slices)."""
+    if setup is None or not setup.steps:
+        return []
+    out = [{"ph": "M", "name": "process_name", "pid": SETUP_PID, "tid": 0,
+            "args": {"name": f"set-up before the first pass ({setup.ms:.2f} ms; steps end to end)"}},
+           {"ph": "M", "name": "process_sort_index", "pid": SETUP_PID, "tid": 0, "args": {"sort_index": SETUP_PID}},
+           {"ph": "M", "name": "thread_name", "pid": SETUP_PID, "tid": 0, "args": {"name": "main thread"}}]
+    at = 0
+    for step in setup.steps:
+        dur = round(float(step["ms"]) * 1e6)
+        booked = {f"{c.cause}/{c.source}": round(c.ms, 6) for c in setup.causes if c.module == step["name"]}
+        args: dict[str, Any] = {"ms": round(float(step["ms"]), 6), "causes_ms": booked}
+        out.append(_x(SETUP_PID, 0, str(step["name"]), "setup", at, dur, args))
+        at += dur
+    return out
 
 
 def _metadata(pid: int, title: str, ms: float, spans: list[Any]) -> list[dict[str, Any]]:

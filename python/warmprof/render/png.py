@@ -83,8 +83,15 @@ def _trace_figure(Figure: Any, r: Any) -> Any:
     rerun = _segments(min(r.steady_median_ms, r.seen_rerun_ms), r.seen_rerun_causes, r.seen_rerun_ms)
     bars = [("first pass", r.first_pass_ms, first), ("seen re-run", r.seen_rerun_ms, rerun),
             ("steady (median)", r.steady_median_ms, [("steady", r.steady_median_ms)])]
-    fig = Figure(figsize=(12, 4.6), layout="constrained")
-    ax = fig.add_subplot()
+    setup = getattr(r, "setup", None)
+    steps = list(setup.steps) if setup is not None else []
+    fig = Figure(figsize=(12, 6.4 if steps else 4.6), layout="constrained")
+    if steps:
+        grid = fig.add_gridspec(2, 1, height_ratios=(3.0, 1.1))
+        ax = fig.add_subplot(grid[0])
+        _setup_axes(fig.add_subplot(grid[1]), setup)
+    else:
+        ax = fig.add_subplot()
     seen: set[str] = set()
     widest = 0.0
     for y, (_, total_ms, segments) in enumerate(bars):
@@ -110,6 +117,34 @@ def _trace_figure(Figure: Any, r: Any) -> Any:
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8.5, title="cause: ms (share of excess, evidence)",
               title_fontsize=8.5, frameon=False)  # beside the bars, never over them
     return fig
+
+
+SETUP_COLORS = ("#9ecae1", "#6baed6", "#4292c6", "#2171b5", "#c6dbef", "#08519c")
+
+
+def _setup_axes(ax: Any, setup: Any) -> None:
+    """The set-up before the first pass on an axis of its own (its seconds would flatten the passes'
+    milliseconds): one bar of its steps end to end, in the order they ran, each named in the legend
+    with its time and the largest cause booked in it."""
+    left = 0.0
+    for i, step in enumerate(setup.steps):
+        ms = float(step["ms"])
+        booked = [c for c in setup.causes if c.module == step["name"] and c.cause != "unattributed"]
+        top = max(booked, key=lambda c: c.ms, default=None)
+        said = f", {causes.label(top.cause)} {_ms(top.ms)}" if top is not None else ""
+        ax.barh(0, ms, left=left, color=SETUP_COLORS[i % len(SETUP_COLORS)], edgecolor="white", linewidth=0.6,
+                height=0.6, label=_fit(f"{step['name']}: {_ms(ms)}{said}"))
+        left += ms
+    ax.text(left, 0, f"  {setup.ms:.2f} ms", va="center", fontsize=9)
+    ax.set_yticks([0], ["set-up"])
+    ax.set_xlim(0, max(left, setup.ms, 1e-3) * 1.3)
+    ax.set_xlabel("time (ms)")
+    ax.grid(axis="x", alpha=0.3)
+    ax.set_axisbelow(True)
+    ax.set_title("the set-up before the first pass: its own time, not in the excess (steps end to end, in order)",
+                 fontsize=10)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8.5, title="step: ms, its largest cause",
+              title_fontsize=8.5, frameon=False)
 
 
 def _segments(steady_ms: float, causes: list[Any], total_ms: float) -> list[tuple[str, float]]:
