@@ -165,20 +165,17 @@ _GUARD_MEANS = (
 )
 
 
-def _recompile_lines(groups: list[dict[str, Any]], top: int = 3) -> list[str]:
-    """dynamo's recompile reasons, grouped (report.trace.recompile_groups), the most first: each with
-    its count, the recompiles' time, an example with its numbers, and what that guard means."""
+def _recompile_lines(groups: list[dict[str, Any]]) -> list[str]:
+    """dynamo's recompile reasons, grouped (report.trace.recompile_groups: one line a kind, not one a
+    recompile), the most first, every kind the JSON holds: each with its count, the recompiles' time, an
+    example with its numbers, and what that guard means."""
     out = []
-    for g in groups[:top]:
+    for g in groups:
         means = next((m for phrase, m in _GUARD_MEANS if phrase in g["reason"]), "")
         alike = f" (and {g['count'] - 1} more alike, other numbers)" if g["count"] > 1 else ""
         took = f", {_ms(g['ms'])}" if g.get("ms") else ""
         out.append(f"    recompiled {g['count']}x{took}: {one_line(g['example'])}{alike}"
                    + (f": {means}" if means else ""))
-    if len(groups) > top:
-        rest = groups[top:]
-        out.append(f"    and {sum(g['count'] for g in rest)} more recompile(s) for {len(rest)} other reason(s) (JSON: "
-                   "torch_compile.recompiles)")
     return out
 
 
