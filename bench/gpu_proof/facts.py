@@ -69,7 +69,11 @@ def torch_facts(gpu: bool) -> dict:
         out["cudnn"] = f"{type(e).__name__}: {e}"
     with open("/proc/self/maps") as f:
         out["libcupti_mapped"] = sorted({ln.split()[-1] for ln in f if "libcupti" in ln})
-    if out["libcupti_mapped"]:
+    if out["libcupti_mapped"] and not gpu:
+        # CUPTI 13.2 (torch 2.15's wheel) crashes in cuptiGetVersion with no driver (seen here, no GPU):
+        # the version is read only where a GPU (and so a driver) is
+        out["cupti_api_version"] = "not read: no GPU (cuptiGetVersion can crash without a driver)"
+    elif out["libcupti_mapped"]:
         try:
             v = ctypes.c_uint32()
             ctypes.CDLL(out["libcupti_mapped"][0]).cuptiGetVersion(ctypes.byref(v))

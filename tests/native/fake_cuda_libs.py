@@ -246,6 +246,13 @@ CHILD_PRELUDE = r"""
 import ctypes, json, os
 import warmprof
 from warmprof import _native
+from warmprof.system import cuda_paths as _cuda_paths
+
+# The venv's own CUDA wheels (a CUDA build of torch brings nvidia/cu13/lib/libcupti.so.13): never the
+# fakes', and a real libcupti driven by the fake driver crashes. Left out of every search the child makes.
+_REAL_WHEEL_DIRS = set(_cuda_paths.cupti_dirs())
+_cupti_dirs = _cuda_paths.cupti_dirs
+_cuda_paths.cupti_dirs = lambda *a, **k: [d for d in _cupti_dirs(*a, **k) if d not in _REAL_WHEEL_DIRS]
 
 def fake():
     lib = ctypes.CDLL(_native.backends()["cupti"]["path"])  # the same handle: already loaded
