@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 from .causes import Name
 from .errors import DeviceError
@@ -75,7 +75,8 @@ def _cuda_check(torch: Any, dev: Any, given: Any) -> None:
         from .system import cuda_paths
 
         cuda_paths.install()  # as warmprof.backends(): the reason names the libcupti looked for
-        why = _native.backends().get("cuda_events", {}).get("reason", "")
+        # the {} typed: mypy takes a bare {} default for dict[Never, Never]
+        why = _native.backends().get("cuda_events", cast("dict[str, Any]", {})).get("reason", "")
         raise DeviceError(f"device {str(dev)!r} requested but torch.cuda.is_available() is False"
                           + (f" ({why})" if why else ""))
     if dev.index is not None and dev.index >= torch.cuda.device_count():

@@ -26,7 +26,7 @@ _T, _V, _L, _D, _X = 0, 1, 2, 3, 4
 UNSUPPORTED = _X
 
 
-def raw(value: Any, tensor_type: type, dtype_type: type, strided: Any = None) -> Any:
+def raw(value: Any, tensor_type: type[Any], dtype_type: type, strided: Any = None) -> Any:
     """The cheap in-pass record of one argument (see spec_of for the JSON form). strided: torch.strided;
     a tensor of any other layout (sparse, CSR) or a nested one is recorded as unsupported, never asked
     for sizes or strides it does not have."""
@@ -165,8 +165,10 @@ def storage_bytes(spec: dict[str, Any]) -> int:
     return sum(one(a) for a in [*spec.get("args", []), *spec.get("kwargs", {}).values()])
 
 
-_ITEM_BYTES = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "int16": 2,
-               "int8": 1, "uint8": 1, "bool": 1, "complex64": 8, "complex128": 16}
+# Keyed by str, looked up by a spec's dtype, which may be absent (None: the default)
+_ITEM_BYTES: dict[str | None, int] = {
+    "float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "int16": 2,
+    "int8": 1, "uint8": 1, "bool": 1, "complex64": 8, "complex128": 16}
 
 
 def _contiguous(shape: list[int]) -> list[int]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
@@ -172,7 +172,7 @@ class Timeline:
     def from_records(cls, records: list[tuple], names: list[str]) -> "Timeline":
         """Synthetic timelines for tests: records are (ts_ns, kind, cause, name, value[, thread])."""
         recs = sorted(records, key=lambda r: r[0])
-        cols = list(zip(*recs)) if recs else [[]] * 6
+        cols: list[Sequence[Any]] = list(zip(*recs)) if recs else [[]] * 6
         thread = cols[5] if len(cols) > 5 else [0] * len(recs)
         return cls(
             ts_ns=np.asarray(cols[0], dtype=np.int64),

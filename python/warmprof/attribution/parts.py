@@ -131,7 +131,7 @@ class Part:
 
     @property
     def top_module(self) -> str:
-        return max(self.by_module, key=self.by_module.get) if self.by_module else ""
+        return max(self.by_module, key=self.by_module.__getitem__) if self.by_module else ""
 
     def add(self, module: str, ns: float) -> None:
         """Add `ns` of this part's time in `module`."""

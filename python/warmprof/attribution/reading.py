@@ -168,7 +168,7 @@ def _cover(segs: Sequence[Segment], starts: Sequence[int], a: int, b: int) -> tu
         if first < len(segs) and segs[first][0] <= a <= segs[first][1]:
             return segs[first][2], segs[first][3]
         return None, None
-    return max(weight, key=weight.get), max(mod_weight, key=mod_weight.get)
+    return max(weight, key=weight.__getitem__), max(mod_weight, key=mod_weight.__getitem__)
 
 
 class CounterStep(NamedTuple):

@@ -207,7 +207,7 @@ class ClockRamp(Instrument):
         self._period_s = max(sample_ms, 0.5) / 1e3
         self._threshold = threshold
         self._clock = clock
-        self._samples: list[tuple[int, float]] = []
+        self._samples: list[tuple[int, float, float | None]] = []  # (t_ns, mhz, busy)
         self._windows: dict[str, list[int]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -314,7 +314,7 @@ class ClockRamp(Instrument):
         for name, (t0, t1) in self._windows.items():
             window = [s for s in samples if t0 <= s[0] <= t1]
             inside = [s[1] for s in window]
-            one = {
+            one: dict[str, Any] = {
                 "start_mhz": inside[0] if inside else 0.0,
                 "min_mhz": min(inside, default=0.0),
                 "mean_mhz": sum(inside) / len(inside) if inside else 0.0,

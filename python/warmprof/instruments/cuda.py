@@ -28,7 +28,7 @@ CUDA events (the GPU-side time of each pass) are instruments/cuda_events.py.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Mapping, Sequence
 
 from .. import _native
 from ..system import cuda_paths
@@ -61,7 +61,7 @@ def delivered_nothing(callbacks: int, gpu_ms: dict[str, float]) -> str:
             "statistics and hooks only")
 
 
-def overhead_summary(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def overhead_summary(records: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
     """CUPTI's OVERHEAD records of one pass, by kind: count, ms, and how many named another thread (pure)."""
     out: dict[str, dict[str, Any]] = {}
     for r in records:
@@ -72,7 +72,7 @@ def overhead_summary(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]
     return out
 
 
-def pass_delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+def pass_delta(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, Any]:
     """What one pass added to the cumulative CUPTI stats (pure)."""
     names = list(after["new_kernels"][len(before["new_kernels"]):])
     return {
@@ -101,7 +101,7 @@ class Cupti(Instrument):
         self.subscribe_ms = 0.0
         self.passes: dict[str, dict[str, Any]] = {}
         self.stopped_early: dict[str, str] | None = None  # {"at", "reason"} once torn down
-        self._open: dict[str, dict[str, Any]] = {}
+        self._open: dict[str, Mapping[str, Any]] = {}
         self._callbacks = 0
         self._callbacks_at_start = 0
 
@@ -186,7 +186,7 @@ class Cupti(Instrument):
         return overhead_summary(records)
 
     @staticmethod
-    def _sample() -> dict[str, Any]:
+    def _sample() -> Mapping[str, Any]:
         """The cumulative stats, with the callback count put on the timeline as a counter sample."""
         stats = _native.cupti_stats()
         counter(name_id(CUPTI_CALLBACKS), int(stats["callbacks"]))

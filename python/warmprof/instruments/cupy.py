@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import sys
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 from ..timeline import JIT_COMPILE, begin, end, name_id
 from .base import Instrument
@@ -54,7 +54,8 @@ class Cupy(Instrument):
     def _count(self, table: dict[str, int]) -> None:
         table[self.current_pass] = table.get(self.current_pass, 0) + 1
 
-    def _wrap(self, fn: Callable, span: str, table: dict[str, int], depth_key: str) -> Callable:
+    def _wrap(self, fn: Callable | None, span: str, table: dict[str, int], depth_key: str) -> Callable:
+        # fn None: an attribute this CuPy lacks; _patch does not install that wrapper
         nid = name_id(span)
 
         def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -64,7 +65,7 @@ class Cupy(Instrument):
                 self._count(table)
                 begin(JIT_COMPILE, nid)
             try:
-                return fn(*args, **kwargs)
+                return cast(Callable, fn)(*args, **kwargs)  # installed only where fn is not None
             finally:
                 setattr(self._depth, depth_key, depth)
                 if depth == 0:

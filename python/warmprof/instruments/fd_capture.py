@@ -33,7 +33,7 @@ import os
 import secrets
 import subprocess
 import sys
-from typing import Callable
+from typing import Any, Callable, Mapping
 
 from .. import _native
 
@@ -150,10 +150,10 @@ class StdoutTap:
                 self.notes.append(f"could not restore stdout: {e.strerror}")
             self._saved = None
             try:
-                state, fd = _native.tap_stop(GRACE_S, BUSY_S)  # without the GIL
-                if state == "handoff":
+                stopped, fd = _native.tap_stop(GRACE_S, BUSY_S)  # without the GIL
+                if stopped == "handoff":
                     self._hand_off(fd, saved)
-                elif state == "busy":
+                elif stopped == "busy":
                     self.notes.append("the stdout reader was still busy when the trace ended (stdout does not take "
                                       "bytes); it goes on forwarding in the background")
             finally:
@@ -186,7 +186,7 @@ class StdoutTap:
         self.notes.append("a process started during the trace still holds stdout: its output is forwarded by a "
                           f"helper process (pid {helper.pid})")
 
-    def _deliver(self) -> dict:
+    def _deliver(self) -> Mapping[str, Any]:
         """Hand the stored lines to on_line; the reader's state."""
         taken = _native.tap_take()
         for line, marks in zip(taken["lines"], taken["segments"]):

@@ -166,6 +166,7 @@ class _Hooked:
     samples lie outside its window."""
 
     __slots__ = ("module", "hook", "pre", "post", "wrapper", "had_own", "own", "use_hooks", "__weakref__")
+    wrapper: _native.ModuleForward | None  # declared for the type checker only: the slot holds it
 
     def __init__(self, module: Any, nid: int, coarse: bool, root: bool = False, hooks: bool = False) -> None:
         self.module = module

@@ -83,7 +83,7 @@ class OneDNN(Instrument):
         super().__init__()
         self.by_pass: dict[str, dict[str, Any]] = {}
         self._tap: StdoutTap | None = None
-        self._verbose = None
+        self._verbose: Any = None  # torch's mkldnn.verbose context, while entered
         self._env_set = False
         self._ends: list[tuple[str, int]] = []  # (pass, end ns), in end_pass order
         # Filled at each pass end from the tap's lines, keyed by the number of pass ends the

@@ -19,7 +19,7 @@ from __future__ import annotations
 import sys
 import threading
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, cast
 
 from .. import _native
 from ..attribution.compiles import cause_of, trigger_source
@@ -118,7 +118,8 @@ def compile_counters() -> dict[str, int]:
     except Exception:
         return {}
     out = {f"{group}.{k}": int(v) for group, c in list(counters.items()) for k, v in list(c.items()) if "cache" in k}
-    out[STATS_GRAPHS] = int(counters.get("stats", {}).get("unique_graphs", 0))
+    # the {} typed: mypy takes a bare {} default for dict[Never, Never]
+    out[STATS_GRAPHS] = int(counters.get("stats", cast("dict[str, int]", {})).get("unique_graphs", 0))
     return out
 
 

@@ -402,11 +402,13 @@ class InductorCudaMetrics(Instrument):
     def mark_pass(self, name: str) -> None:
         super().mark_pass(name)
         if not self.reason:
+            assert self._metrics is not None  # None only where reason is set
             self._since[name] = {k: len(v) for k, v in self._metrics.items()}
 
     def end_pass(self, name: str) -> None:
         since = self._since.pop(name, None)
         if not self.reason and since is not None:
+            assert self._metrics is not None  # None only where reason is set
             self.passes[name] = metric_totals_ms(self._metrics, since)
 
     def summary(self) -> dict[str, Any]:

@@ -20,7 +20,7 @@ import os
 import signal
 import subprocess
 import sys
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from .. import _native, opspec
 from ..errors import InputError, ReportError
@@ -77,6 +77,7 @@ def op_sites(report: Any, top: int, origin: str = "the report",
         raise InputError(f"{origin} has no op rows in unattributed_where (no op held unexplained time above the "
                          "floor, or the trace ran without the op view: `warmprof trace --explain` or `--op-view` "
                          "records the model's own op calls)")
+    out: list[tuple[dict[str, Any], dict[str, Any]]]
     out, seen, why = [], set(), []
     # largest first by what the warm processes of --explain left of a row (all of it, without them)
     for w in sorted(rows, key=lambda w: -warm_left_ms(w)):
@@ -86,6 +87,7 @@ def op_sites(report: Any, top: int, origin: str = "the report",
         if reason:
             why.append(f"{w['op']}: {reason}")
             continue
+        assert isinstance(call, dict)  # else reason said "no call recorded"
         key = call["op"] if one_per_op else json.dumps(call, sort_keys=True)
         if key in seen:
             continue
@@ -98,7 +100,7 @@ def op_sites(report: Any, top: int, origin: str = "the report",
     return out
 
 
-def _probe(sites: list[tuple[dict[str, Any], dict[str, Any] | None]], *, device: str, threads: int | None,
+def _probe(sites: Sequence[tuple[dict[str, Any], dict[str, Any] | None]], *, device: str, threads: int | None,
            progress: Any, timeout_s: float, origin: str | None) -> OpProbeReport:
     if threads is not None:
         _check_int("threads", threads, 1, 4096)

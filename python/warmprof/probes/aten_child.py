@@ -19,7 +19,7 @@ import contextlib
 import json
 import os
 import sys
-from typing import Any, Callable
+from typing import AbstractSet, Any, Callable
 
 from ..stats import median
 from .aten_variants import new_sizes, perturbations, variant
@@ -158,7 +158,7 @@ def runtime_warmup(be: Any) -> tuple[float, Stats]:
 
 def new_shapes(be: Any, op: Any, spec: dict[str, Any], calls: int,
                mark: Callable[[str], None] = lambda name: None,
-               too_large: set[str] = frozenset()) -> tuple[list[dict[str, Any]], list[str]]:
+               too_large: AbstractSet[str] = frozenset()) -> tuple[list[dict[str, Any]], list[str]]:
     """Up to MAX_VARIANTS new shapes of the warm op: first call and steady each. A perturbation the op
     refuses (it raises at the first new size), or one the parent found past the replay cap
     (`too_large`, aten.too_large_variants), is dropped with its reason."""

@@ -54,7 +54,8 @@ class TorchEager:
 
     # -- ops -----------------------------------------------------------------------------------
     def fn(self, op: str) -> Callable:
-        return {"matmul": O.matmul, "softmax": O.softmax_torch, "elementwise": O.elementwise}[op]
+        table: dict[str, Callable] = {"matmul": O.matmul, "softmax": O.softmax_torch, "elementwise": O.elementwise}
+        return table[op]
 
     def seq_fn(self, dynamic_default: bool = False) -> Callable:
         return O.seq_matmul
@@ -221,7 +222,8 @@ class CupyBackend:
     def fn(self, op: str) -> Callable:
         if op == "softmax":
             return functools.partial(O.softmax_array, xp=self.cp)
-        return {"matmul": O.matmul, "elementwise": O.elementwise}[op]
+        table: dict[str, Callable] = {"matmul": O.matmul, "elementwise": O.elementwise}
+        return table[op]
 
     def seq_fn(self, dynamic_default: bool = False) -> Callable:
         return O.seq_matmul

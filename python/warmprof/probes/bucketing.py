@@ -60,6 +60,7 @@ def _counted(be: Any, name: str, pad_to: list[int] | None, lens: list[int], limi
     if before is not None:
         compiles = after - before
     else:
+        assert steady is not None  # measured above where there is no counter
         compiles = sum(1 for c in calls if c > PAYS_RATIO * steady)
     return {"compiles": compiles, "wall_ms": wall, "calls": len(calls),
             "first_calls_ms": calls, "steady_ref_ms": steady}

@@ -13,6 +13,7 @@ from .verdict import RowBands, Timing, op_keying, pay_rank, size_keying, verdict
 
 def timing(r: RawRow) -> Timing:
     s = r.steady
+    assert s is not None  # a measured row has its steady stats
     return Timing(r.first_ms, s.median_ms, s.p10_ms, s.p90_ms, r.seen_rerun_ms)
 
 

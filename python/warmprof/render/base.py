@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from ..system.fileio import write_output
 from .safe import safe_text
@@ -32,7 +32,7 @@ class Renderer:
             raise TypeError(f"{type(self).__name__}.render returned {type(out).__name__} (binary={self.binary})")
         if self.binary:
             return out
-        out = safe_text(out)
+        out = safe_text(cast(str, out))  # not binary: the check above made it text
         return out if out.endswith("\n") else out + "\n"
 
     def write(self, report: Any, path: str | os.PathLike) -> Path:

@@ -14,7 +14,7 @@ import importlib
 import os
 import threading
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from ..errors import InputError, ReportError, WarmprofError
 from .base import Renderer
@@ -135,7 +135,7 @@ def text_of(obj: Any) -> str:
     kind = kind_of(obj)
     if "text" not in formats(kind):
         return repr(obj)
-    return get("text", kind).output(obj)
+    return cast(str, get("text", kind).output(obj))  # the text format is not binary
 
 
 def _noun(kind: str) -> str:

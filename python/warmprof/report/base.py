@@ -7,7 +7,7 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Any, Callable, ClassVar
+from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 from ..errors import ReportError
 from ..system.fileio import read_regular, write_output
@@ -54,6 +54,9 @@ class ReportBase:
     KIND: ClassVar[str] = ""
     KIND_ALIASES: ClassVar[tuple[str, ...]] = ()  # other "kind" values its files hold (warmup's "assert_warm")
     SCHEMA: ClassVar[Any] = None  # the kind's schema.Obj, checked before anything is built
+    if TYPE_CHECKING:  # what every kind's dataclass has (declared for the type checker only)
+        __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
+        schema_version: int
 
     # Each kind is a dataclass; these two name how its nested fields (entries, rows) go to and
     # come from JSON. Every other field is JSON as it stands.

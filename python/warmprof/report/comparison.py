@@ -130,7 +130,7 @@ def compare(*reports: ReportBase | str | os.PathLike, labels: list[str] | None =
         reports = tuple(reports[0])
     if len(reports) < 2:
         raise InputError(f"compare needs at least two reports, got {len(reports)}")
-    given = [_as_report(r) for r in reports]
+    given: list[Any] = [_as_report(r) for r in reports]  # of any kind: their fields are read by KIND
     sources = [str(r) if isinstance(r, (str, os.PathLike)) else "" for r in reports]
     if labels is None:
         labels = _default_labels(sources)
@@ -146,6 +146,7 @@ def compare(*reports: ReportBase | str | os.PathLike, labels: list[str] | None =
     kind = kinds[0]
     if kind not in ("trace", "probe", "watch"):
         raise ReportError(f"cannot compare {kind!r} reports (only trace, probe and watch reports)")
+    predictions: list[PredictionRow]
     if kind == "trace":
         summary = [_row(name, [Cell(float(getattr(r, key))) for r in loaded]) for name, key in _SUMMARY]
         # warmprof's own cost is its own line, never one of the causes (traces/controls.py)

@@ -62,6 +62,9 @@ class OpResult:
         for name in FIGURES:
             if name != "shape_excess_ms" and getattr(self, name) is None:
                 raise ReportError(f"{where}: {name} missing from a probe that ran")
+        # the loop above refused a probe that ran without them
+        assert self.steady_p10_ms is not None and self.steady_ms is not None and self.steady_p90_ms is not None
+        assert self.first_ms is not None and self.cold_excess_ms is not None
         if not self.steady_p10_ms <= self.steady_ms <= self.steady_p90_ms:
             raise ReportError(f"{where}: steady median {self.steady_ms} outside p10-p90 "
                               f"{self.steady_p10_ms}-{self.steady_p90_ms}")

@@ -130,7 +130,7 @@ class RepeatReport(ReportBase):
             for c in r.causes:
                 if c.cause == cause:
                     by[c.source] = by.get(c.source, 0.0) + c.ms
-        return max(by, key=by.get) if by else ""
+        return max(by, key=by.__getitem__) if by else ""
 
     @staticmethod
     def weakest(evidence: str) -> str:

@@ -132,7 +132,7 @@ class OneOf(Spec):
         return tuple(self._values()) if callable(self._values) else self._values
 
     @property
-    def what(self) -> str:
+    def what(self) -> str:  # type: ignore[override]  # Spec.what is only read: OneOf's comes from its values
         return f"one of {', '.join(self.values)}"
 
     def accepts(self, value: Any) -> bool:

@@ -30,7 +30,7 @@ import operator
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from ..errors import InputError
 from ..report.buckets import Bucket, BucketPlan, PlanCost, check_length
@@ -218,7 +218,7 @@ def _from_distinct_calls(report: Any, per_token_ms: float) -> tuple[float, str] 
     times = [_number(c) for c in calls]
     if any(t is None for t in times):
         return None
-    excess = median([t - per_token_ms * n for t, n in zip(times[1:], lens[1:])])
+    excess = median([t - per_token_ms * n for t, n in zip(cast("list[float]", times)[1:], lens[1:])])  # none is None
     return excess, (f"bucketing.distinct.first_calls_ms: median of call - per_token_ms x length over the "
                     f"{len(lens) - 1} calls at a new length after the first: {excess:.4g} ms")
 
@@ -339,10 +339,11 @@ def _layers(values: list[int], P: list[int], Q: list[int], max_b: int) -> tuple[
                 v = before + _padding(values, P, Q, i, mid)
                 if best is None or v < best:
                     best, best_i = v, i
+            assert best is not None and best_i is not None  # i = olo always extends a filled prefix
             cur[mid], par[mid] = best, best_i
             todo.append((lo, mid - 1, olo, best_i))
             todo.append((mid + 1, hi, best_i, ohi))
-        pads.append(cur[n])
+        pads.append(cast(int, cur[n]))  # filled: n is in b..n (max_b <= n)
         parents.append(par)
         prev = cur
     return pads, parents

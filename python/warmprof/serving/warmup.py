@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from typing import Any, Iterable
+from typing import AbstractSet, Any, Iterable
 
 from .. import _native
 from .. import causes as causes_table
@@ -326,7 +326,7 @@ class _Checker:
 
 
 def _run(kind: str, model: Any, shapes: Any, *, dtype: Any, device: Any, inputs: Any, passes: int | None,
-         ignored: set[str] = frozenset()) -> WarmupResult:
+         ignored: AbstractSet[str] = frozenset()) -> WarmupResult:
     check_model(model)
     if passes is not None and (isinstance(passes, bool) or not isinstance(passes, int) or passes < 1):
         raise InputError(f"passes must be a positive int (or None: until a call pays nothing, at most "

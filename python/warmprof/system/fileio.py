@@ -34,6 +34,7 @@ import stat
 import sys
 import tempfile
 from pathlib import Path
+from typing import cast
 
 from ..errors import ReportError, WarmprofError
 
@@ -159,7 +160,7 @@ def write_output(path: str | os.PathLike, data: str | bytes) -> Path:
 def _write(path: str, data: bytes) -> None:
     kind, target = classify(path)
     if kind == "stream":
-        _write_stream(stream_fd(target), data)
+        _write_stream(cast(int, stream_fd(target)), data)  # a "stream" target names a descriptor
     elif kind in ("new", "file"):
         _replace(target, data)
     elif kind in ("character device", "FIFO"):

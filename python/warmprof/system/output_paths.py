@@ -12,7 +12,7 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ..errors import InputError, WarmprofError
 from .fileio import REFUSED, WRITTEN_IN_PLACE, classify, refusal, stream_fd
@@ -29,7 +29,7 @@ def check_output_path(path: str, option: str = "--json") -> None:
     except OSError as e:  # e.g. a folder on the way that cannot be searched
         raise InputError(f"{option} {path}: cannot be used ({e.strerror or e})") from None
     if kind == "stream":
-        _check_stream(path, stream_fd(target), option)
+        _check_stream(path, cast(int, stream_fd(target)), option)  # a "stream" target names a descriptor
         return
     if kind in WRITTEN_IN_PLACE:
         return

@@ -125,11 +125,13 @@ def wait_output(proc: subprocess.Popen, timeout_s: float | None = None) -> tuple
     chunks: list[str] = []
 
     def read() -> None:  # to the pipe's end, then closed (a helper holding it: whenever it lets go)
+        stderr = proc.stderr
+        assert stderr is not None  # the callers' Popen has stderr=PIPE
         with contextlib.suppress(OSError, ValueError):
-            for line in proc.stderr:
+            for line in stderr:
                 chunks.append(line)
         with contextlib.suppress(OSError):
-            proc.stderr.close()
+            stderr.close()
 
     reader = threading.Thread(target=read, name="warmprof-stderr", daemon=True)
     reader.start()
@@ -159,8 +161,9 @@ def deadline(seconds: float | None, what: str = "the command") -> Iterator[None]
     if seconds is None or threading.current_thread() is not threading.main_thread():
         yield
         return
-    fired = []
+    fired: list[bool] = []
     main = threading.main_thread().ident
+    assert main is not None  # the main thread has started
 
     def handler(signum: int, frame: Any) -> None:
         if not fired:

@@ -125,7 +125,7 @@ def advise(report: Any, share_floor: float = 0.1, max_causes: int = 3) -> list[s
     for cause, share in sorted(totals.items(), key=lambda kv: -kv[1])[:max_causes]:
         if share < share_floor:
             continue
-        top_source = max(sources[cause], key=sources[cause].get)
+        top_source = max(sources[cause], key=sources[cause].__getitem__)
         for i, line in enumerate(_lines(cause, top_source, column)):
             head = f"{cause} ({share:.0%} of the {whole}, mostly {top_source})" if i == 0 else f"{cause}, also"
             lines.append(f"{head}: {line}")

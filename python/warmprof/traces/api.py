@@ -216,6 +216,7 @@ def _steady(model, args, kwargs, sync, min_passes: int, max_passes: int,
     """Clean steady passes: each one's time (ms), page faults, and the time its thread waited for a
     CPU (ms, schedstat run-queue delay; the list is empty where the kernel has no schedstat), and the
     ns it was blocked off the CPU (empty where that is not read)."""
+    times: list[float]
     times, faults, waits, blocked = [], [], [], []
     deadline = time.monotonic() + budget_s
     while len(times) < max_passes:
@@ -533,6 +534,8 @@ def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, devic
         passes = (min(least, min_steady), min(SELF_COST_PASSES[1], max_steady))
         least_s = (passes[0] + 1) * clean.median / 1e3
         so_far_s = time.monotonic() - started
+        instrumented_ms: list[float]
+        module_calls: dict[str, int]
         instrumented_ms, module_calls, warm_baseline = [], {}, None
         if controls.in_warm_control():  # the control process's warm control: the trace measures this
             self_cost_skipped = "warm control: warmprof's own cost per steady pass is measured by the trace itself"

@@ -329,7 +329,7 @@ def build_report(facts: TraceFacts) -> Report:
         notes.append(f"{first.off_thread_ms:.1f} ms of cause spans on other threads (overlapping the pass, not counted)")
     if not f.run.fresh_process:  # what ran in the caller's process before the trace is unknown to it
         notes.append(IN_PROCESS_NOTE)
-    modules = [
+    modules: list[dict[str, Any]] = [
         {"module": mod or "(outside modules)", "ms": sum(d.values()), "causes": d}
         for mod, d in first.by_module().items()
     ]

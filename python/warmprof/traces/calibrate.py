@@ -17,7 +17,7 @@ import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Any, Sequence
+from typing import IO, Any, Sequence
 
 import numpy as np
 
@@ -138,6 +138,7 @@ def file_page_cost(nbytes: int = FILE_BYTES, trials: int = FILE_TRIALS, path: st
     ps = _native.page_size()
     path = path or largest_loaded_library()
     with contextlib.ExitStack() as stack:
+        f: IO[bytes]
         if path:
             f = stack.enter_context(open(path, "rb"))
             nbytes = min(nbytes, os.path.getsize(path)) // ps * ps

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 from .. import devices
 from ..attribution import Calibration, split_faults
@@ -156,7 +156,7 @@ def fold(rows: list[dict[str, Any]], verdicts: Iterable[Mapping[str, Any]], pric
     return out
 
 
-def apply(report: Any, verdicts: list[Mapping[str, Any]], wall_s: float | None = None) -> list[Folded]:
+def apply(report: Any, verdicts: Sequence[Mapping[str, Any]], wall_s: float | None = None) -> list[Folded]:
     """Fold probe verdicts into a trace report: inferred causes (source "probe"), the attributed and
     unattributed totals and every share recomputed, the verdicts kept under instruments["op_probes"],
     the advice written again."""
@@ -328,7 +328,7 @@ def fold_warm_processes(report: Any, same: Any | None, other: Any | None) -> lis
                       f"two traces' whole first passes over their re-runs, {signed:.2f} ms): what a process pays once "
                       "whatever the shape, the first run of the model's Python code and torch's bindings, op set-up "
                       "(inferred: two processes compared, one run each)")
-        module = max(by_module, key=by_module.get)
+        module = max(by_module, key=by_module.__getitem__)
         report.causes.append(CauseEntry(cause=cause, ms=booked, share=0.0, evidence="inferred", source=source,
                                         module=module, count=len(per_row), detail=detail))
         _retotal(report, booked)

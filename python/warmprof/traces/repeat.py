@@ -11,7 +11,7 @@ import datetime
 import os
 import subprocess
 import sys
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 from .. import errors
 from ..errors import InputError, ModelError, TimedOut, WarmprofError
@@ -21,6 +21,9 @@ from ..system.progress import progress_printer, say_on_stderr
 from ..system.supervise import Deadline, die_with, stop, wait_output
 from ..system.fileio import temp_folder
 from .advice import advise
+
+if TYPE_CHECKING:
+    from ..report.trace import Report
 
 MAX_REPEAT = 100
 DEMO = "demo"
@@ -89,7 +92,7 @@ def run_repeats(argv: list[str], repeat: int, *, progress: Any = None,
                 say(f"run {k}/{repeat} failed: {last}")
                 continue
             try:
-                runs.append(load(out))
+                runs.append(cast("Report", load(out)))  # a trace run's --json: a trace report
             except (WarmprofError, OSError) as e:
                 failed.append(f"run {k}: its report could not be read ({e})")
     if stopped and not runs:

@@ -46,6 +46,7 @@ def imported(where: str) -> Iterator[ModuleType]:
                 if not path.is_file():
                     raise InputError(f"no such file: {where}")
                 spec = importlib.util.spec_from_file_location(path.stem, path)
+                assert spec is not None and spec.loader is not None  # a .py file: a source file loader
                 module = importlib.util.module_from_spec(spec)
                 added = str(path.parent.resolve())
                 sys.path.insert(0, added)

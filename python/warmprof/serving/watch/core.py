@@ -244,6 +244,8 @@ def _check(fn: Any, key: Any, clock_source: Any, max_keys: Any, max_events: Any,
             raise InputError(f"{name} must be callable (or None), not {type(v).__name__}")
     # Upper bounds too: the native side holds these in 64-bit fields (2**64 + 3 keys wrapped to 3), and
     # a bound past what memory or a clock can hold is a typo, not a setting.
+    low: float  # the two loops below share these names: int bounds, then float ones
+    high: float
     for name, v, low, high in (("max_keys", max_keys, 1, MAX_KEYS_LIMIT), ("max_events", max_events, 1, MAX_EVENTS_LIMIT),
                                ("min_calls", min_calls, 1, MIN_CALLS_LIMIT)):
         if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= high:

@@ -190,7 +190,7 @@ def nvml_clock_source(index: int = 0) -> Callable[[], tuple[float, float]] | Non
     """A clock source for watch(clock_source=): the GPU's SM clock and its maximum, in MHz, through
     NVML (pynvml, or nvidia-ml-py). None where NVML cannot be loaded or has no such device."""
     try:
-        import pynvml  # type: ignore
+        import pynvml
 
         pynvml.nvmlInit()
         handle = pynvml.nvmlDeviceGetHandleByIndex(index)
