@@ -58,7 +58,9 @@ def run(args: argparse.Namespace) -> int:
     report = load(args.report)
     renderer = render.get(fmt.name, render.kind_of(report))
     if not args.output:
-        sys.stdout.write(renderer.output(report))  # text: control characters already made visible
+        text = renderer.output(report)
+        assert isinstance(text, str)  # a binary format was refused above without -o
+        sys.stdout.write(text)  # text: control characters already made visible
         return 0
     from ..render.safe import safe_text
 

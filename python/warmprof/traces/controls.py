@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from ..causes import Name
-from ..errors import InputError, WarmprofError
+from ..errors import InputError
 from ..stats import median
 from ..system.supervise import die_with, stop
 
