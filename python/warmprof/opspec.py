@@ -204,6 +204,11 @@ def allocation(spec: dict[str, Any]) -> str:
         if big > MAX_SIZE_ARGUMENT:
             return (f"it takes an integer argument of {big:,} and its output size cannot be checked (no meta kernel): "
                     f"over the {MAX_SIZE_ARGUMENT:,} a replay takes unchecked")
+        # a size list of small integers can still ask for a huge tensor (new_empty [100000, 100000])
+        product = max(_int_list_products(spec), default=0)
+        if product > MAX_SIZE_ARGUMENT:
+            return (f"it takes a list of integers whose product is {product:,} (a size) and its output size cannot be "
+                    f"checked (no meta kernel): over the {MAX_SIZE_ARGUMENT:,} elements a replay takes unchecked")
         return ""
     if inputs + outputs > MAX_REPLAY_BYTES:
         return (f"its inputs and outputs take {(inputs + outputs) / 2**30:.1f} GiB, over the "
@@ -234,6 +239,32 @@ def _ints(spec: dict[str, Any]) -> list[int]:
                 found.append(abs(v))
             for x in a.get("list", []) if isinstance(a.get("list"), list) else []:
                 walk(x)
+
+    for a in [*spec.get("args", []), *spec.get("kwargs", {}).values()]:
+        walk(a)
+    return found
+
+
+def _int_list_products(spec: dict[str, Any]) -> list[int]:
+    """The product of each list argument made only of integers (a size, a repeat count per dimension),
+    nested lists included."""
+    found: list[int] = []
+
+    def walk(a: Any) -> None:
+        if not isinstance(a, dict):
+            return
+        items = a.get("list")
+        if not isinstance(items, list):
+            return
+        values = [x.get("value") if isinstance(x, dict) else None for x in items]
+        ints = [v for v in values if type(v) is int]
+        if items and len(ints) == len(values):
+            product = 1
+            for v in ints:
+                product *= max(abs(v), 1)
+            found.append(product)
+        for x in items:
+            walk(x)
 
     for a in [*spec.get("args", []), *spec.get("kwargs", {}).values()]:
         walk(a)

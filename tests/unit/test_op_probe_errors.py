@@ -155,6 +155,12 @@ def test_an_op_without_a_meta_kernel_is_refused_a_huge_size_argument(monkeypatch
     spec = {"op": "aten.new_empty.default", "args": [SMALL, {"list": [{"value": 10**9}]}], "kwargs": {}}
     assert "integer argument of 1,000,000,000" in opspec.allocation(spec)
     assert opspec.allocation(dict(spec, args=[SMALL, {"list": [{"value": 64}]}])) == ""
+    # each size under the cap, their product (10^10 elements, 37 GiB of float32) far past it
+    huge = dict(spec, args=[SMALL, {"list": [{"value": 100000}, {"value": 100000}]}])
+    assert "whose product is 10,000,000,000" in opspec.allocation(huge)
+    nested = dict(spec, args=[SMALL, {"list": [{"list": [{"value": 8192}, {"value": 8192}]}]}])
+    assert "whose product is 67,108,864" in opspec.allocation(nested)
+    assert opspec.allocation(dict(spec, args=[SMALL, {"list": [{"value": 64}, {"value": 64}]}])) == ""
 
 
 def test_the_new_shapes_past_the_cap_are_skipped_by_the_child():
