@@ -44,6 +44,8 @@ _LAZY = {
     "warmup": ("serving.warmup", "warmup"),
     "assert_warm": ("serving.warmup", "assert_warm"),
     "costs_from_probe": ("serving.buckets", "costs_from_probe"),
+    "costs_from_watch": ("serving.buckets", "costs_from_watch"),
+    "costs_from_trace": ("serving.buckets", "costs_from_trace"),
     "Watcher": ("serving.watch.core", "Watcher"),
 }
 
@@ -74,6 +76,8 @@ __all__ = [
     "calibrate",
     "compare",
     "costs_from_probe",
+    "costs_from_trace",
+    "costs_from_watch",
     "load",
     "plan_buckets",
     "probe",

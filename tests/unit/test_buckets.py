@@ -246,7 +246,8 @@ def test_cli_prints_the_plan_and_writes_json(tmp_path, capsys):
     assert "wrote" in captured.err and str(out) in captured.err
     data = json.loads(out.read_text())
     assert data["boundaries"] == [29, 64] and data["costs_from"] == "given"
-    assert data["inputs"] == {"compile_ms_per_bucket": 100.0, "per_token_ms": 1.0, "max_buckets": None}
+    assert data["inputs"] == {"compile_ms_per_bucket": 100.0, "per_token_ms": 1.0, "max_buckets": None,
+                              "compiles": "static"}
 
 
 @pytest.mark.parametrize("content", ["17\n17\n# a comment\n\n29,64\n", "[17, 17, 29, 64]", '{"17": 2, "29": 1, "64": 1}'])

@@ -19,6 +19,7 @@ from warmprof.serving.buckets import plan_buckets
 TEXT = """\
 warmprof buckets: 10 requests at 3 distinct lengths (17-64)
   costs: 100.0 ms per bucket compiled, 1 ms per padded token
+  compiles: one per bucket (static shapes: torch.compile(dynamic=False), CUDA graphs, an engine per shape)
 
 Plan: 2 buckets
   bucket <=  lengths  distinct  requests  padded tokens

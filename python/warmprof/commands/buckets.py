@@ -27,41 +27,81 @@ def setup(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--per-token-ms", type=float, metavar="Y", help="what one padded token costs (ms)")
     parser.add_argument("--from-probe", metavar="P.json",
                         help="estimate the costs not given from a probe report (warmprof probe --json P.json)")
+    parser.add_argument("--from-watch", metavar="W.json",
+                        help="the costs not given measured on the model from a watch report (warmprof watch --json "
+                             "W.json, or Watcher.report().save()): its first calls' compiles and its keys' latency per "
+                             "length; the lengths too, from its keys' calls, unless given; and the compile model its "
+                             "keys showed")
+    parser.add_argument("--from-trace", metavar="R.json",
+                        help="the costs not given measured on the model from a trace report (warmprof trace --json "
+                             "R.json): its first pass's compile causes and its steady pass per token of the traced "
+                             "shape's last dimension; give the lengths")
+    parser.add_argument("--compiles", choices=("static", "automatic"), default=None,
+                        help="how many compiles a plan pays: static, one per bucket (torch.compile(dynamic=False), CUDA "
+                             "graphs); automatic, two at most (torch.compile's default automatic dynamic shapes). "
+                             "Default: what --from-watch's keys showed, else static")
     parser.add_argument("--max-buckets", type=int, metavar="N", help="at most N buckets (default: no cap)")
     parser.add_argument("--json", metavar="PATH", help="also write the plan as JSON")
 
 
 def run(args: argparse.Namespace) -> int:
     from ..render.safe import safe_text
-    from ..serving.buckets import costs_from_probe, plan_buckets
+    from ..serving.buckets import costs_from_probe, costs_from_trace, costs_from_watch, plan_buckets
     from ..system.output_paths import check_output_path
 
     if args.json is not None:
         check_output_path(args.json)
-    lengths = _lengths(args)
-    probe_costs = None
+    sources = [(o, v) for o, v in (("--from-probe", args.from_probe), ("--from-watch", args.from_watch),
+                                   ("--from-trace", args.from_trace)) if v is not None]
+    if len(sources) > 1:
+        raise InputError(f"give one source of costs, not {' and '.join(o for o, _ in sources)}")
+    measured = None
+    if args.from_watch is not None:
+        measured = costs_from_watch(args.from_watch, compile_ms=args.compile_ms, per_token_ms=args.per_token_ms)
+    elif args.from_trace is not None:
+        measured = costs_from_trace(args.from_trace, compile_ms=args.compile_ms, per_token_ms=args.per_token_ms)
+    if measured is not None and measured.lengths is not None and args.lengths is None and args.lengths_file is None:
+        lengths: Any = measured.lengths
+        lengths_how = measured.lengths_how
+    else:
+        lengths, lengths_how = _lengths(args), ""
+    probe_costs: Any = None
     if args.from_probe is not None:
         probe_costs = costs_from_probe(args.from_probe, compile_ms=args.compile_ms, per_token_ms=args.per_token_ms)
         compile_ms, per_token_ms = probe_costs.compile_ms, probe_costs.per_token_ms
+    elif measured is not None:
+        probe_costs = measured
+        compile_ms, per_token_ms = measured.compile_ms, measured.per_token_ms
     elif args.compile_ms is None or args.per_token_ms is None:
         missing = " and ".join(o for o, v in (("--compile-ms", args.compile_ms), ("--per-token-ms", args.per_token_ms))
                                if v is None)
-        raise InputError(f"give {missing}, or --from-probe P.json to estimate "
-                         f"{'them' if ' and ' in missing else 'it'} from a probe report")
+        raise InputError(f"give {missing}, or --from-probe P.json, --from-watch W.json or --from-trace R.json to "
+                         f"estimate {'them' if ' and ' in missing else 'it'} from a report")
     else:
         compile_ms, per_token_ms = args.compile_ms, args.per_token_ms
-    plan = plan_buckets(lengths, compile_ms=compile_ms, per_token_ms=per_token_ms, max_buckets=args.max_buckets)
+    compiles = args.compiles or (measured.compiles if measured is not None else "static")
+    compiles_how = ("given (--compiles)" if args.compiles else measured.compiles_how if measured is not None
+                    else "static (the default)")
+    plan = plan_buckets(lengths, compile_ms=compile_ms, per_token_ms=per_token_ms, max_buckets=args.max_buckets,
+                        compiles=compiles)
     text = str(plan)
+    source = next((str(v) for _, v in sources), "")
     if probe_costs is not None:
-        text += ("\nCosts estimated from " + safe_text(args.from_probe) + "\n"
+        said = "estimated from" if args.from_probe is not None else "measured on the model, from"
+        text += (f"\nCosts {said} " + safe_text(source) + "\n"
                  f"  compile_ms: {probe_costs.compile_how}\n  per_token_ms: {probe_costs.per_token_how}\n")
+    if lengths_how:
+        text += f"  lengths: {lengths_how}\n"
+    if measured is not None or args.compiles:
+        text += f"  compiles: {compiles_how}\n"
     written = None
     if args.json is not None:
         from ..system.fileio import write_output
 
         data: dict[str, Any] = plan.to_dict()
-        data["costs_from"] = ({"probe": args.from_probe, **probe_costs.to_dict()} if probe_costs is not None
-                              else "given")
+        data["costs_from"] = ({sources[0][0].removeprefix("--from-"): source, **probe_costs.to_dict()}
+                              if probe_costs is not None else "given")
+        data["compiles_how"] = compiles_how
         written = write_output(args.json, json.dumps(data, indent=2, allow_nan=False) + "\n")
     sys.stdout.write(text)
     if written is not None:

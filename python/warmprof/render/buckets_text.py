@@ -41,7 +41,12 @@ class BucketsTextRenderer(Renderer):
         out = [f"warmprof buckets: {_n(plan.requests, 'request')} at {_n(plan.distinct_lengths, 'distinct length')} "
                f"({lo}-{hi})",
                f"  costs: {ms(plan.compile_ms_per_bucket)} per bucket compiled, {_per_token(plan.per_token_ms)} per "
-               f"padded token{cap}", "",
+               f"padded token{cap}",
+               "  compiles: " + ("one per bucket (static shapes: torch.compile(dynamic=False), CUDA graphs, an engine "
+                                 "per shape)" if plan.compiles == "static" else
+                                 "two at most, whatever the buckets (torch.compile's automatic dynamic shapes: the second "
+                                 "length recompiles with the size dynamic, that graph serves the rest; its own per-call "
+                                 "cost is not modelled)"), "",
                f"Plan: {_n(len(plan.boundaries), 'bucket')}"]
         rows = [[f"{b.upper}", f"{b.lower}-{b.upper}" if b.lower != b.upper else f"{b.upper}", f"{b.lengths}",
                  f"{b.requests}", f"{b.padded_tokens}"] for b in plan.buckets]

@@ -22,7 +22,8 @@ SCHEMA = S.Obj(
     {"boundaries": S.ListOf(S.POSITIVE_INT), "cost_ms": S.NUM, "compile_ms": S.NUM, "padding_ms": S.NUM,
      "padded_tokens": S.NON_NEGATIVE_INT, "requests": S.NON_NEGATIVE_INT, "distinct_lengths": S.POSITIVE_INT,
      "inputs": S.Obj({"compile_ms_per_bucket": S.NUM, "per_token_ms": S.NUM,
-                      "max_buckets": S.Nullable(S.POSITIVE_INT)}),
+                      "max_buckets": S.Nullable(S.POSITIVE_INT)},
+                     {"compiles": S.OneOf("compiles", ("static", "automatic"))}),
      "buckets": S.ListOf(_BUCKET), "baselines": S.Obj({"per_length": _COST, "one_bucket": _COST})},
     {"ratios": S.Obj(optional={"per_length_over_plan": S.Nullable(S.NUM),
                                "one_bucket_over_plan": S.Nullable(S.NUM)})},
@@ -74,6 +75,9 @@ class BucketPlan(ReportBase):
     max_buckets: int | None
     per_length: PlanCost  # baseline: one bucket per distinct length
     one_bucket: PlanCost  # baseline: one bucket, the longest length
+    # how many compiles a plan pays: "static" one per bucket; "automatic" (torch.compile's automatic
+    # dynamic shapes) min(buckets, 2)
+    compiles: str = "static"
     schema_version: int = SCHEMA_VERSION
 
     @property
@@ -106,7 +110,7 @@ class BucketPlan(ReportBase):
             "cost_ms": self.cost_ms, "compile_ms": self.compile_ms, "padding_ms": self.padding_ms,
             "padded_tokens": self.padded_tokens, "requests": self.requests, "distinct_lengths": self.distinct_lengths,
             "inputs": {"compile_ms_per_bucket": self.compile_ms_per_bucket, "per_token_ms": self.per_token_ms,
-                       "max_buckets": self.max_buckets},
+                       "max_buckets": self.max_buckets, "compiles": self.compiles},
             "buckets": [vars(b).copy() for b in self.buckets],
             "baselines": {"per_length": vars(self.per_length).copy(), "one_bucket": vars(self.one_bucket).copy()},
             "ratios": {"per_length_over_plan": self.vs_per_length, "one_bucket_over_plan": self.vs_one_bucket},
@@ -118,7 +122,8 @@ class BucketPlan(ReportBase):
         inputs, baselines = data["inputs"], data["baselines"]
         return {"boundaries": tuple(data["boundaries"]), "buckets": tuple(Bucket(**b) for b in data["buckets"]),
                 "compile_ms_per_bucket": inputs["compile_ms_per_bucket"], "per_token_ms": inputs["per_token_ms"],
-                "max_buckets": inputs["max_buckets"], "per_length": PlanCost(**baselines["per_length"]),
+                "max_buckets": inputs["max_buckets"], "compiles": inputs.get("compiles", "static"),
+                "per_length": PlanCost(**baselines["per_length"]),
                 "one_bucket": PlanCost(**baselines["one_bucket"])}
 
     def validate(self) -> None:

@@ -54,7 +54,15 @@ MAX_COST_MS = 1e9  # what one bucket or one padded token may cost: with MAX_LENG
 MAX_COUNT = 10**15  # requests of one length
 
 
-def plan_buckets(lengths: Any, *, compile_ms: float, per_token_ms: float, max_buckets: int | None = None) -> BucketPlan:
+STATIC = "static"  # every bucket compiles its own graph: torch.compile(dynamic=False), CUDA graphs, a TensorRT engine
+AUTOMATIC = "automatic"  # torch.compile's default (dynamic=None): the second distinct shape recompiles with the
+# varying size marked dynamic, and that one dynamic graph serves every later length: two compiles at most
+COMPILE_MODELS = (STATIC, AUTOMATIC)
+AUTOMATIC_COMPILES = 2
+
+
+def plan_buckets(lengths: Any, *, compile_ms: float, per_token_ms: float, max_buckets: int | None = None,
+                 compiles: str = STATIC) -> BucketPlan:
     """The bucket boundaries that cost the least in compiles plus padding, found exactly.
 
     lengths: the observed request lengths, a list with repeats (the distribution) or a {length:
@@ -65,34 +73,58 @@ def plan_buckets(lengths: Any, *, compile_ms: float, per_token_ms: float, max_bu
     Returns a BucketPlan: .boundaries (ascending, the last the longest length), .cost_ms =
     .compile_ms + .padding_ms, and the same figures for one bucket per length (.per_length) and
     one bucket (.one_bucket). Among plans of equal cost, the one with fewest buckets is returned.
+
+    compiles: how many compiles a plan pays. "static" (the default): one per bucket used, as
+    torch.compile(dynamic=False), CUDA graph capture or an engine per shape pay. "automatic":
+    torch.compile's default automatic dynamic shapes, where the second distinct length recompiles
+    with that size dynamic and the one dynamic graph serves the rest: min(buckets, 2) compiles, so
+    past two buckets padding only adds cost (the plan is then one bucket, or one per length, or the
+    least padding the cap allows). A dynamic graph's own per-call cost is not modelled: measure it.
     """
     hist = _histogram(lengths)
     compile_ms = _cost(compile_ms, "compile_ms")
     per_token_ms = _cost(per_token_ms, "per_token_ms")
     if max_buckets is not None:
         max_buckets = _positive_int(max_buckets, "max_buckets")
+    if compiles not in COMPILE_MODELS:
+        raise InputError(f"compiles must be one of {', '.join(COMPILE_MODELS)}, not {compiles!r}")
     values = [v for v, _ in hist]
     P, Q = [0], [0]  # prefix sums: requests, and tokens
     for v, c in hist:
         P.append(P[-1] + c)
         Q.append(Q[-1] + c * v)
+    n = len(values)
 
-    ends = _optimal_ends(values, P, Q, compile_ms, per_token_ms, max_buckets)
+    def costed(buckets: int, padded: int) -> PlanCost:
+        if compiles == AUTOMATIC:
+            return _plan_cost(min(buckets, AUTOMATIC_COMPILES), padded, compile_ms, per_token_ms, buckets=buckets)
+        return _plan_cost(buckets, padded, compile_ms, per_token_ms)
+
+    if compiles == STATIC:
+        ends = _optimal_ends(values, P, Q, compile_ms, per_token_ms, max_buckets)
+    else:
+        # two compiles at most: the least padding the cap allows (a programme with no compile cost;
+        # ties to fewer buckets), against one bucket's one compile
+        least = _optimal_ends(values, P, Q, 0.0, per_token_ms, max_buckets)
+        pad_least = sum(_padding(values, P, Q, i, k) for i, k in zip([0, *least[:-1]], least))
+        one = [n]
+        ends = min((least, one), key=lambda e: (costed(len(e), pad_least if e is least else _padding(values, P, Q, 0, n))
+                                                .cost_ms, len(e)))
     buckets, start = [], 0
     for end in ends:  # each bucket: distinct lengths start..end-1, padded to values[end - 1]
         top = values[end - 1]
         buckets.append(Bucket(upper=top, lower=values[start], lengths=end - start, requests=P[end] - P[start],
                               padded_tokens=top * (P[end] - P[start]) - (Q[end] - Q[start])))
         start = end
-    plan = _plan_cost(len(buckets), sum(b.padded_tokens for b in buckets), compile_ms, per_token_ms)
-    n = len(values)
+    plan = costed(len(buckets), sum(b.padded_tokens for b in buckets))
     return BucketPlan(
         boundaries=tuple(b.upper for b in buckets), buckets=tuple(buckets), cost_ms=plan.cost_ms,
         compile_ms=plan.compile_ms, padding_ms=plan.padding_ms, padded_tokens=plan.padded_tokens,
         requests=P[n], distinct_lengths=n, compile_ms_per_bucket=compile_ms, per_token_ms=per_token_ms,
         max_buckets=max_buckets,
-        per_length=_plan_cost(n, 0, compile_ms, per_token_ms),
-        one_bucket=_plan_cost(1, values[-1] * P[n] - Q[n], compile_ms, per_token_ms),
+        per_length=costed(n, 0),
+        one_bucket=costed(1, values[-1] * P[n] - Q[n]),
+        compiles=compiles,
     )
 
 
@@ -141,6 +173,172 @@ def costs_from_probe(report: Any, *, compile_ms: float | None = None, per_token_
         compile_ms, compile_how = _probe_compile(report, per_token_ms)
     return ProbeCosts(compile_ms=compile_ms, per_token_ms=per_token_ms, compile_how=compile_how,
                       per_token_how=per_token_how)
+
+
+@dataclass(frozen=True)
+class MeasuredCosts:
+    """What a watch or trace report gives plan_buckets(): the costs measured on the model, the
+    lengths (a watch report's traffic; None from a trace), the compile model its compiles showed,
+    and how each was found."""
+
+    compile_ms: float
+    per_token_ms: float
+    compile_how: str
+    per_token_how: str
+    lengths: dict[int, int] | None = None
+    lengths_how: str = ""
+    compiles: str = STATIC
+    compiles_how: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        out = vars(self).copy()
+        if self.lengths is not None:
+            out["lengths"] = {str(k): v for k, v in sorted(self.lengths.items())}
+        return out
+
+
+def _key_shape(key: str) -> tuple[int, ...] | None:
+    """The first tensor's shape of a watch key ("1x80 int64", "1x80 int64, 1x80 int64"); None if
+    the key names none (a key function's own string)."""
+    first = key.split(",")[0].strip().split(" ")[0]
+    try:
+        dims = tuple(int(d) for d in first.split("x"))
+    except ValueError:
+        return None
+    return dims if dims and all(d >= 0 for d in dims) else None
+
+
+def costs_from_watch(report: Any, *, compile_ms: float | None = None, per_token_ms: float | None = None) -> MeasuredCosts:
+    """The costs and the traffic of a watched model, from a watch report (a WatchReport, or the path
+    of one saved with `warmprof watch --json` or Watcher.report().save()).
+
+    lengths: each key's calls, at the one dimension of the keys' first tensor that varies between keys
+    (the request length); refused when none or several vary (a key function's own keys: give the
+    lengths). compile_ms: the median over the keys' first calls that compiled of the jit_compile dynamo
+    bracketed in them (measured on the model). per_token_ms: the least-squares slope of the keys'
+    median latency against their length, over keys with 3 calls or more (the median is then a steady
+    call's), 0 where it falls (padding costs nothing measurable). compiles: "static" where every
+    key's first call compiled, "automatic" where only the first two did and later keys did not (one
+    dynamic graph served them). A figure given is used as it is."""
+    from ..report.watch import WatchReport
+
+    if isinstance(report, (str, os.PathLike)):
+        report = WatchReport.load(report)
+    if not isinstance(report, WatchReport):
+        kind = getattr(report, "KIND", None) or type(report).__name__
+        raise InputError(f"--from-watch reads a watch report (warmprof watch --json W.json), not a {kind!r}")
+    shapes = {k["key"]: _key_shape(str(k["key"])) for k in report.keys}
+    known = {key: sh for key, sh in shapes.items() if sh is not None}
+    if len(known) < 2 or len({len(sh) for sh in known.values()}) != 1:
+        raise InputError("the watch report's keys do not name two or more shapes of one rank: give the lengths "
+                         "(--lengths) and the costs")
+    rank = len(next(iter(known.values())))
+    varying = [d for d in range(rank) if len({sh[d] for sh in known.values()}) > 1]
+    if len(varying) != 1:
+        raise InputError(f"the watch report's keys vary in {len(varying)} dimensions ({varying}), not one: give the "
+                         "lengths (--lengths)")
+    dim = varying[0]
+    keys = [k for k in report.keys if k["key"] in known]
+    lengths: dict[int, int] = {}
+    for k in keys:
+        n = known[k["key"]][dim]
+        if n > 0:
+            lengths[n] = lengths.get(n, 0) + int(k["calls"])
+    skipped = len(report.keys) - len(keys)
+    lengths_how = (f"{sum(lengths.values())} calls at {len(lengths)} lengths: each key's calls, its length the "
+                   f"first tensor's dimension {dim} (the one that varies between keys)"
+                   + (f"; {skipped} key(s) naming no shape left out" if skipped else "")
+                   + (f"; {report.overflow_calls} calls at keys past the watcher's max_keys not counted"
+                      if report.overflow_calls else ""))
+    compiled: dict[str, float] = {}
+    firsts = 0
+    for e in report.events:
+        if e.get("first") and e.get("key") in known:
+            firsts += 1
+            ms = sum(float(c["ms"]) for c in e.get("causes", []) if c.get("cause") == "jit_compile")
+            if ms > 0:
+                compiled[e["key"]] = ms
+    order = [key for _, key in sorted(((e["index"], e["key"]) for e in report.events if e.get("first")
+                                       and e.get("key") in known))]
+    if len(compiled) == len(order) and order:
+        model, model_how = STATIC, f"static: each of the {len(order)} keys' first calls compiled"
+    elif len(order) > AUTOMATIC_COMPILES and set(compiled) <= set(order[:AUTOMATIC_COMPILES]) and compiled:
+        model, model_how = AUTOMATIC, (f"automatic: only the first {len(compiled)} of {len(order)} keys' first calls "
+                                       "compiled (one dynamic graph served the later lengths)")
+    else:
+        model, model_how = STATIC, (f"static (assumed): {len(compiled)} of {len(order)} keys' first calls compiled, "
+                                    "neither every one nor only the first two")
+    if compile_ms is not None:
+        compile_ms, compile_how = _cost(compile_ms, "compile_ms"), "given"
+    elif compiled:
+        compile_ms = median(list(compiled.values()))
+        compile_how = (f"median jit_compile dynamo bracketed in the first call of the {len(compiled)} keys that "
+                       f"compiled: {compile_ms:.4g} ms (measured on the model)")
+    else:
+        compile_ms, compile_how = 0.0, f"none of the {firsts} keys' first calls compiled: 0"
+    if per_token_ms is not None:
+        per_token_ms, per_token_how = _cost(per_token_ms, "per_token_ms"), "given"
+    else:
+        steady = [(known[k["key"]][dim], float(k["p50_ms"])) for k in keys if int(k["calls"]) >= 3]
+        if len({n for n, _ in steady}) < 2:
+            raise InputError("the watch report has fewer than two keys with 3 or more calls, so no steady latency per "
+                             "length to fit a per-token cost to: give --per-token-ms")
+        per_token_ms, slope = _slope(steady)
+        per_token_how = (f"least-squares slope of the median latency against length over {len(steady)} keys with 3+ "
+                         f"calls: {slope:.4g} ms per token" + (" (falling: 0 used)" if slope <= 0 else ""))
+    return MeasuredCosts(compile_ms=compile_ms, per_token_ms=per_token_ms, compile_how=compile_how,
+                         per_token_how=per_token_how, lengths=lengths, lengths_how=lengths_how, compiles=model,
+                         compiles_how=model_how)
+
+
+def _slope(points: list[tuple[int, float]]) -> tuple[float, float]:
+    """(the slope to use: 0 if it falls, the fitted slope) of y against x by least squares."""
+    n = len(points)
+    mx = sum(x for x, _ in points) / n
+    my = sum(y for _, y in points) / n
+    sxx = sum((x - mx) ** 2 for x, _ in points)
+    slope = sum((x - mx) * (y - my) for x, y in points) / sxx if sxx > 0 else 0.0
+    return max(slope, 0.0), slope
+
+
+COMPILE_CAUSES = ("jit_compile", "graph_capture", "algorithm_selection")
+
+
+def costs_from_trace(report: Any, *, compile_ms: float | None = None, per_token_ms: float | None = None) -> MeasuredCosts:
+    """The costs of a traced model, from a trace report (a Report, or the path of one saved with
+    `warmprof trace --json`): compile_ms is what its first pass booked to the causes a new shape pays
+    again (jit_compile, graph_capture, algorithm_selection: the model's own, its warm control's taken
+    off); per_token_ms its steady median over the traced shape's last dimension (the sequence length
+    of token ids shaped (batch, length)). One shape was traced: the report says nothing of the
+    traffic (give the lengths) nor of automatic dynamic shapes (static is assumed)."""
+    from ..report.trace import Report
+
+    if isinstance(report, (str, os.PathLike)):
+        report = Report.load(report)
+    if not isinstance(report, Report):
+        kind = getattr(report, "KIND", None) or type(report).__name__
+        raise InputError(f"--from-trace reads a trace report (warmprof trace --json R.json), not a {kind!r}")
+    if compile_ms is not None:
+        compile_ms, compile_how = _cost(compile_ms, "compile_ms"), "given"
+    else:
+        by = report.by_cause()
+        parts = {c: by[c] for c in COMPILE_CAUSES if by.get(c, 0.0) > 0}
+        compile_ms = sum(parts.values())
+        compile_how = ((" + ".join(f"{c} {v:.4g} ms" for c, v in parts.items()) + " booked for the model's first pass "
+                        f"at {'x'.join(str(d) for d in report.shape or [])}") if parts else
+                       "the trace booked no compile, capture or algorithm selection: 0")
+    if per_token_ms is not None:
+        per_token_ms, per_token_how = _cost(per_token_ms, "per_token_ms"), "given"
+    else:
+        shape = list(report.shape or [])
+        if not shape or shape[-1] <= 0:
+            raise InputError("the trace report has no traced shape to divide its steady pass by: give --per-token-ms")
+        per_token_ms = report.steady_median_ms / shape[-1]
+        per_token_how = (f"steady median {report.steady_median_ms:.4g} ms / {shape[-1]} (the traced shape's last "
+                         "dimension taken as the length)")
+    return MeasuredCosts(compile_ms=compile_ms, per_token_ms=per_token_ms, compile_how=compile_how,
+                         per_token_how=per_token_how,
+                         compiles_how="static (assumed: one shape was traced, so automatic dynamic shapes were not seen)")
 
 
 def _number(x: Any) -> float | None:
@@ -361,10 +559,14 @@ def _walk(n: int, parents: list[list[int]], layered: bool) -> list[int]:
     return ends[::-1]
 
 
-def _plan_cost(buckets: int, padded: int, compile_ms: float, per_token_ms: float) -> PlanCost:
-    # cost_ms computed as the programme computes it, so the plan's figure is the one it minimised
-    return PlanCost(buckets=buckets, padded_tokens=padded, compile_ms=compile_ms * buckets,
-                    padding_ms=per_token_ms * padded, cost_ms=compile_ms * buckets + per_token_ms * padded)
+def _plan_cost(compiled: int, padded: int, compile_ms: float, per_token_ms: float,
+               buckets: int | None = None) -> PlanCost:
+    """A plan's figures: `compiled` compiles (one per bucket, unless `buckets` says otherwise: the
+    automatic model's min(buckets, 2)). cost_ms is computed as the programme computes it, so the
+    plan's figure is the one it minimised."""
+    return PlanCost(buckets=compiled if buckets is None else buckets, padded_tokens=padded,
+                    compile_ms=compile_ms * compiled, padding_ms=per_token_ms * padded,
+                    cost_ms=compile_ms * compiled + per_token_ms * padded)
 
 
 # -- input checks ------------------------------------------------------------------------------------
