@@ -70,3 +70,24 @@ def test_groups_count_and_time_the_recompiles_most_first():
     got = recompile_groups(compiles)
     assert [(g["count"], g["ms"]) for g in got] == [(2, 15.0), (1, 5.0)]
     assert got[0]["example"] == "tensor 'x' size mismatch at index 0. expected 1, actual 2"
+
+
+class _Followed(_Recompiling):
+    """The advice followed: the inner function compiled with dynamic=True."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = torch.compile(lambda x: (x * 2).sin(), backend="eager", dynamic=True)
+
+
+def test_the_advice_names_the_dimension_and_following_it_removes_the_recompiles(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    torch._dynamo.reset()
+    r = warmprof.trace(_Recompiling(), inputs=(torch.randn(2, 8, 8),))
+    line = next(a for a in r.advice if a.startswith("jit_compile ("))
+    assert "recompiled 3 time(s) for a new size of x at dimension 1" in line
+    assert "torch._dynamo.mark_dynamic(x, 1)" in line and "dynamic=True" in line
+    torch._dynamo.reset()
+    followed = warmprof.trace(_Followed(), inputs=(torch.randn(2, 8, 8),))
+    assert followed.torch_compile.compiles == 1 and followed.torch_compile.recompiles == []
+    assert not any("recompiled" in a for a in followed.advice)

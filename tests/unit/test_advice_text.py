@@ -104,3 +104,16 @@ def test_the_cause_tables_generic_advice_is_true_on_any_device():
     for name in causes.names():
         row = causes.get(name)
         assert not CUDA_ONLY.search(row.advice), name
+
+
+@pytest.mark.parametrize("cache, kept", [("hit", False), ("miss", True), ("n/a", True)])
+def test_no_keep_the_cache_line_after_an_inductor_cache_hit(cache, kept):
+    from warmprof.report.trace import TorchCompileFigures
+
+    r = trace_report({"jit_compile": 40.0}, compile="default")
+    r.causes = [dataclasses.replace(c, source="torch.compile/inductor") if c.cause == "jit_compile" else c
+                for c in r.causes]
+    r.torch_compile = TorchCompileFigures(torch_reported_ms=40.0, compiles=1, inductor_cache=cache)
+    lines = advise(r)
+    assert lines[0].startswith("jit_compile (") and "mostly torch.compile" in lines[0], lines
+    assert any("Keep inductor's cache" in line for line in lines) == kept, lines

@@ -126,7 +126,10 @@ def advise(report: Any, share_floor: float = 0.1, max_causes: int = 3) -> list[s
         if share < share_floor:
             continue
         top_source = max(sources[cause], key=sources[cause].__getitem__)
-        for i, line in enumerate(_lines(cause, top_source, column)):
+        said = _lines(cause, top_source, column)
+        if (cause, top_source) == ("jit_compile", "torch.compile"):
+            said = _compile_lines(report, said)
+        for i, line in enumerate(said):
             head = f"{cause} ({share:.0%} of the {whole}, mostly {top_source})" if i == 0 else f"{cause}, also"
             lines.append(f"{head}: {line}")
     unattributed = report.unattributed_ms
@@ -145,6 +148,29 @@ def advise(report: Any, share_floor: float = 0.1, max_causes: int = 3) -> list[s
                      "ms), with no single cause holding a tenth of it: one pass per served shape at start-up moves "
                      "one-time costs of any cause before traffic.")
     return lines + _threads_line(report)
+
+
+def _compile_lines(report: Any, lines: list[str]) -> list[str]:
+    """torch.compile's lines from what dynamo said: where a size guard recompiled per length, the
+    dimension to mark dynamic leads (its tensor and index from the guard's text); after an inductor
+    cache hit there is no line telling to keep the cache (it was kept)."""
+    import re
+
+    tc = getattr(report, "torch_compile", None)
+    if tc is None:
+        return lines
+    out = list(lines)
+    sized = next((g for g in tc.recompiles if "size mismatch at index" in g["reason"]), None)
+    if sized is not None:
+        m = re.search(r"tensor '([^']+)' size mismatch at index (\d+)", sized["reason"])
+        name, dim = (m.group(1), m.group(2)) if m else ("the input", "N")
+        out[0] = (f"dynamo recompiled {sized['count']} time(s) for a new size of {name} at dimension {dim}: mark it "
+                  f"dynamic before the first call (torch._dynamo.mark_dynamic({name}, {dim})) or compile with "
+                  "dynamic=True, so one graph serves every length; or pad to a few buckets (warmprof buckets) and warm "
+                  "each before taking traffic.")
+    if tc.inductor_cache == "hit":
+        out = [line for line in out if not line.startswith("Keep inductor's cache")]
+    return out
 
 
 NOISY_BAND = 0.5  # a noise band over this fraction of the steady median: the machine was too noisy to say more
