@@ -58,7 +58,7 @@ class M(torch.nn.Module):
             self.action = ""
         if self.action == "daemon":  # a helper that detaches itself (setsid, a double fork): an orphan
             import subprocess
-            subprocess.run(["setsid", "sh", "-c", 'sh -c "echo \\$\\$ > $WPH_SUBFILE; exec sleep 300" &'], check=True)
+            subprocess.run(["setsid", "sh", "-c", r'sh -c "echo \\$\\$ > $WPH_SUBFILE; exec sleep 300" &'], check=True)
             self.action = ""
         if self.action in ("stringio", "none", "close1"):  # the model takes stdout away while it runs
             import io, sys
