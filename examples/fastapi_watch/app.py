@@ -8,7 +8,7 @@ Run it (after `pip install warmprof fastapi uvicorn prometheus_client`, torch fi
     python examples/fastapi_watch/app.py --port 8000
     curl -s -X POST localhost:8000/generate -H 'content-type: application/json' -d '{"ids": [1, 2, 3, 4]}'
     curl -s localhost:8000/warmprof/summary
-    curl -s localhost:8000/metrics | grep warmprof_watch_first_call_seconds
+    curl -s localhost:8000/metrics/ | grep warmprof_watch_first_call_seconds
 
 Each new prompt length compiles (dynamic=False, as a service that pads to buckets or captures CUDA
 graphs runs): its first call is an event with jit_compile booked, and every later call at that

@@ -207,8 +207,9 @@ def allocation(spec: dict[str, Any]) -> str:
         # a size list of small integers can still ask for a huge tensor (new_empty [100000, 100000])
         product = max(_int_list_products(spec), default=0)
         if product > MAX_SIZE_ARGUMENT:
-            return (f"it takes a list of integers whose product is {product:,} (a size) and its output size cannot be "
-                    f"checked (no meta kernel): over the {MAX_SIZE_ARGUMENT:,} elements a replay takes unchecked")
+            return (f"it takes a list of integers whose product passes {MAX_SIZE_ARGUMENT:,} (a size: at least "
+                    f"{product:,} elements) and its output size cannot be checked (no meta kernel): over what a replay "
+                    "takes unchecked")
         return ""
     if inputs + outputs > MAX_REPLAY_BYTES:
         return (f"its inputs and outputs take {(inputs + outputs) / 2**30:.1f} GiB, over the "
@@ -261,7 +262,9 @@ def _int_list_products(spec: dict[str, Any]) -> list[int]:
         if items and len(ints) == len(values):
             product = 1
             for v in ints:
-                product *= max(abs(v), 1)
+                product *= abs(v)  # a 0 in a size: an empty tensor, nothing to allocate
+                if product > MAX_SIZE_ARGUMENT:  # past the cap: the figure says so without growing huge
+                    break
             found.append(product)
         for x in items:
             walk(x)

@@ -117,3 +117,16 @@ def test_no_keep_the_cache_line_after_an_inductor_cache_hit(cache, kept):
     lines = advise(r)
     assert lines[0].startswith("jit_compile (") and "mostly torch.compile" in lines[0], lines
     assert any("Keep inductor's cache" in line for line in lines) == kept, lines
+
+
+def test_the_dimension_to_mark_dynamic_is_named_as_dynamo_wrote_it():
+    from warmprof.report.trace import TorchCompileFigures, recompile_groups
+
+    r = trace_report({"jit_compile": 40.0}, compile="default")
+    r.causes = [dataclasses.replace(c, source="torch.compile/dynamo") if c.cause == "jit_compile" else c
+                for c in r.causes]
+    groups = recompile_groups([{"recompile_reason": f"0/{i}: tensor 'args[0]' size mismatch at index 1. expected {n}, "
+                                                    f"actual {n + 1}", "span_ms": 5.0} for i, n in enumerate((4, 5))])
+    r.torch_compile = TorchCompileFigures(torch_reported_ms=40.0, compiles=3, recompiles=groups)
+    line = advise(r)[0]
+    assert "a new size of args[0] at dimension 1" in line and "torch._dynamo.mark_dynamic(args[0], 1)" in line, line

@@ -174,3 +174,43 @@ def test_cli_from_trace_needs_the_lengths_and_one_source(tmp_path, capsys):
     assert "give one source of costs, not --from-watch and --from-trace" in capsys.readouterr().err
     assert cli.main(["buckets", "--from-watch", str(path)]) != 0  # a trace report is no watch report
     assert "watch" in capsys.readouterr().err
+
+
+def test_keys_that_name_no_one_length_serve_when_the_lengths_and_per_token_are_given(tmp_path, capsys):
+    r = _watch()
+    r.keys = [dict(k, key=name) for k, name in zip(r.keys, ["1x16 int64", "2x24 int64", "3x32 int64", "4x40 int64"])]
+    r.events = [dict(e, key=name) for e, name in zip(r.events, ["1x16 int64", "2x24 int64", "3x32 int64", "4x40 int64"])]
+    c = costs_from_watch(r, per_token_ms=0.02, need_lengths=False)
+    assert c.lengths is None and c.compile_ms == pytest.approx(1050.0) and c.compiles == "static"
+    path = r.save(tmp_path / "w.json")
+    assert cli.main(["buckets", "--from-watch", str(path), "--lengths", "16,40", "--per-token-ms", "0.02",
+                     "--json", str(tmp_path / "p.json")]) == 0
+    assert "lengths" not in json.loads((tmp_path / "p.json").read_text())["costs_from"]  # the caller's, not the report's
+
+
+def test_keyword_keys_name_their_shape():
+    r = _watch()
+    names = [f"input_ids={k['key']}" for k in r.keys]
+    r.keys = [dict(k, key=n) for k, n in zip(r.keys, names)]
+    r.events = [dict(e, key=n) for e, n in zip(r.events, names)]
+    assert costs_from_watch(r).lengths == {16: 6, 24: 4, 32: 3, 40: 5}
+
+
+def test_a_report_that_kept_no_first_call_is_refused_unless_the_compile_is_given():
+    r = _watch()
+    r.events, r.events_dropped = [], 4
+    with pytest.raises(InputError, match="kept no key's first call"):
+        costs_from_watch(r)
+    assert costs_from_watch(r, compile_ms=7.0).compile_ms == 7.0
+
+
+def test_one_compile_for_every_length_reads_as_automatic_with_two_as_an_upper_bound():
+    c = costs_from_watch(_watch(compiled_keys=1))
+    assert c.compiles == "automatic" and "two is an upper bound" in c.compiles_how
+
+
+def test_a_capture_counts_as_a_compile_of_a_new_shape():
+    r = _watch()
+    r.events = [dict(e, causes=[dict(c, cause="graph_capture") for c in e["causes"]]) for e in r.events]
+    c = costs_from_watch(r)
+    assert c.compile_ms == pytest.approx(1050.0) and c.compiles == "static"

@@ -157,10 +157,15 @@ def test_an_op_without_a_meta_kernel_is_refused_a_huge_size_argument(monkeypatch
     assert opspec.allocation(dict(spec, args=[SMALL, {"list": [{"value": 64}]}])) == ""
     # each size under the cap, their product (10^10 elements, 37 GiB of float32) far past it
     huge = dict(spec, args=[SMALL, {"list": [{"value": 100000}, {"value": 100000}]}])
-    assert "whose product is 10,000,000,000" in opspec.allocation(huge)
+    assert "whose product passes 16,777,216 (a size: at least 10,000,000,000 elements)" in opspec.allocation(huge)
     nested = dict(spec, args=[SMALL, {"list": [{"list": [{"value": 8192}, {"value": 8192}]}]}])
-    assert "whose product is 67,108,864" in opspec.allocation(nested)
+    assert "at least 67,108,864 elements" in opspec.allocation(nested)
     assert opspec.allocation(dict(spec, args=[SMALL, {"list": [{"value": 64}, {"value": 64}]}])) == ""
+    # a hand-edited list of 600 sizes at the cap: refused with a figure, never a 4,300-digit integer
+    many = dict(spec, args=[SMALL, {"list": [{"value": 1 << 24}] * 600}])
+    assert "at least 281,474,976,710,656 elements" in opspec.allocation(many)
+    empty = dict(spec, args=[SMALL, {"list": [{"value": 0}, {"value": 10**7}, {"value": 10**7}]}])
+    assert opspec.allocation(empty) == ""  # a 0 in the size: an empty tensor
 
 
 def test_the_new_shapes_past_the_cap_are_skipped_by_the_child():

@@ -229,3 +229,9 @@ def test_a_read_from_a_cold_page_cache_is_a_disk_read(tmp_path):
     (disk,) = [c for c in e["causes"] if c["cause"] == "disk_read"]
     assert disk["count"] == call.inblock + call.majflt and f"{call.inblock} blocks read" in disk["detail"]
     assert not any(c["cause"] == "wait" for c in e["causes"])
+
+
+def test_a_call_read_never_to_have_blocked_books_no_wait_nor_disk_read():
+    # off its CPU with no voluntary switch (nvcsw read: 0): the clocks' skew or steal, as a trace reads it
+    got = _causes(_event(run_delay_ms=0.0, majflt=3, nvcsw=0))
+    assert "wait" not in got and "disk_read" not in got

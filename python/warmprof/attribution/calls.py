@@ -224,6 +224,8 @@ def _blocked_parts(facts: CallFacts, off_cpu_ns: float, measured_ns: float, room
     reads = facts.major_faults + facts.blocks_read
     exact = facts.cpu_exact and facts.run_delay_ns is not None
     switches = facts.voluntary_switches
+    if switches == 0:  # read, and it never blocked: what is left is the clocks' skew or steal, no wait (as a trace reads it)
+        return []
     share = 0.0
     io_blocks = 0
     if reads:

@@ -13,7 +13,7 @@ from ..errors import InputError
 
 NAME = "buckets"
 HELP = ("Plan padding buckets for observed request lengths: the boundaries that cost least in compiles plus "
-        "padding, against one bucket per length and one bucket (costs given, or from a probe report)")
+        "padding, against one bucket per length and one bucket (costs given, or from a probe, watch or trace report)")
 
 
 def setup(parser: argparse.ArgumentParser) -> None:
@@ -57,7 +57,8 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"give one source of costs, not {' and '.join(o for o, _ in sources)}")
     measured = None
     if args.from_watch is not None:
-        measured = costs_from_watch(args.from_watch, compile_ms=args.compile_ms, per_token_ms=args.per_token_ms)
+        measured = costs_from_watch(args.from_watch, compile_ms=args.compile_ms, per_token_ms=args.per_token_ms,
+                                    need_lengths=args.lengths is None and args.lengths_file is None)
     elif args.from_trace is not None:
         measured = costs_from_trace(args.from_trace, compile_ms=args.compile_ms, per_token_ms=args.per_token_ms)
     if measured is not None and measured.lengths is not None and args.lengths is None and args.lengths_file is None:
@@ -101,6 +102,9 @@ def run(args: argparse.Namespace) -> int:
         data: dict[str, Any] = plan.to_dict()
         data["costs_from"] = ({sources[0][0].removeprefix("--from-"): source, **probe_costs.to_dict()}
                               if probe_costs is not None else "given")
+        if isinstance(data["costs_from"], dict) and not lengths_how:  # the lengths were the caller's, not the report's
+            data["costs_from"].pop("lengths", None)
+            data["costs_from"].pop("lengths_how", None)
         data["compiles_how"] = compiles_how
         written = write_output(args.json, json.dumps(data, indent=2, allow_nan=False) + "\n")
     sys.stdout.write(text)

@@ -198,9 +198,9 @@ class MeasuredCosts:
 
 
 def _key_shape(key: str) -> tuple[int, ...] | None:
-    """The first tensor's shape of a watch key ("1x80 int64", "1x80 int64, 1x80 int64"); None if
-    the key names none (a key function's own string)."""
-    first = key.split(",")[0].strip().split(" ")[0]
+    """The first tensor's shape of a watch key ("1x80 int64", "1x80 int64, 1x80 int64", a keyword's
+    "input_ids=1x80 int64"); None if the key names none (a key function's own string)."""
+    first = key.split(",")[0].strip().split(" ")[0].split("=")[-1]
     try:
         dims = tuple(int(d) for d in first.split("x"))
     except ValueError:
@@ -208,18 +208,22 @@ def _key_shape(key: str) -> tuple[int, ...] | None:
     return dims if dims and all(d >= 0 for d in dims) else None
 
 
-def costs_from_watch(report: Any, *, compile_ms: float | None = None, per_token_ms: float | None = None) -> MeasuredCosts:
+def costs_from_watch(report: Any, *, compile_ms: float | None = None, per_token_ms: float | None = None,
+                     need_lengths: bool = True) -> MeasuredCosts:
     """The costs and the traffic of a watched model, from a watch report (a WatchReport, or the path
     of one saved with `warmprof watch --json` or Watcher.report().save()).
 
-    lengths: each key's calls, at the one dimension of the keys' first tensor that varies between keys
-    (the request length); refused when none or several vary (a key function's own keys: give the
-    lengths). compile_ms: the median over the keys' first calls that compiled of the jit_compile dynamo
-    bracketed in them (measured on the model). per_token_ms: the least-squares slope of the keys'
-    median latency against their length, over keys with 3 calls or more (the median is then a steady
-    call's), 0 where it falls (padding costs nothing measurable). compiles: "static" where every
-    key's first call compiled, "automatic" where only the first two did and later keys did not (one
-    dynamic graph served them). A figure given is used as it is."""
+    lengths (unless need_lengths is False: the caller has its own): each key's calls, at the one
+    dimension of the keys' first tensor that varies between keys (the request length); refused when
+    none or several vary (a key function's own keys: give the lengths). compile_ms: the median, over
+    the keys whose first call compiled, of what that call booked to the causes a new shape pays again
+    (jit_compile, graph_capture, algorithm_selection: measured on the model); refused when the report
+    kept no key's first call (its oldest events dropped). per_token_ms: the least-squares slope of the
+    keys' median latency against their length, over keys with 3 calls or more (the median is then a
+    steady call's), 0 where it falls (padding costs nothing measurable). compiles: "static" where every
+    key's first call compiled; "automatic" where only the first one or two did and later keys did not
+    (one dynamic graph served them: with one, the model's two compiles are an upper bound). A figure
+    given is used as it is, and what it needs is not read."""
     from ..report.watch import WatchReport
 
     if isinstance(report, (str, os.PathLike)):
@@ -227,55 +231,52 @@ def costs_from_watch(report: Any, *, compile_ms: float | None = None, per_token_
     if not isinstance(report, WatchReport):
         kind = getattr(report, "KIND", None) or type(report).__name__
         raise InputError(f"--from-watch reads a watch report (warmprof watch --json W.json), not a {kind!r}")
-    shapes = {k["key"]: _key_shape(str(k["key"])) for k in report.keys}
-    known = {key: sh for key, sh in shapes.items() if sh is not None}
-    if len(known) < 2 or len({len(sh) for sh in known.values()}) != 1:
-        raise InputError("the watch report's keys do not name two or more shapes of one rank: give the lengths "
-                         "(--lengths) and the costs")
-    rank = len(next(iter(known.values())))
-    varying = [d for d in range(rank) if len({sh[d] for sh in known.values()}) > 1]
-    if len(varying) != 1:
-        raise InputError(f"the watch report's keys vary in {len(varying)} dimensions ({varying}), not one: give the "
-                         "lengths (--lengths)")
-    dim = varying[0]
-    keys = [k for k in report.keys if k["key"] in known]
-    lengths: dict[int, int] = {}
-    for k in keys:
-        n = known[k["key"]][dim]
-        if n > 0:
-            lengths[n] = lengths.get(n, 0) + int(k["calls"])
-    skipped = len(report.keys) - len(keys)
-    lengths_how = (f"{sum(lengths.values())} calls at {len(lengths)} lengths: each key's calls, its length the "
-                   f"first tensor's dimension {dim} (the one that varies between keys)"
-                   + (f"; {skipped} key(s) naming no shape left out" if skipped else "")
-                   + (f"; {report.overflow_calls} calls at keys past the watcher's max_keys not counted"
-                      if report.overflow_calls else ""))
-    compiled: dict[str, float] = {}
-    firsts = 0
-    for e in report.events:
-        if e.get("first") and e.get("key") in known:
-            firsts += 1
-            ms = sum(float(c["ms"]) for c in e.get("causes", []) if c.get("cause") == "jit_compile")
-            if ms > 0:
-                compiled[e["key"]] = ms
-    order = [key for _, key in sorted(((e["index"], e["key"]) for e in report.events if e.get("first")
-                                       and e.get("key") in known))]
-    if len(compiled) == len(order) and order:
+    lengths: dict[int, int] | None = None
+    lengths_how = ""
+    if need_lengths or per_token_ms is None:
+        dim, known = _length_dim(report)
+        keys = [k for k in report.keys if k["key"] in known]
+    if need_lengths:
+        lengths = {}
+        for k in keys:
+            n = known[k["key"]][dim]
+            if n > 0:
+                lengths[n] = lengths.get(n, 0) + int(k["calls"])
+        skipped = len(report.keys) - len(keys)
+        lengths_how = (f"{sum(lengths.values())} calls at {len(lengths)} lengths: each key's calls, its length the "
+                       f"first tensor's dimension {dim} (the one that varies between keys)"
+                       + (f"; {skipped} key(s) naming no shape left out" if skipped else "")
+                       + (f"; {report.overflow_calls} calls at keys past the watcher's max_keys not counted"
+                          if report.overflow_calls else ""))
+    # each key's first call, as the report kept it (its oldest events may have been dropped)
+    firsts = sorted((e for e in report.events if e.get("first")), key=lambda e: e["index"])
+    order = [e["key"] for e in firsts]
+    compiled = {e["key"]: ms for e in firsts
+                if (ms := sum(float(c["ms"]) for c in e.get("causes", []) if c.get("cause") in COMPILE_CAUSES)) > 0}
+    missing = len({k["key"] for k in report.keys} - set(order))
+    lost = (f"; {missing} key(s)' first calls not kept (the report's oldest events dropped: "
+            f"{report.events_dropped})" if missing else "")
+    if compiled and len(compiled) == len(order) and not missing:
         model, model_how = STATIC, f"static: each of the {len(order)} keys' first calls compiled"
-    elif len(order) > AUTOMATIC_COMPILES and set(compiled) <= set(order[:AUTOMATIC_COMPILES]) and compiled:
+    elif compiled and len(order) > len(compiled) and set(compiled) <= set(order[:AUTOMATIC_COMPILES]) and not missing:
         model, model_how = AUTOMATIC, (f"automatic: only the first {len(compiled)} of {len(order)} keys' first calls "
-                                       "compiled (one dynamic graph served the later lengths)")
+                                       "compiled (one dynamic graph served the later lengths"
+                                       + ("; with one compile only, two is an upper bound)" if len(compiled) == 1
+                                          else ")"))
     else:
-        model, model_how = STATIC, (f"static (assumed): {len(compiled)} of {len(order)} keys' first calls compiled, "
-                                    "neither every one nor only the first two")
+        model, model_how = STATIC, (f"static (assumed): {len(compiled)} of {len(order)} kept keys' first calls "
+                                    f"compiled, neither every one nor only the first one or two{lost}")
     if compile_ms is not None:
         compile_ms, compile_how = _cost(compile_ms, "compile_ms"), "given"
     elif compiled:
         compile_ms = median(list(compiled.values()))
-        compile_how = (f"median jit_compile dynamo bracketed in the first call of the {len(compiled)} keys that "
-                       f"compiled: {compile_ms:.4g} ms (measured on the model)")
+        compile_how = (f"median of what the first call of the {len(compiled)} keys that compiled booked to "
+                       f"{', '.join(COMPILE_CAUSES)}: {compile_ms:.4g} ms (measured on the model){lost}")
+    elif not firsts:
+        raise InputError(f"the watch report kept no key's first call (events dropped: {report.events_dropped}), so "
+                         "no compile cost can be read from it: give --compile-ms")
     else:
-        compile_ms, compile_how = 0.0, f"none of the {firsts} keys' first calls compiled: 0"
+        compile_ms, compile_how = 0.0, f"none of the {len(firsts)} kept keys' first calls compiled: 0{lost}"
     if per_token_ms is not None:
         per_token_ms, per_token_how = _cost(per_token_ms, "per_token_ms"), "given"
     else:
@@ -289,6 +290,21 @@ def costs_from_watch(report: Any, *, compile_ms: float | None = None, per_token_
     return MeasuredCosts(compile_ms=compile_ms, per_token_ms=per_token_ms, compile_how=compile_how,
                          per_token_how=per_token_how, lengths=lengths, lengths_how=lengths_how, compiles=model,
                          compiles_how=model_how)
+
+
+def _length_dim(report: Any) -> tuple[int, dict[str, tuple[int, ...]]]:
+    """(the dimension that varies between the keys' first tensors, key -> its shape), or an InputError."""
+    shapes = {k["key"]: _key_shape(str(k["key"])) for k in report.keys}
+    known = {key: sh for key, sh in shapes.items() if sh is not None}
+    if len(known) < 2 or len({len(sh) for sh in known.values()}) != 1:
+        raise InputError("the watch report's keys do not name two or more shapes of one rank: give the lengths "
+                         "(--lengths) and --per-token-ms")
+    rank = len(next(iter(known.values())))
+    varying = [d for d in range(rank) if len({sh[d] for sh in known.values()}) > 1]
+    if len(varying) != 1:
+        raise InputError(f"the watch report's keys vary in {len(varying)} dimensions ({varying}), not one: give the "
+                         "lengths (--lengths) and --per-token-ms")
+    return varying[0], known
 
 
 def _slope(points: list[tuple[int, float]]) -> tuple[float, float]:
@@ -335,7 +351,8 @@ def costs_from_trace(report: Any, *, compile_ms: float | None = None, per_token_
             raise InputError("the trace report has no traced shape to divide its steady pass by: give --per-token-ms")
         per_token_ms = report.steady_median_ms / shape[-1]
         per_token_how = (f"steady median {report.steady_median_ms:.4g} ms / {shape[-1]} (the traced shape's last "
-                         "dimension taken as the length)")
+                         "dimension taken as the length): an average that includes the pass's fixed cost, so an upper "
+                         "bound on a padded token's cost; --from-watch fits the marginal one")
     return MeasuredCosts(compile_ms=compile_ms, per_token_ms=per_token_ms, compile_how=compile_how,
                          per_token_how=per_token_how,
                          compiles_how="static (assumed: one shape was traced, so automatic dynamic shapes were not seen)")

@@ -162,7 +162,7 @@ def _compile_lines(report: Any, lines: list[str]) -> list[str]:
     out = list(lines)
     sized = next((g for g in tc.recompiles if "size mismatch at index" in g["reason"]), None)
     if sized is not None:
-        m = re.search(r"tensor '([^']+)' size mismatch at index (\d+)", sized["reason"])
+        m = re.search(r"tensor '([^']+)' size mismatch at index (\d+)", sized["example"])  # the name as dynamo wrote it
         name, dim = (m.group(1), m.group(2)) if m else ("the input", "N")
         out[0] = (f"dynamo recompiled {sized['count']} time(s) for a new size of {name} at dimension {dim}: mark it "
                   f"dynamic before the first call (torch._dynamo.mark_dynamic({name}, {dim})) or compile with "

@@ -150,15 +150,18 @@ def _torch_load(path: str, say: Callable[[str], None] | None) -> Any:
 
     if not os.path.isfile(path):
         raise InputError(f"--inputs {path}: not a regular file; give {INPUTS_FORM}")
-    safe = True
+    try:
+        safe = "weights_only" in inspect.signature(torch.load).parameters
+    except (TypeError, ValueError):
+        safe = True
+    if not safe:  # a torch before 1.13 has no weights_only: its load unpickles anything in the file
+        (say or _warn)(f"--inputs {path}: torch {torch.__version__} has no torch.load(weights_only=True), so the "
+                       "file is loaded with full unpickling, which can run code stored in it: load only files "
+                       "you trust")
     try:
         with warnings.catch_warnings():  # torch's own warnings about a file it then refuses, say
             warnings.simplefilter("ignore")
-            value, safe = load_weights_only(torch, path)
-        if not safe:  # a torch before 1.13 has no weights_only: its load unpickled anything in the file
-            (say or _warn)(f"--inputs {path}: torch {torch.__version__} has no torch.load(weights_only=True), so the "
-                           "file was loaded with full unpickling, which can run code stored in it: load only files "
-                           "you trust")
+            value, _ = load_weights_only(torch, path)
         return value
     except pickle.UnpicklingError as e:
         why = _unpickler_says(str(e))
