@@ -191,9 +191,9 @@ def _own_cost_lines(r: Any) -> list[str]:
         if first < 0 or (isinstance(band, (int, float)) and abs(first) <= band):
             # the warm control's first pass came out at or under the clean steady median: the machine's
             # noise, not a saving; said so rather than as a cost of its own
-            within = f" (the noise band, {_ms(band)})" if isinstance(band, (int, float)) else ""
-            parts.append(f"{_ms(first)} on a first pass (the warm control, measured: within the machine's "
-                         f"noise{within}, read as none)")
+            within = f", a noise band of {_ms(band)}" if isinstance(band, (int, float)) else ""
+            parts.append(f"{_ms(first)} on a first pass (the warm control, measured; within the machine's "
+                         f"noise{within}: read as none)")
         else:
             parts.append(f"{_ms(first)} on a first pass (the warm control, measured)")
     if isinstance(own.get("steady_ms"), (int, float)):
