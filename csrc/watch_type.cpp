@@ -345,16 +345,21 @@ PyObject* call(PyObject* self_obj, PyObject* args, PyObject* kwargs) {
   // ends (see the top of this file); where getrusage has no thread CPU time, always from the CPU clock.
   const bool kept_before = after_idle || new_key;
   const bool exact = kept_before || !kUsageCpuLags;
-  const int64_t delay0 = kept_before ? run_delay_ns() : -1;
+  // The run-queue delay and the CPU clock are read inside the wall-clock window, never outside it: a
+  // preemption between a delay read and the wall clock's (getrusage is a natural point for one on a
+  // loaded machine) would count a wait for a CPU that is not in the call's time, and take it off the
+  // call's wait (seen: a 10 ms sleep read as 6 ms wait + 4 ms contention with a CPU hog per core). So
+  // delay within wall, CPU time within delay; the reads' own few microseconds are in the call's time.
   const Usage u0 = usage();
-  const int64_t cpu0 = kUsageCpuLags && exact ? thread_cpu_ns() : u0.cpu_ns;
   const uint64_t t0 = warmprof::clock::ticks();
+  const int64_t delay0 = kept_before ? run_delay_ns() : -1;
+  const int64_t cpu0 = kUsageCpuLags && exact ? thread_cpu_ns() : u0.cpu_ns;
   PyObject* result = PyObject_Call(self->fn, args, kwargs);
-  const uint64_t t1 = warmprof::clock::ticks();
   int64_t cpu1 = kUsageCpuLags && exact ? thread_cpu_ns() : 0;
+  const int64_t delay1 = kept_before ? run_delay_ns() : -1;
+  const uint64_t t1 = warmprof::clock::ticks();
   const Usage u1 = usage();
   if (!kUsageCpuLags) cpu1 = u1.cpu_ns;
-  const int64_t delay1 = kept_before ? run_delay_ns() : -1;
   const uint64_t compiles = t_compiles - compiles0;
   const uint64_t end = uint64_t(warmprof::clock::to_ns(t1));
   const uint64_t dur = uint64_t(warmprof::clock::to_ns(t1) - warmprof::clock::to_ns(t0));

@@ -299,6 +299,8 @@ def test_errors_propagate_and_are_counted_not_kept():
 
 
 def test_close_unwraps_and_releases_dynamos_callbacks():
+    import torch._dynamo  # noqa: F401  (watch taps dynamo's callbacks once it is imported, never imports it)
+
     before = registered_callbacks()
     w = watch(lambda x: x)
     assert registered_callbacks() == before + 2
