@@ -158,11 +158,7 @@ def costs_from_probe(report: Any, *, compile_ms: float | None = None, per_token_
     """
     from ..report.probe import ProbeReport
 
-    if isinstance(report, (str, os.PathLike)):
-        report = ProbeReport.load(report)  # a corrupt file or another kind: ReportError, naming the file
-    if not isinstance(report, ProbeReport):
-        kind = getattr(report, "KIND", None) or type(report).__name__
-        raise InputError(f"costs come from a probe report (warmprof probe --json P.json), not a {kind!r}")
+    report = _report_of(report, ProbeReport, "costs come from a probe report (warmprof probe --json P.json)")
     if per_token_ms is not None:
         per_token_ms, per_token_how = _cost(per_token_ms, "per_token_ms"), "given"
     else:
@@ -226,11 +222,7 @@ def costs_from_watch(report: Any, *, compile_ms: float | None = None, per_token_
     given is used as it is, and what it needs is not read."""
     from ..report.watch import WatchReport
 
-    if isinstance(report, (str, os.PathLike)):
-        report = WatchReport.load(report)
-    if not isinstance(report, WatchReport):
-        kind = getattr(report, "KIND", None) or type(report).__name__
-        raise InputError(f"--from-watch reads a watch report (warmprof watch --json W.json), not a {kind!r}")
+    report = _report_of(report, WatchReport, "--from-watch reads a watch report (warmprof watch --json W.json)")
     lengths: dict[int, int] | None = None
     lengths_how = ""
     if need_lengths or per_token_ms is None:
@@ -329,11 +321,7 @@ def costs_from_trace(report: Any, *, compile_ms: float | None = None, per_token_
     traffic (give the lengths) nor of automatic dynamic shapes (static is assumed)."""
     from ..report.trace import Report
 
-    if isinstance(report, (str, os.PathLike)):
-        report = Report.load(report)
-    if not isinstance(report, Report):
-        kind = getattr(report, "KIND", None) or type(report).__name__
-        raise InputError(f"--from-trace reads a trace report (warmprof trace --json R.json), not a {kind!r}")
+    report = _report_of(report, Report, "--from-trace reads a trace report (warmprof trace --json R.json)")
     if compile_ms is not None:
         compile_ms, compile_how = _cost(compile_ms, "compile_ms"), "given"
     else:
@@ -356,6 +344,17 @@ def costs_from_trace(report: Any, *, compile_ms: float | None = None, per_token_
     return MeasuredCosts(compile_ms=compile_ms, per_token_ms=per_token_ms, compile_how=compile_how,
                          per_token_how=per_token_how,
                          compiles_how="static (assumed: one shape was traced, so automatic dynamic shapes were not seen)")
+
+
+def _report_of(report: Any, cls: Any, wanted: str) -> Any:
+    """`report` as a `cls` report: loaded when a path (a corrupt file or another kind: ReportError,
+    naming the file), refused with an InputError saying `wanted` when another object."""
+    if isinstance(report, (str, os.PathLike)):
+        report = cls.load(report)
+    if not isinstance(report, cls):
+        kind = getattr(report, "KIND", None) or type(report).__name__
+        raise InputError(f"{wanted}, not a {kind!r}")
+    return report
 
 
 def _number(x: Any) -> float | None:
