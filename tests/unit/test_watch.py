@@ -642,6 +642,35 @@ def test_a_cuda_graph_recording_bracketed_by_dynamos_callbacks_is_graph_capture_
     assert sum(c["ms"] for c in e["causes"]) <= e["ms"] + 1e-9
 
 
+def test_a_recordings_end_is_stamped_on_the_calls_clock_not_clock_monotonic(monkeypatch):
+    """After minutes of serving CLOCK_MONOTONIC and the tick clock a call is timed on drift apart by
+    milliseconds (a few ppm): a recording's end read on the first fell outside its call's window on the
+    second, and its time was booked a compile (seen on torch 2.14.1, 7 minutes into the suite). Here
+    CLOCK_MONOTONIC is put a second off: the recording must still be its call's."""
+    from torch._dynamo.callback import CallbackArgs, CallbackTrigger
+
+    from warmprof.serving.watch import sources
+
+    real = _native.now_ns
+    monkeypatch.setattr(_native, "now_ns", lambda: real() + 1_000_000_000)
+
+    def serve(x):
+        if x == "record":
+            args = CallbackArgs(CallbackTrigger.CUDAGRAPH_RECORDING, "0/0")
+            sources._on_start(args)
+            sources._on_end(args)
+        return x
+
+    w = watch(serve, key=lambda x: "one")
+    w("plain")
+    w("record")
+    w.close()
+    (e,) = [e for e in w.events() if not e["first"]]
+    assert "graph_capture" in [c["cause"] for c in e["causes"]]
+    assert "jit_compile" not in [c["cause"] for c in e["causes"]]
+    assert 0 <= e["t_s"] < 60  # on the calls' clock too
+
+
 @pytest.mark.parametrize("option, value", [("max_keys", 2**64 + 3), ("max_events", 2**63), ("min_calls", 2**64),
                                            ("max_keys", 10_000_001), ("floor_ms", 1e300), ("idle_s", 2.0**64),
                                            ("factor", 1e308)])

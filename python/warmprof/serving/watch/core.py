@@ -81,7 +81,7 @@ class Watcher(_native.WatchCore):
         self._cause_counts: dict[tuple[str, str], tuple[int, float]] = {}  # (key, cause) -> (events, ms), all events
         self._outlier_counts: dict[str, int] = {}
         self._unattributed_ms: dict[str, float] = {}  # key -> the outliers' excess their causes left, summed
-        self._started_ns = _native.now_ns()
+        self._started_ns = sources.clock_ns()  # the calls' clock: an event's t_s is its start less this
         self._started_wall = time.time()
         self._costs = _events.CallCosts()
         self._reserved = sources.cuda_reserved()

@@ -5,7 +5,8 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from ... import __version__, _native
+from ... import __version__
+from . import sources
 from ...report.watch import WatchReport
 from ...system.platform import fingerprint
 
@@ -35,7 +36,7 @@ def build_report(w: Any) -> WatchReport:
         model=str(w.label), calls=stats["calls"], keys=stats["keys"], events=events, errors=stats["errors"],
         overflow_calls=stats["overflow_calls"], events_kept=stats["events"],
         events_dropped=stats["events_dropped"], by_cause=by_cause, rule=dict(w.rule),
-        duration_s=(_native.now_ns() - w._started_ns) / 1e9, platform=fingerprint(), notes=notes,
+        duration_s=(sources.clock_ns() - w._started_ns) / 1e9, platform=fingerprint(), notes=notes,
         warmprof_version=__version__,
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     )

@@ -39,6 +39,14 @@ _side: dict[int, collections.deque] = {}
 SIDE_KEPT = 256  # per thread, the latest
 
 
+def clock_ns() -> int:
+    """Now on the clock a WatchCall's start_ns and dur_ns are read on (the native tick clock, converted
+    to ns): a stretch's end is compared with the call's window on it. CLOCK_MONOTONIC (_native.now_ns)
+    drifts from it by a few ppm, which after minutes of serving put a recording that ended inside its
+    call outside the call's window, and its time read as a compile."""
+    return int(_native.ticks_to_ns(_native.now_ticks()))
+
+
 def _on_start(*args: Any) -> None:
     _started[:] = [(time.monotonic_ns(), trigger_source(args), _process_faults())]
 
@@ -58,7 +66,7 @@ def _on_end(*_args: Any) -> None:
     # an event books only the faults outside its compiles (attribution/calls.py)
     _native.watch_note_compile(ns)
     _side.setdefault(threading.get_ident(), collections.deque(maxlen=SIDE_KEPT)).append(
-        (kind, ns, max(0, _process_faults() - faults0), _native.now_ns()))
+        (kind, ns, max(0, _process_faults() - faults0), clock_ns()))
 
 
 def take_side_work() -> list[tuple[str, int, int, int]]:
