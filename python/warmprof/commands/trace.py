@@ -48,6 +48,13 @@ def setup(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps (default cpu)")
     parser.add_argument("--compile", nargs="?", const="default", default=None, metavar="MODE",
                         help="wrap the model in torch.compile (optionally a mode: reduce-overhead, max-autotune)")
+    parser.add_argument("--generate", type=int, default=None, metavar="N",
+                        help="trace a generation of N new tokens (model.generate, greedy; a callable without it: "
+                             "model(ids, N)): time to first token, the prefill, first decode step and the rest, "
+                             "each first call against steady with its causes")
+    parser.add_argument("--kv-cache", choices=("static",), default=None,
+                        help="with --generate: generate(..., cache_implementation='static'), one shape per decode "
+                             "step, so a compiled forward does not recompile per length (default: the model's own)")
     parser.add_argument("--json", metavar="PATH", help="also save the report as JSON")
     parser.add_argument("--steady", type=int, default=None, metavar="N", help="exactly N steady passes (default adaptive)")
     parser.add_argument("--threads", type=int, default=None, metavar="N", help="torch.set_num_threads(N) first")
@@ -97,7 +104,8 @@ def _child_argv(args: argparse.Namespace) -> list[str]:
             argv.append(f"--{flag.replace('_', '-')}")
     if args.explain:
         argv += ["--explain-top", str(args.explain_top)]
-    for opt in ("shape", "inputs", "dtype", "model_dtype", "device", "json", "steady", "threads", "warm_shape"):
+    for opt in ("shape", "inputs", "dtype", "model_dtype", "device", "json", "steady", "threads", "warm_shape",
+                "generate", "kv_cache"):
         v = getattr(args, opt)
         if v is not None:
             # a file is named from the child's folder too (a FILE.py:FACTORY resolves as the target does)
@@ -169,6 +177,14 @@ def run(args: argparse.Namespace) -> int:
     if args.explain and args.compile is not None:
         raise InputError("--explain is for eager models: a compiled model gets no op view (its first pass is "
                          "explained by the compile's own spans); drop --explain or --compile")
+    if args.generate is not None:
+        if not 2 <= args.generate <= 4096:
+            raise InputError(f"--generate takes a number of new tokens from 2 to 4096, got {args.generate}")
+        if args.op_view or args.explain or args.repeat != 1:
+            raise InputError("--generate does not go with --op-view, --explain or --repeat: the op view is of one "
+                             "forward (trace the model at the prompt's shape for it)")
+    elif args.kv_cache is not None:
+        raise InputError("--kv-cache goes with --generate N")
     if args.json is not None:
         check_output_path(args.json)
     if args.control_fds is not None or (args.in_process and args.fresh_process):
@@ -228,7 +244,7 @@ def _control_argv(args: argparse.Namespace) -> list[str]:
     """The control process's command line: the same model on the same inputs, nothing of the
     trace's own outputs (controls.ControlProcess adds its pipes)."""
     argv = ["trace"] + ([args.target] if args.target else ["--demo"])
-    for opt in ("shape", "inputs", "dtype", "model_dtype", "device", "threads", "warm_shape"):
+    for opt in ("shape", "inputs", "dtype", "model_dtype", "device", "threads", "warm_shape", "generate", "kv_cache"):
         v = getattr(args, opt)
         if v is not None:
             argv += [f"--{opt.replace('_', '-')}", str(os.path.abspath(v) if opt == "inputs" and os.path.exists(v) else v)]
@@ -260,7 +276,8 @@ def _serve_control(args: argparse.Namespace) -> int:
         shape = DEFAULT_SHAPE
     return controls.serve(args.control_fds, load, device=args.device, threads=args.threads, shape=shape,
                           inputs=args.inputs, dtype=args.dtype, model_dtype=args.model_dtype, compile=args.compile,
-                          op_view=args.op_view or args.explain, warm_shape=args.warm_shape)
+                          op_view=args.op_view or args.explain, warm_shape=args.warm_shape, generate=args.generate,
+                          kv_cache=args.kv_cache)
 
 
 def _trace_here(args: argparse.Namespace, status: child.Status) -> int:
@@ -355,7 +372,8 @@ def _trace_with(args: argparse.Namespace, status: child.Status, control: Any) ->
     report = warmprof.trace(model, shape, inputs=inputs, dtype=args.dtype, model_dtype=args.model_dtype,
                             device=args.device, compile=args.compile, steady=steady, steady_budget_s=budget,
                             progress=status.progress(args.quiet), run=_run_context(args),
-                            op_view=args.op_view or args.explain, _cold_start=cold_start)
+                            op_view=args.op_view or args.explain, generate=args.generate, kv_cache=args.kv_cache,
+                            _cold_start=cold_start)
     if args.warm_shape:
         report.notes.append(f"the model ran once at input shape {args.warm_shape} before this trace (--warm-shape): "
                             "what a process pays once whatever the shape was paid then")

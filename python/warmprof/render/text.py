@@ -47,6 +47,7 @@ class TraceTextRenderer(Renderer):
         lines.append(f"warmprof trace: {what} on {one_line(r.device)}, {one_line(mode)}")
         lines.append(f"  platform: {_platform_line(r.platform)}")
         lines.extend(_setup_lines(r))
+        lines.extend(_generate_lines(r))
         clean = " clean" if r.clean else ""
         calls = getattr(r.protocol, "calls_per_pass", 1) if r.protocol is not None else 1
         if calls > 1:  # cudagraph trees: a pass is calls 1..n (warm-up, record), the notes say why
@@ -163,6 +164,39 @@ _GUARD_MEANS = (
     ("___check_type_id", "an argument of another type"),
     ("grad_mode", "grad mode changed (torch.no_grad on one call, not another)"),
 )
+
+
+def _generate_lines(r: Any) -> list[str]:
+    """A generate trace's headline (time to first token) and its phases, each first call against its
+    steady median, with the phase's largest causes (the report's `generate`)."""
+    g = getattr(r, "generate", None)
+    if not g:
+        return []
+    t = g["ttft"]
+    ratio = f" ({t['first_ms'] / t['steady_median_ms']:.1f}x steady)" if t["steady_median_ms"] > 0 else ""
+    which = "clean" if t.get("source") == "clean" else "instrumented"
+    prompt = f" from a {g['prompt_tokens']}-token prompt" if g.get("prompt_tokens") else ""
+    out = [f"  time to first token ({which} first call): {_ms(t['first_ms'])} vs {_ms(t['steady_median_ms'])} steady: "
+           f"excess {_ms(t['excess_ms'])}{ratio}",
+           f"  generate: {g['new_tokens']} new tokens{prompt}, KV cache {one_line(g.get('kv_cache', ''))}; the whole call "
+           "is the first pass below",
+           f"    {'phase':<15} {'forwards':>8} {'first':>10} {'steady':>10} {'excess':>10}  causes (first call, instrumented)"]
+    for row in g["phases"]:
+        name = "prefill (TTFT)" if row["phase"] == "prefill" else row["phase"]
+        first = row.get("clean", row)  # the clean call's figures where the control ran
+        by_cause: dict[str, float] = {}
+        for c in row["causes"]:
+            by_cause[c["cause"]] = by_cause.get(c["cause"], 0.0) + c["ms"]
+        causes = sorted(by_cause.items(), key=lambda kv: -kv[1])
+        said = [f"{cause} {_ms(ms)}" for cause, ms in causes[:3]]
+        if len(causes) > 3:
+            said.append(f"{len(causes) - 3} more {_ms(sum(ms for _, ms in causes[3:]))}")
+        if row.get("unattributed_ms", 0.0) > 0:
+            said.append(f"unattributed {_ms(row['unattributed_ms'])}")
+        out.append(f"    {name:<15} {row.get('forwards', 0):>8} {_ms(first['first_ms']):>10} "
+                   f"{_ms(first['steady_median_ms']):>10} {_ms(first['excess_ms']):>10}  {', '.join(said) or '-'}")
+    out.extend(f"    note: {one_line(n)}" for n in g.get("notes", []))
+    return out
 
 
 def _recompile_lines(groups: list[dict[str, Any]]) -> list[str]:

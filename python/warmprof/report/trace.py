@@ -311,6 +311,18 @@ _SETUP = S.Obj(
     {"unattributed_ms": S.NUM, "instruments": S.MapOf(S.STR), "how": S.STR},
     extra=False,
 )
+_GEN_FIGURES = S.Obj({"first_ms": S.NUM, "steady_median_ms": S.NUM, "excess_ms": S.NUM})
+_GEN_PHASE = S.Obj(
+    {"phase": S.OneOf("phase", ("prefill", "first_decode", "rest")), "first_ms": S.NUM, "steady_median_ms": S.NUM,
+     "excess_ms": S.NUM, "causes": S.ListOf(_CAUSE_ENTRY)},
+    {"forwards": S.NON_NEGATIVE_INT, "steady_calls": S.NON_NEGATIVE_INT, "own_cost_ms": S.NUM, "attributed_ms": S.NUM,
+     "unattributed_ms": S.NUM, "clean": _GEN_FIGURES},
+)
+_GENERATE = S.Obj(
+    {"new_tokens": S.POSITIVE_INT, "ttft": _GEN_FIGURES, "phases": S.ListOf(_GEN_PHASE)},
+    {"prompt_tokens": S.Nullable(S.POSITIVE_INT), "kv_cache": S.STR, "forwards_first_call": S.NON_NEGATIVE_INT,
+     "call": S.MapOf(S.NUM), "notes": S.ListOf(S.STR), "how": S.STR},
+)
 SCHEMA = S.Obj(
     {
         "model": S.STR, "shape": S.Nullable(S.ListOf(S.NON_NEGATIVE_INT)), "device": S.DEVICE,
@@ -328,7 +340,7 @@ SCHEMA = S.Obj(
         "spans": S.ListOf(_SPAN), "counter_samples": S.ListOf(_COUNTER_SAMPLE), "advice": S.ListOf(S.STR),
         "notes": S.ListOf(S.STR), "warmprof_version": S.STR, "created": S.STR,
         "clean": S.Nullable(S.MapOf(S.ANY)), "own_cost": S.MapOf(S.ANY), "verdict": S.STR,
-        "setup": S.Nullable(_SETUP),
+        "setup": S.Nullable(_SETUP), "generate": S.Nullable(_GENERATE),
     },
 )
 
@@ -426,6 +438,10 @@ class Report(ReportBase):
     # The set-up before the first pass (model to the device, inputs), timed with instruments on; None in
     # reports before schema 5 (and then left out of the JSON) and where nothing was timed.
     setup: Setup | None = None
+    # trace(..., generate=N): the generation's phases (prefill = TTFT, first_decode, rest), each first
+    # call against its steady median with its causes (traces/generate.py); None otherwise (left out of
+    # the JSON).
+    generate: dict[str, Any] | None = None
     warmprof_version: str = ""
     created: str = ""
     schema_version: int = SCHEMA_VERSION
@@ -475,7 +491,7 @@ class Report(ReportBase):
         if d.get("inputs") is None:  # optional: absent unless the trace ran on the caller's inputs
             d.pop("inputs", None)
         for name, empty in (("clean", None), ("own_cost", {}), ("verdict", ""), ("settings", None),
-                            ("setup", None)):  # absent in older reports:
+                            ("setup", None), ("generate", None)):  # absent in older reports:
             if d.get(name) == empty:  # a loaded one is saved back as it was
                 d.pop(name, None)
         return d
@@ -524,6 +540,10 @@ class Report(ReportBase):
             c.validate()
         if self.setup is not None:
             self.setup.validate()
+        if self.generate is not None:
+            for i, row in enumerate(self.generate["phases"]):
+                for name in ("first_ms", "steady_median_ms"):
+                    non_negative(row[name], f"generate.phases[{i}].{name}")
         from ..opspec import check
 
         for i, w in enumerate(self.unattributed_where):

@@ -241,7 +241,8 @@ def _steady(model, args, kwargs, sync, min_passes: int, max_passes: int,
 
 
 def _instrumented_steady(runner, args, kwargs, dev, compiled: bool, op_view: bool, sync, passes: tuple[int, int],
-                         budget_s: float, call: Any = None) -> tuple[list[float], dict[str, int], Timeline, tuple[int, int]]:
+                         budget_s: float, call: Any = None,
+                         hooked: Any = None) -> tuple[list[float], dict[str, int], Timeline, tuple[int, int]]:
     """Steady passes with every instrument on, set up afresh exactly as for the first pass (hooks,
     oneDNN's verbose capture, samplers, imports, CUDA callbacks) in a recording of their own, so
     nothing of theirs reaches the first pass's timeline or the clean steady statistics. Returns
@@ -249,10 +250,11 @@ def _instrumented_steady(runner, args, kwargs, dev, compiled: bool, op_view: boo
     recording and the fastest counted pass's window (the op view's warm baseline per site). Times are
     net of each pass's wait for a CPU (schedstat run-queue delay; none where the kernel has none).
     The first pass is run and not counted: it warms the fresh instruments. `call`: what one pass
-    calls (runner by default; runner called twice under cudagraph trees)."""
+    calls (runner by default; runner called twice under cudagraph trees); `hooked`: what the instruments
+    hook (runner by default; the model under a generate trace's runner)."""
     call = runner if call is None else call
     least, most = passes[0] + 1, passes[1] + 1
-    instruments = _instruments(runner, dev, compiled, op_view)
+    instruments = _instruments(runner if hooked is None else hooked, dev, compiled, op_view)
     windows: list[tuple[int, int]] = []
     waits: list[float] = []
     deadline = time.monotonic() + budget_s
@@ -345,6 +347,8 @@ def trace(
     explain: bool = False,
     explain_top: int = 8,
     repeat: int = 1,
+    generate: int | None = None,
+    kv_cache: str | None = None,
     _cold_start: Any = None,
 ) -> Report:
     """Trace the first pass of `model` and attribute its excess over a steady pass to causes.
@@ -369,6 +373,11 @@ def trace(
     median and min-max over them); a first pass happens once per process, so the model must then be
     named, as `warmprof trace` takes it: "MODULE:FACTORY", "path/to/file.py:FACTORY" or "demo"
     (traces/repeat.py). A named model with repeat=1 is one trace in a fresh process (its Report).
+    generate: N new tokens: the traced call is model.generate(ids, max_new_tokens=N, min_new_tokens=N,
+    do_sample=False) (a callable without .generate: model(ids, N)), split by the model's forward calls
+    into prefill (TTFT), first decode step and the rest, each against its steady counterpart with its own
+    causes (the report's `generate`; traces/generate.py). kv_cache: "static" passes
+    cache_implementation="static" to generate (one shape per decode step: no recompile per length).
     _cold_start: `warmprof trace`'s own child only (the cold start it recorded before the model
     existed: importing torch, the factory's module, the factory; a setup_phase.SetupRun).
 
@@ -379,6 +388,16 @@ def trace(
     except ImportError:
         raise WarmprofError("warmprof.trace needs torch: pip install 'warmprof[torch]'") from None
     _check_options(steady_budget_s, progress, no_grad, label, run)
+    if generate is not None or kv_cache is not None:
+        from .generate import check_generate
+
+        if isinstance(repeat, bool) or repeat != 1 or isinstance(model, str):
+            raise InputError("generate= traces a model object in this process; for a named model in fresh processes "
+                             "use the command line: warmprof trace MODULE:FACTORY --shape 1,L --generate N")
+        generate = check_generate(generate, kv_cache, model)
+        if op_view or explain:
+            raise InputError("generate does not go with op_view or explain: the op view is of one forward; trace the "
+                             "model's forward at the prompt's shape for it")
     if isinstance(repeat, bool) or repeat != 1 or isinstance(model, str):
         if not no_grad or steady_budget_s != 3.0 or run is not None:
             raise InputError("a named model is traced as `warmprof trace` traces it (fresh processes, no_grad, its "
@@ -409,7 +428,7 @@ def trace(
         report = _trace(torch, model, shape, inputs=inputs, dtype=dtype, device=device, steady=steady,
                         steady_budget_s=steady_budget_s, compile=compile, progress=progress, no_grad=no_grad,
                         label=label, run=run if run is not None else RunContext(), op_view=op_view or explain,
-                        model_dtype=model_dt, cold_start=_cold_start)
+                        model_dtype=model_dt, cold_start=_cold_start, generate=generate, kv_cache=kv_cache)
         report.notes.extend(before.changes_since())
         controls.fold_controls(report)  # the headline and the model's causes, warmprof's own cost apart
         if model_dt is not None:
@@ -470,7 +489,21 @@ def _check_options(steady_budget_s: Any, progress: Any, no_grad: Any, label: Any
 
 def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, device: Any, steady: Any,
            steady_budget_s: float, compile: Any, progress: Any, no_grad: bool, label: str | None,
-           run: RunContext, op_view: bool = False, model_dtype: Any = None, cold_start: Any = None) -> Report:
+           run: RunContext, op_view: bool = False, model_dtype: Any = None, cold_start: Any = None,
+           generate: int | None = None, kv_cache: str | None = None) -> Report:
+    # what the trace puts in place on the model for itself (generate's step hook, its compiled
+    # forward) comes off whatever happens
+    with contextlib.ExitStack() as undo:
+        return _traced(torch, model, shape, inputs=inputs, dtype=dtype, device=device, steady=steady,
+                       steady_budget_s=steady_budget_s, compile=compile, progress=progress, no_grad=no_grad,
+                       label=label, run=run, op_view=op_view, model_dtype=model_dtype, cold_start=cold_start,
+                       generate=generate, kv_cache=kv_cache, undo=undo)
+
+
+def _traced(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, device: Any, steady: Any,
+            steady_budget_s: float, compile: Any, progress: Any, no_grad: bool, label: str | None,
+            run: RunContext, op_view: bool, model_dtype: Any, cold_start: Any,
+            generate: int | None, kv_cache: str | None, undo: contextlib.ExitStack) -> Report:
     say = progress_printer(progress)
     started = time.monotonic()
     check_model(model)
@@ -488,12 +521,20 @@ def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, devic
     warm = _warm_reasons(model, compiled)
     # read before any pass: /proc and the affinity mask, nothing that warms the runtime
     crowded = oversubscription(torch.get_num_threads()) if kind.host else ""
-    runner = compile_model(model, compile)
+    gen = None
+    if generate is not None:  # the call is one generation, its steps stamped (traces/generate.py)
+        from .generate import Generation
+
+        gen = undo.enter_context(Generation(model, generate, compile, kv_cache))
+        runner, hooked, per_pass = gen, model, 1
+    else:
+        runner = compile_model(model, compile)
+        hooked = runner
+        per_pass = calls_per_pass(compile, dev)  # cudagraph trees: a pass is calls 1+2 (warm-up, record)
     sync = kind.sync(dev)
-    per_pass = calls_per_pass(compile, dev)  # cudagraph trees: a pass is calls 1+2 (warm-up, record)
     call = repeated(runner, per_pass)
 
-    instruments = _instruments(runner, dev, compiled, op_view)
+    instruments = _instruments(hooked, dev, compiled, op_view)
     grad_ctx = torch.no_grad() if no_grad else contextlib.nullcontext()
 
     windows: dict[str, tuple[int, int]] = {}
@@ -513,17 +554,21 @@ def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, devic
                     if not hint:
                         raise
                     raise ModelError(f"{e}; {hint}") from e.__cause__
+                gen_first = gen.take() if gen is not None else []
                 say("seen-shape re-run")
                 windows["seen_rerun"] = _guarded_pass(call, args, kwargs, "seen_rerun", instruments, sync,
                                                       "on the second pass (seen-shape re-run)")
             timeline = rec.drain()
         skipped = cudagraph_skips() - skips_before if per_pass > 1 else 0
+        if gen is not None:
+            gen.take()  # the seen re-run's
         say("steady passes")
         try:
             steady_ms, steady_faults, steady_waits, steady_blocked = _steady(call, args, kwargs, sync, min_steady,
                                                                              max_steady, steady_budget_s)
         except (Exception, SystemExit) as e:  # sys.exit in the model's code is the model's error too
             raise ModelError(f"the model raised during the steady passes: {type(e).__name__}: {e}") from e
+        gen_steady = gen.take() if gen is not None else []
         clean = steady_stats(steady_ms)
         # the clean passes net of their waits for a CPU: what warmprof's own cost is measured against
         steady_net = [t - w for t, w in zip(steady_ms, steady_waits)] if steady_waits else steady_ms
@@ -548,7 +593,8 @@ def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, devic
             say("steady passes with the instruments on (warmprof's own cost on this model)")
             try:
                 instrumented_ms, module_calls, warm_tl, warm_window = _instrumented_steady(
-                    runner, args, kwargs, dev, compiled, op_view, sync, passes, SELF_COST_SHARE * so_far_s, call)
+                    runner, args, kwargs, dev, compiled, op_view, sync, passes, SELF_COST_SHARE * so_far_s, call,
+                    hooked)
                 warm_baseline = (warm_tl, warm_window) if op_view else None
             except WarmprofError:
                 raise
@@ -598,7 +644,7 @@ def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, devic
                                 steady_run_delay_ns=steady_wait_ns, steady_off_cpu_ns=steady_off_ns,
                                 window=warm_baseline[1], instrument_cost=own_cost)
                  if warm_baseline is not None else None)
-    return build_report(TraceFacts(
+    report = build_report(TraceFacts(
         model=label or type(getattr(model, "_orig_mod", model)).__name__,
         shape=_shape_of(args[0]) if args else None,  # also for inputs=: the first input's, when it has a plain one
         dtype=_dtype_of(args, kwargs),
@@ -633,7 +679,40 @@ def _trace(torch: Any, model: Any, shape: Any, *, inputs: Any, dtype: Any, devic
                                 inputs=input_shapes, op_view=op_view, steady=(min_steady, max_steady),
                                 steady_budget_s=steady_budget_s, no_grad=no_grad, model_cast=model_dtype, run=run),
     ))
+    if gen is not None:
+        if gen_first:
+            report.generate = _generate_section(gen, gen_first[0], gen_steady, timeline, cal, instruments,
+                                                steady_wait_ns, steady_off_ns, args)
+    return report
 
+
+def _generate_section(gen: Any, first: Any, steady: list, timeline: Timeline, cal: Any, instruments: list,
+                      steady_wait_ns: float, steady_off_ns: float, args: tuple) -> dict[str, Any]:
+    """The report's `generate` (traces/generate.py): each phase of the first call attributed over its
+    own window of the first pass's timeline, against the steady calls' same phase. A phase's share of
+    the steady run delay and off-CPU time is its share of the steady call (estimated); its page faults
+    are its own steady median (measured at the step hook); the instruments' inferred figures are the
+    whole pass's and stay out of the phases."""
+    from ..causes import Name
+    from .build import _entries
+    from .generate import section, steady_phase_faults
+
+    faults = steady_phase_faults(steady)
+    call_ms = median([(c.t1 - c.t0) / 1e6 for c in steady]) if steady else 0.0
+    phase_steady = {p: median([c.phase_ms()[p] for c in steady if p in c.phase_ms()] or [0.0])
+                    for p in ("prefill", "first_decode", "rest")}
+    evidence = {src: ev for i in instruments for src, ev in i.span_evidence.items()}
+
+    def causes_of(phase: str, window: tuple[int, int], excess_ms: float) -> list:
+        share = phase_steady.get(phase, 0.0) / call_ms if call_ms > 0 else 0.0
+        att = attribute_pass(timeline, "first", calibration=cal, steady_faults=faults.get(phase, 0.0),
+                             steady_run_delay_ns=steady_wait_ns * share, steady_off_cpu_ns=steady_off_ns * share,
+                             evidence=evidence, window=window)
+        return [e for e in _entries(att, excess_ms) if e.cause != Name.UNATTRIBUTED]
+
+    prompt = _shape_of(args[0]) if args else None
+    return section(first, steady, gen.steps, gen.kv_cache, gen.hooked, causes_of,
+                   prompt[-1] if prompt else None)
 
 def _setup(torch: Any, model: Any, kind: Any, dev: Any, shape: Any, dtype: Any, inputs: Any,
            model_dtype: Any) -> tuple[Any, tuple[tuple, dict, str], SetupRun]:

@@ -79,6 +79,7 @@ class Clean:
     # warm passes at the traced inputs, each after a short sleep (ms): what a pass after other work pays
     after_pause_ms: list[float] | None = None
     at_once: bool | None = None  # run right after the build (True), or when the trace's process asked (one CPU)
+    generate: dict[str, Any] | None = None  # a generate trace's clean phases (traces/generate.clean_phases)
 
     @property
     def steady_median_ms(self) -> float:
@@ -106,6 +107,7 @@ class Clean:
                            "first call (measured)"}}
                    if self.after_pause_ms else {}),
                 **({"at_once": self.at_once} if self.at_once is not None else {}),
+                **({"generate": dict(self.generate)} if self.generate else {}),
                 "how": "the model's first pass in a second fresh process with no instrument but the pass timer, right "
                        "after its build (on one CPU: once the trace's process was ready), less the median of that "
                        "process's steady passes (measured)"}
@@ -119,6 +121,7 @@ class WarmControl:
     first_pass_ms: float
     causes: list[dict[str, Any]]  # {"cause", "source", "ms", "module"} as the control's report booked them
     where: list[dict[str, Any]] = field(default_factory=list)  # its unattributed_where rows {"module", "ms"}
+    generate: list[dict[str, Any]] = field(default_factory=list)  # a generate trace's phases: {"phase", "causes"}
 
 
 # ---- the trace's side -----------------------------------------------------------------------------
@@ -175,7 +178,8 @@ class ControlProcess:
         if got is not None:
             self.clean = Clean(float(got["first_pass_ms"]), [float(t) for t in got["steady_ms"]],
                                dict(got.get("first", {})), dict(got.get("steady", {})), got.get("other_shape"),
-                               str(got.get("other_shape_refused", "")), got.get("after_pause_ms"), got.get("at_once"))
+                               str(got.get("other_shape_refused", "")), got.get("after_pause_ms"), got.get("at_once"),
+                               got.get("generate"))
         return self.clean
 
     def run_warm(self, calibration: dict[str, Any], timeout_s: float) -> WarmControl | None:
@@ -185,7 +189,8 @@ class ControlProcess:
         self._send({"do": "warm", "calibration": calibration})
         got = self._get("warm", timeout_s)
         if got is not None:
-            self.warm = WarmControl(float(got["first_pass_ms"]), list(got["causes"]), list(got.get("where", [])))
+            self.warm = WarmControl(float(got["first_pass_ms"]), list(got["causes"]), list(got.get("where", [])),
+                                    list(got.get("generate", [])))
         return self.warm
 
     def close(self) -> None:
@@ -307,7 +312,8 @@ def control_env(cache: str) -> dict[str, str] | None:
 
 
 def serve(fds: str, load: Any, *, device: str, threads: int | None, shape: Any, inputs: Any, dtype: Any,
-          model_dtype: Any, compile: Any, op_view: bool, warm_shape: str | None = None) -> int:
+          model_dtype: Any, compile: Any, op_view: bool, warm_shape: str | None = None, generate: int | None = None,
+          kv_cache: str | None = None) -> int:
     """The control process's whole life (`warmprof trace ... --control-fds R,W`): `load()` builds
     the model and its inputs spec; then the phases the trace's process asks for, one message each."""
     try:
@@ -342,7 +348,9 @@ def serve(fds: str, load: Any, *, device: str, threads: int | None, shape: Any, 
         model = cast_model(model, parse_model_dtype(model_dtype))
         args, kwargs, _ = make_inputs(model, shape if spec is None else None, dtype, spec, dev)
         other = None
-        if spec is None and shape is not None:  # the other-shape pass: one more in the batch dimension
+        if generate is not None:  # a generation has no other-shape pass: its phases are the figures
+            pass
+        elif spec is None and shape is not None:  # the other-shape pass: one more in the batch dimension
             from .explain import other_shape
             from .inputs import parse_shape
 
@@ -350,8 +358,26 @@ def serve(fds: str, load: Any, *, device: str, threads: int | None, shape: Any, 
         elif spec is not None:  # given inputs: each tensor one row longer in its batch dimension, where they share one
             other = other_inputs(torch, args, kwargs)
         # a pass is as many calls as the trace's (cudagraph trees: calls 1+2 are the cold start)
-        runner = repeated(compile_model(model, compile), calls_per_pass(compile, dev))
+        gen = None
+        if generate is not None:  # the trace's call: one generation, its steps stamped (traces/generate.py)
+            from .generate import Generation, check_generate
+
+            gen = Generation(model, check_generate(generate, kv_cache, model) or generate, compile, kv_cache)
+            runner = gen
+        else:
+            runner = repeated(compile_model(model, compile), calls_per_pass(compile, dev))
         sync = kind.sync(dev)
+
+        def clean_run(at_once: bool) -> dict[str, Any]:
+            if gen is None:
+                return dict(_clean(torch, runner, args, kwargs, sync, other), at_once=at_once)
+            from .generate import clean_phases
+
+            with gen:  # hooked (and its forward compiled) for the clean calls only: the warm control hooks afresh
+                got = dict(_clean(torch, runner, args, kwargs, sync, other), at_once=at_once)
+            calls = gen.take()
+            got["generate"] = clean_phases(calls[0], calls[1:1 + len(got["steady_ms"])])
+            return got
 
         send({"ready": {}})
         # With a core to itself, the clean phase runs at once, right after the build as in a plain
@@ -363,14 +389,14 @@ def serve(fds: str, load: Any, *, device: str, threads: int | None, shape: Any, 
         # more for the trace's process, which is importing torch and building its own model meanwhile
         # (at 2 threads on 2 CPUs the demo's clean pass waited 56 ms for a CPU, booked as the machine's load)
         at_once = usable_cpus()[0] >= torch.get_num_threads() + 1
-        clean = dict(_clean(torch, runner, args, kwargs, sync, other), at_once=True) if at_once else None
+        clean = clean_run(True) if at_once else None
         for line in incoming:
             msg = json.loads(line)
             if msg.get("do") == "clean":
-                send({"clean": clean if clean is not None else
-                      dict(_clean(torch, runner, args, kwargs, sync, other), at_once=False)})
+                send({"clean": clean if clean is not None else clean_run(False)})
             elif msg.get("do") == "warm":
-                send({"warm": _warm(api, model, args, kwargs, device, compile, op_view, msg["calibration"])})
+                send({"warm": _warm(api, model, args, kwargs, device, compile, op_view, msg["calibration"],
+                                    generate, kv_cache)})
             else:
                 break
         return 0
@@ -505,7 +531,7 @@ def _clean(torch: Any, runner: Any, args: tuple, kwargs: dict, sync: Any,
 
 
 def _warm(api: Any, model: Any, args: tuple, kwargs: dict, device: str, compile: Any, op_view: bool,
-          calibration: dict[str, Any]) -> dict[str, Any]:
+          calibration: dict[str, Any], generate: int | None = None, kv_cache: str | None = None) -> dict[str, Any]:
     """The trace's protocol on the model already warm, instruments fresh, at the trace's calibration."""
     from ..instruments.torch_cuda import CudnnFind
     from . import calibrate
@@ -515,13 +541,15 @@ def _warm(api: Any, model: Any, args: tuple, kwargs: dict, device: str, compile:
     token = _in_warm_control.set(True)
     try:
         report = api.trace(model, inputs=kwargs if kwargs else args, device=device, compile=compile,
-                           steady=CONTROL_STEADY, op_view=op_view)
+                           steady=CONTROL_STEADY, op_view=op_view, generate=generate, kv_cache=kv_cache)
     finally:
         _in_warm_control.reset(token)
     return {"first_pass_ms": report.own_cost["instrumented_first_pass_ms"],
             "causes": [{"cause": c.cause, "source": c.source, "ms": c.ms, "module": c.module} for c in report.causes],
             "where": [{"module": w["module"], "ms": w["ms"], **({"op": w["op"]} if "op" in w else {})}
-                      for w in report.unattributed_where]}
+                      for w in report.unattributed_where],
+            "generate": [{"phase": row["phase"], "causes": [{k: c[k] for k in ("cause", "source", "ms")} for c in row["causes"]]}
+                         for row in (report.generate or {}).get("phases", [])]}
 
 
 # ---- folding the controls into the report ----------------------------------------------------------
@@ -591,6 +619,11 @@ def fold(report: Any, clean: Clean | None, warm: WarmControl | None, why_not: st
         notes.append(NOTE_PREFIX + "no warm control (" + (why_not or "not run") + "): the causes are the instrumented "
                      "pass's, warmprof's own first-call work included")
     report.own_cost = own
+    if getattr(report, "generate", None):
+        from .generate import fold_controls as fold_generate
+
+        fold_generate(report.generate, clean.generate if clean is not None else None,
+                      warm.generate if warm is not None else None, _less)
     settings = getattr(report, "settings", None)
     if settings is not None:  # which controls ran: a setting that changes what is measured
         ran = [{"name": "clean_first_pass", "process": "control"}] if clean is not None else []

@@ -1,0 +1,317 @@
+"""trace(..., generate=N): the traced call is a generation of N new tokens, told apart in phases.
+
+What a user of an LLM server sees is the time to the first token (TTFT), not a forward. A generation
+here is `model.generate(ids, max_new_tokens=N, min_new_tokens=N, do_sample=False)` (transformers' API:
+greedy, exactly N new tokens, so every call does the same work) or, for a callable without .generate,
+`model(ids, N)`. A forward pre-hook on the model (one clock read and one page-fault read per step, in
+every call alike) stamps each step's start, which splits every call into three phases:
+
+    prefill       the call's start to the second forward's start: generate's own set-up, the prompt's
+                  forward and the choice of the first token. TTFT is this phase.
+    first_decode  the second forward's start to the third's: the first step at one new token
+    rest          the third forward's start to the call's end: the other N - 2 steps
+
+Each phase of the first call is set against the same phase of the steady calls (their median), and its
+causes are the first call's attribution restricted to the phase's window (the same timeline, the same
+estimators: attribution.attribute_pass with the phase as the window). A callable whose steps call no
+forward of the model has no steps to see: the whole call is then the prefill, and the report says so.
+
+With compile, the model's forward is compiled in place (model.forward = torch.compile(model.forward),
+as transformers' docs do for generate: a compiled wrapper module's .generate would run the eager
+forward) and put back after the trace. kv_cache="static" passes cache_implementation="static" to
+generate (transformers' StaticCache: one shape for every decode step, so a compiled forward does not
+recompile per length)."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from .. import _native
+from ..causes import Name
+from ..errors import InputError
+from ..stats import median
+
+PHASES = ("prefill", "first_decode", "rest")
+MAX_NEW_TOKENS = 4096
+KV_CACHES = ("static",)
+HOW = ("each phase of the first generate call against the same phase of the steady calls (median); a phase is "
+       "bounded by the model's forward calls (a forward pre-hook's clock read: prefill = the call's start to the "
+       "second forward, first_decode = to the third, rest = to the call's end); its causes are the first call's "
+       "attribution over the phase's window")
+
+
+def check_generate(generate: Any, kv_cache: Any, model: Any) -> int | None:
+    """generate as an int N >= 2 (None: not a generation); refuse what cannot be a generation."""
+    if generate is None or generate is False:
+        if kv_cache is not None:
+            raise InputError("kv_cache goes with generate=N (the KV cache of a generation)")
+        return None
+    if isinstance(generate, bool) or not isinstance(generate, int) or not 2 <= generate <= MAX_NEW_TOKENS:
+        raise InputError(f"generate must be a number of new tokens from 2 to {MAX_NEW_TOKENS} (prefill, a first decode "
+                         f"step and the rest need at least 2), got {generate!r}")
+    if kv_cache is not None and kv_cache not in KV_CACHES:
+        raise InputError(f"kv_cache must be None (the model's own) or one of {', '.join(KV_CACHES)}, got {kv_cache!r}")
+    if not callable(getattr(model, "generate", None)) and not callable(model):
+        raise InputError(f"generate=N needs a model with a transformers-style .generate(input_ids, max_new_tokens=N) "
+                         f"or a callable taking (input_ids, N); got {type(model).__name__}")
+    if kv_cache is not None and not callable(getattr(model, "generate", None)):
+        raise InputError("kv_cache='static' is passed to .generate (cache_implementation): the model has none")
+    return generate
+
+
+@dataclass
+class CallSteps:
+    """One generate call on the pass clock (_native.now_ns): its start and end, each forward's start,
+    and the process's page faults (minor + major) at each of those."""
+
+    t0: int
+    t1: int
+    starts: list[int]
+    faults0: int
+    faults1: int
+    step_faults: list[int]
+
+    def windows(self) -> dict[str, tuple[int, int]]:
+        """Each phase's (start, end); a phase the call never reached (too few forwards) is absent."""
+        s = self.starts
+        out = {"prefill": (self.t0, s[1] if len(s) > 1 else self.t1)}
+        if len(s) > 1:
+            out["first_decode"] = (s[1], s[2] if len(s) > 2 else self.t1)
+        if len(s) > 2:
+            out["rest"] = (s[2], self.t1)
+        return out
+
+    def phase_ms(self) -> dict[str, float]:
+        return {p: (b - a) / 1e6 for p, (a, b) in self.windows().items()}
+
+    def phase_faults(self) -> dict[str, int]:
+        """Each phase's page faults, as windows() bounds it."""
+        marks = [self.faults0] + self.step_faults[1:3] + [self.faults1]  # a boundary's faults, in order
+        return {p: max(0, marks[i + 1] - marks[i]) for i, p in enumerate(self.windows())}
+
+    def forwards(self) -> dict[str, int]:
+        n = len(self.starts)
+        return {"prefill": min(n, 1), "first_decode": 1 if n > 1 else 0, "rest": max(0, n - 2)}
+
+
+def _faults() -> int:
+    got = _native.faults()
+    return int(got[0]) + int(got[1])
+
+
+class Generation:
+    """The callable a generate trace times: each call one generation of `steps` new tokens, its step
+    starts recorded (take() hands them over). Use as a context manager: the forward pre-hook (and a
+    compiled forward) is in place inside it only, and removed whatever happens."""
+
+    def __init__(self, model: Any, steps: int, compile: Any = None, kv_cache: str | None = None) -> None:
+        self.model = model
+        self.steps = steps
+        self.compile = compile
+        self.kv_cache = kv_cache
+        self.calls: list[CallSteps] = []
+        self._starts: list[int] = []
+        self._faults: list[int] = []
+        self._undo = contextlib.ExitStack()
+        self._has_generate = callable(getattr(model, "generate", None))
+        self.hooked = False  # a forward of the model's is seen per step
+
+    # -- set-up ----------------------------------------------------------------------------------
+    def __enter__(self) -> "Generation":
+        import torch  # trace() needs it
+
+        model = self.model
+        try:
+            if isinstance(model, torch.nn.Module):
+                if self.compile not in (None, False):
+                    self._compile_forward(torch, model)
+                handle = model.register_forward_pre_hook(self._step)
+                self._undo.callback(handle.remove)
+                self.hooked = True
+        except BaseException:
+            self._undo.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._undo.close()
+
+    def _compile_forward(self, torch: Any, model: Any) -> None:
+        from .compile_options import compile_model
+
+        had = "forward" in vars(model)
+        old = vars(model).get("forward")
+        compiled = compile_model(model.forward, self.compile)
+
+        def put_back() -> None:
+            if had:
+                model.forward = old
+            else:
+                with contextlib.suppress(AttributeError):
+                    del model.forward
+
+        model.forward = compiled
+        self._undo.callback(put_back)
+
+    # -- the hot path ----------------------------------------------------------------------------
+    def _step(self, *_: Any) -> None:
+        self._starts.append(_native.now_ns())
+        self._faults.append(_faults())
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self._starts, self._faults = [], []
+        f0 = _faults()
+        t0 = _native.now_ns()
+        try:
+            if self._has_generate:
+                out = self.model.generate(*args, **self._generate_kwargs(args, kwargs))
+            else:
+                out = self.model(*args, self.steps, **kwargs)
+        finally:
+            t1 = _native.now_ns()
+            f1 = _faults()
+        self.calls.append(CallSteps(t0, t1, list(self._starts), f0, f1, list(self._faults)))
+        return out
+
+    def _generate_kwargs(self, args: tuple, kwargs: dict) -> dict[str, Any]:
+        """generate's options: exactly `steps` new tokens, greedy; an attention mask of ones over the
+        prompt and the pad token as eos where the caller gave none (what transformers falls back to
+        anyway, after a warning on every call); the caller's own keywords win."""
+        extra: dict[str, Any] = {"max_new_tokens": self.steps, "min_new_tokens": self.steps, "do_sample": False}
+        if self.kv_cache:
+            extra["cache_implementation"] = self.kv_cache
+        ids: Any = args[0] if args else kwargs.get("input_ids")
+        if "attention_mask" not in kwargs and hasattr(ids, "new_ones") and getattr(ids, "dim", lambda: 0)() == 2:
+            extra["attention_mask"] = ids.new_ones(ids.shape)
+        config = getattr(self.model, "generation_config", None)
+        if "pad_token_id" not in kwargs and config is not None and getattr(config, "pad_token_id", 0) is None:
+            eos = getattr(config, "eos_token_id", None)
+            eos = eos[0] if isinstance(eos, (list, tuple)) and eos else eos
+            if isinstance(eos, int):
+                extra["pad_token_id"] = eos
+        return {**extra, **kwargs}
+
+    def take(self) -> list[CallSteps]:
+        got, self.calls = self.calls, []
+        return got
+
+
+def phase_figures(first: CallSteps, steady: list[CallSteps]) -> list[dict[str, Any]]:
+    """Each phase's first-call time against its steady median (ms), with the forwards it held."""
+    rows = []
+    first_ms, fw = first.phase_ms(), first.forwards()
+    for p in PHASES:
+        if p not in first_ms:
+            continue
+        st = [c.phase_ms()[p] for c in steady if p in c.phase_ms()]
+        base = median(st) if st else 0.0
+        rows.append({"phase": p, "forwards": fw[p], "first_ms": first_ms[p], "steady_median_ms": base,
+                     "excess_ms": first_ms[p] - base, "steady_calls": len(st)})
+    return rows
+
+
+def steady_phase_faults(steady: list[CallSteps]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for p in PHASES:
+        got = [c.phase_faults()[p] for c in steady if p in c.phase_faults()]
+        if got:
+            out[p] = float(median(got))
+    return out
+
+
+def section(first: CallSteps, steady: list[CallSteps], steps: int, kv_cache: str | None, hooked: bool,
+            causes_of: Callable[[str, tuple[int, int], float], list[Any]],
+            prompt_tokens: int | None) -> dict[str, Any]:
+    """The report's `generate` section from the instrumented first call and the steady calls.
+    causes_of(phase, window, excess_ms) -> the phase's cause entries (CauseEntry; warmprof's own estimated
+    cost among them, which goes to the row's own_cost_ms)."""
+    rows = phase_figures(first, steady)
+    windows = first.windows()
+    for row in rows:
+        entries = causes_of(row["phase"], windows[row["phase"]], row["excess_ms"])
+        own = [e for e in entries if e.cause == Name.PROFILER_OVERHEAD]
+        row["causes"] = [dataclasses.asdict(e) for e in entries if e.cause != Name.PROFILER_OVERHEAD]
+        row["own_cost_ms"] = sum(e.ms for e in own)  # warmprof's own, estimated: never the model's
+        settle(row)
+    prefill = rows[0]
+    notes = []
+    if not hooked or len(first.starts) < 2:
+        notes.append("no step of the generation was seen (the callable called no forward of the model per step, or "
+                     f"the model stopped after {len(first.starts)} forward(s)): the whole call is the prefill phase")
+    elif len(first.starts) != steps:
+        notes.append(f"the first call ran {len(first.starts)} forwards for {steps} new tokens")
+    return {
+        "new_tokens": steps,
+        "prompt_tokens": prompt_tokens,
+        "kv_cache": kv_cache or "the model's own",
+        "forwards_first_call": len(first.starts),
+        "ttft": {"first_ms": prefill["first_ms"], "steady_median_ms": prefill["steady_median_ms"],
+                 "excess_ms": prefill["excess_ms"], "source": "instrumented"},
+        "call": {"first_ms": (first.t1 - first.t0) / 1e6,
+                 "steady_median_ms": median([(c.t1 - c.t0) / 1e6 for c in steady]) if steady else 0.0},
+        "phases": rows,
+        "notes": notes,
+        "how": HOW,
+    }
+
+
+def settle(row: dict[str, Any]) -> None:
+    """A phase row's unattributed ms and each cause's share, from its excess, causes and own cost."""
+    causes = row["causes"]
+    attributed = sum(c["ms"] for c in causes)
+    # the clean call's excess where the control ran (warmprof's own cost is not in it), else the
+    # instrumented call's less warmprof's estimated own cost, as the report's headline
+    excess = row["clean"]["excess_ms"] if "clean" in row else row["excess_ms"] - row.get("own_cost_ms", 0.0)
+    row["attributed_ms"] = attributed
+    row["unattributed_ms"] = excess - attributed
+    base = excess if excess > 0 and attributed <= excess else attributed
+    for c in causes:
+        c["share"] = c["ms"] / base if base > 0 else 0.0
+
+
+def clean_phases(first: CallSteps, steady: list[CallSteps]) -> dict[str, Any]:
+    """The control's clean figures per phase (no instrument but the pass timer and the step hook)."""
+    return {"phases": [{k: r[k] for k in ("phase", "first_ms", "steady_median_ms", "excess_ms")}
+                       for r in phase_figures(first, steady)],
+            "forwards_first_call": len(first.starts)}
+
+
+def fold_clean(section_: dict[str, Any], clean: dict[str, Any] | None) -> None:
+    """The headline TTFT from the control's clean first call where it ran (the instrumented call's
+    phases keep their causes; each phase gains its clean figures)."""
+    if not clean or not clean.get("phases"):
+        return
+    by = {r["phase"]: r for r in clean["phases"]}
+    for row in section_["phases"]:
+        c = by.get(row["phase"])
+        if c is not None:
+            row["clean"] = {k: c[k] for k in ("first_ms", "steady_median_ms", "excess_ms")}
+    pre = by.get("prefill")
+    if pre is not None:
+        section_["ttft"] = {"first_ms": pre["first_ms"], "steady_median_ms": pre["steady_median_ms"],
+                            "excess_ms": pre["excess_ms"], "source": "clean",
+                            "instrumented_first_ms": section_["ttft"]["first_ms"]}
+
+
+def fold_controls(section_: dict[str, Any], clean: dict[str, Any] | None, warm: list[dict[str, Any]] | None,
+                  less: Callable[[list[Any], list[dict[str, Any]]], list[Any]]) -> None:
+    """The controls into a generate section: the headline TTFT from the clean first call (fold_clean),
+    and each phase's causes less what the warm control booked in the same phase (warmprof's own
+    first-call work: `less` is controls._less, by (cause, source))."""
+    from ..report.trace import CauseEntry
+
+    fold_clean(section_, clean)
+    by = {w["phase"]: w.get("causes", []) for w in warm or []}
+    for row in section_["phases"]:
+        booked = by.get(row["phase"])
+        if booked:
+            entries = less([CauseEntry(**c) for c in row["causes"]], booked)
+            row["causes"] = [dataclasses.asdict(e) for e in entries]
+        settle(row)
+
+
+__all__ = ["fold_controls", "CallSteps", "Generation", "HOW", "KV_CACHES", "PHASES", "check_generate", "clean_phases", "fold_clean",
+           "phase_figures", "section", "steady_phase_faults"]
