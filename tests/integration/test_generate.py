@@ -65,6 +65,7 @@ def test_eager_generate_is_split_into_prefill_first_decode_and_rest(tmp_path):
 
 
 def test_compiled_generate_shows_each_decode_lengths_recompile_and_the_static_cache_fixes_it():
+    torch._dynamo.reset()  # each trace compiles from nothing: no graph of another test's model is reused
     dynamic = warmprof.trace(generate_models.llama(), (1, PROMPT), generate=4, steady=5, compile={"backend": "eager"})
     tc = dynamic.torch_compile
     assert tc is not None and tc.recompiled >= 2
@@ -78,6 +79,7 @@ def test_compiled_generate_shows_each_decode_lengths_recompile_and_the_static_ca
     assert any("cache_implementation='static'" in a for a in dynamic.advice)
 
     model = generate_models.llama()
+    torch._dynamo.reset()
     static = warmprof.trace(model, (1, PROMPT), generate=4, steady=5, compile={"backend": "eager"}, kv_cache="static")
     _clean_model(model)
     assert static.generate["kv_cache"] == "static"
@@ -85,6 +87,17 @@ def test_compiled_generate_shows_each_decode_lengths_recompile_and_the_static_ca
     assert not any(c["cause"] == "jit_compile" for c in _phases(static)["rest"]["causes"])
     assert _phases(static)["rest"]["excess_ms"] < 0.1 * _phases(dynamic)["rest"]["excess_ms"]
     assert not any("cache_implementation='static'" in a for a in static.advice)
+
+    # compare says the two side by side: TTFT and each phase, and every recompile's guard text
+    text = str(warmprof.compare(dynamic, static, labels=["dynamic", "static"]))
+    for line in ("time to first token", "TTFT excess", "rest excess", "torch's compile time", "torch.compile"):
+        assert line in text
+    for g in tc.recompiles + static.torch_compile.recompiles:
+        assert g["example"] in text
+    # the PNG draws the phases and the compile detail (its title holds the guards)
+    from warmprof.render.registry import render
+
+    assert render(dynamic, "png")[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.mark.parametrize("kwargs, message", [

@@ -36,11 +36,28 @@ class CompareTextRenderer(Renderer):
         if c.kind in ("trace", "watch"):
             lines += [""] + _summary_table(c.summary, letters)
             lines += [""] + _cause_table(c.rows, letters)
+            lines += _compile_lines(getattr(c, "compile", []), letters)
         else:
             lines += [""] + _op_table(c.rows, letters)
             if c.predictions:
                 lines += [""] + _prediction_table(c.predictions, letters)
         return "\n".join(lines) + "\n"  # Renderer.output escapes control characters: labels come from users
+
+
+def _compile_lines(details: list[Any], letters: list[str]) -> list[str]:
+    """Each compiled report's torch.compile detail: its compiles and recompiles, the inductor cache,
+    and every recompile's guard text (grouped as the report groups them)."""
+    if not any(details):
+        return []
+    out = ["", "torch.compile"]
+    for letter, d in zip(letters, details):
+        if d is None:
+            out.append(f"  {letter}: compiled nothing")
+            continue
+        out.append(f"  {letter}: {d['compiles']} compile(s), {d['recompiles']} of them recompiles, torch reports "
+                   f"{d['torch_ms']:.1f} ms; inductor cache: {d['inductor_cache']}")
+        out += [f"     recompiled {g['count']}x, {g['ms']:.1f} ms: {g['example']}" for g in d["reasons"]]
+    return out
 
 
 def _letters(n: int) -> list[str]:

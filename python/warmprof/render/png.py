@@ -85,11 +85,18 @@ def _trace_figure(Figure: Any, r: Any) -> Any:
             ("steady (median)", r.steady_median_ms, [("steady", r.steady_median_ms)])]
     setup = getattr(r, "setup", None)
     steps = list(setup.steps) if setup is not None else []
-    fig = Figure(figsize=(12, 6.4 if steps else 4.6), layout="constrained")
-    if steps:
-        grid = fig.add_gridspec(2, 1, height_ratios=(3.0, 1.1))
+    gen = getattr(r, "generate", None)
+    # panels under the passes: the set-up (its own seconds), a generation's phases
+    panels = ([("setup", 1.1)] if steps else []) + ([("generate", 1.8)] if gen else [])
+    fig = Figure(figsize=(12, 4.6 + sum(1.6 * h for _, h in panels)), layout="constrained")
+    if panels:
+        grid = fig.add_gridspec(1 + len(panels), 1, height_ratios=(3.0, *(h for _, h in panels)))
         ax = fig.add_subplot(grid[0])
-        _setup_axes(fig.add_subplot(grid[1]), setup)
+        for i, (name, _) in enumerate(panels, start=1):
+            if name == "setup":
+                _setup_axes(fig.add_subplot(grid[i]), setup)
+            else:
+                _generate_axes(fig.add_subplot(grid[i]), gen or {}, seen_keys=set())
     else:
         ax = fig.add_subplot()
     seen: set[str] = set()
@@ -113,10 +120,62 @@ def _trace_figure(Figure: Any, r: Any) -> Any:
     ax.grid(axis="x", alpha=0.3)
     ax.set_axisbelow(True)
     ax.set_title(f"{_fit(subject(r))} on {where}\nfirst pass {r.first_pass_ms:.2f} ms vs steady {r.steady_median_ms:.2f} ms:"
-                 f" {r.excess_ms:.2f} ms excess, split by cause", fontsize=11)
+                 f" {r.excess_ms:.2f} ms excess, split by cause" + "".join("\n" + line for line in _compile_text(r)),
+                 fontsize=11)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8.5, title="cause: ms (share of excess, evidence)",
               title_fontsize=8.5, frameon=False)  # beside the bars, never over them
     return fig
+
+
+COMPILE_LINES = 4  # recompile reasons drawn under the title at most (the text and JSON have them all)
+
+
+def _compile_text(r: Any) -> list[str]:
+    """A compiled trace's torch.compile detail for the title: its compiles and recompiles, then each
+    recompile's guard text (grouped, the most first)."""
+    tc = getattr(r, "torch_compile", None)
+    if tc is None or not (r.compile or tc.compiles or tc.torch_reported_ms > 0):
+        return []
+    out = [f"torch.compile: {tc.compiles} compile(s), {tc.recompiled} recompile(s), torch reports "
+           f"{tc.torch_reported_ms:.1f} ms; inductor cache {tc.inductor_cache}"]
+    out += [_fit(f"recompiled {g['count']}x ({_ms(float(g.get('ms', 0.0)))}): {g['example']}", 140)
+            for g in tc.recompiles[:COMPILE_LINES]]
+    if len(tc.recompiles) > COMPILE_LINES:
+        out.append(f"and {len(tc.recompiles) - COMPILE_LINES} more recompile reason(s): see the text or JSON")
+    return out
+
+
+def _generate_axes(ax: Any, gen: dict[str, Any], seen_keys: set[str]) -> None:
+    """A generation's phases (report.generate), one bar each: the first call's phase as its steady
+    median plus the phase's causes and what is left unattributed, labelled first vs steady."""
+    from types import SimpleNamespace
+
+    rows = gen["phases"]
+    widest = 0.0
+    for y, row in enumerate(rows):
+        figures = row.get("clean", row)
+        booked = [SimpleNamespace(cause=c["cause"], ms=c["ms"]) for c in row["causes"]]
+        left = 0.0
+        for key, ms in _segments(figures["steady_median_ms"], booked, figures["first_ms"]):
+            label = None if key in seen_keys else ("steady" if key == "steady" else causes.label(key))
+            seen_keys.add(key)
+            ax.barh(y, ms, left=left, color=STEADY_COLOR if key == "steady" else _colour(key), edgecolor="white",
+                    linewidth=0.6, hatch="//" if key == "unattributed" else None, label=label, height=0.6)
+            left += ms
+        ax.text(left, y, f"  first {figures['first_ms']:.2f} ms vs steady {figures['steady_median_ms']:.2f} ms",
+                va="center", fontsize=9)
+        widest = max(widest, left, figures["first_ms"])
+    ax.set_yticks(range(len(rows)), ["prefill (TTFT)" if r["phase"] == "prefill" else r["phase"].replace("_", " ")
+                                     for r in rows])
+    ax.invert_yaxis()
+    ax.set_xlim(0, max(widest, 1e-3) * 1.45)
+    ax.set_xlabel("time (ms)")
+    ax.grid(axis="x", alpha=0.3)
+    ax.set_axisbelow(True)
+    t = gen["ttft"]
+    ax.set_title(f"generate {gen['new_tokens']} tokens: TTFT {t['first_ms']:.2f} ms vs {t['steady_median_ms']:.2f} ms steady "
+                 f"({t.get('source', 'instrumented')}); causes: the instrumented first call's", fontsize=10)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8.5, frameon=False)
 
 
 SETUP_COLORS = ("#9ecae1", "#6baed6", "#4292c6", "#2171b5", "#c6dbef", "#08519c")

@@ -90,6 +90,8 @@ class Comparison:
     rows: list[Row]  # trace: one per cause; probe: one per op and shape
     predictions: list[PredictionRow] = field(default_factory=list)
     settings: list[SettingRow] = field(default_factory=list)  # trace reports: every compared setting
+    # trace reports: each report's torch.compile figures (compile_detail), None for one that compiled nothing
+    compile: list[dict[str, Any] | None] = field(default_factory=list)
     reports: list[ReportBase] = field(default_factory=list, repr=False)
 
     def settings_differ(self) -> list[SettingRow]:
@@ -112,7 +114,7 @@ class Comparison:
             "summary": [asdict(r) for r in self.summary], "rows": [asdict(r) for r in self.rows],
             "predictions": [asdict(p) for p in self.predictions],
             **({"settings": [dict(asdict(r), differs=r.differs, known=r.known) for r in self.settings],
-                "settings_identical": self.settings_identical()} if self.kind == "trace" else {}),
+                "settings_identical": self.settings_identical(), "compile": self.compile} if self.kind == "trace" else {}),
         }
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -155,6 +157,9 @@ def compare(*reports: ReportBase | str | os.PathLike, labels: list[str] | None =
             cells = [Cell(_number((getattr(r, "own_cost", None) or {}).get(key))) for r in loaded]
             if any(c.ms is not None for c in cells):
                 summary.append(_row(name, cells))
+        summary += _generate_rows(loaded)
+        if any(c is not None for c in (compile_detail(r) for r in loaded)):
+            summary.append(_row("torch's compile time", [Cell((compile_detail(r) or {}).get("torch_ms")) for r in loaded]))
         rows, predictions = _cause_rows(loaded), []
     elif kind == "watch":
         summary = [_row(name, [Cell(fn(r)) for r in loaded]) for name, fn in _WATCH_SUMMARY]
@@ -170,7 +175,38 @@ def compare(*reports: ReportBase | str | os.PathLike, labels: list[str] | None =
         differs=_differs(loaded, kind), warnings=medians + _warnings(loaded, labels, kind),
         summary=summary, rows=rows, predictions=predictions, reports=loaded,
         settings=_setting_rows(loaded) if kind == "trace" else [],
+        compile=[compile_detail(r) for r in loaded] if kind == "trace" else [],
     )
+
+
+def compile_detail(r: Any) -> dict[str, Any] | None:
+    """A trace report's torch.compile figures as compare shows them: torch's compile time, the compiles,
+    the recompiles with each guard's text (grouped), the inductor cache; None where nothing compiled."""
+    tc = getattr(r, "torch_compile", None)
+    if tc is None or not (getattr(r, "compile", None) or tc.compiles or tc.torch_reported_ms > 0):
+        return None
+    return {"torch_ms": float(tc.torch_reported_ms), "compiles": int(tc.compiles), "recompiles": int(tc.recompiled),
+            "inductor_cache": str(tc.inductor_cache),
+            "reasons": [{"count": int(g["count"]), "ms": float(g.get("ms", 0.0)), "example": str(g["example"])}
+                        for g in tc.recompiles]}
+
+
+def _generate_rows(reports: list[Any]) -> list[Row]:
+    """A generate trace's time to first token and each phase's first call (rows only where some
+    report has them; a report without is an absent cell)."""
+    gens = [getattr(r, "generate", None) or None for r in reports]
+    if not any(gens):
+        return []
+    rows = [_row("time to first token", [Cell(g["ttft"]["first_ms"] if g else None) for g in gens]),
+            _row("TTFT excess", [Cell(g["ttft"]["excess_ms"] if g else None) for g in gens])]
+    for phase in ("first_decode", "rest"):
+        cells = []
+        for g in gens:
+            row = next((p for p in (g or {}).get("phases", []) if p["phase"] == phase), None)
+            cells.append(Cell(row.get("clean", row)["excess_ms"] if row else None))
+        if any(c.ms is not None for c in cells):
+            rows.append(_row(f"{phase.replace('_', ' ')} excess", cells))
+    return rows
 
 
 def _as_report(r: ReportBase | str | os.PathLike) -> ReportBase:
