@@ -91,3 +91,41 @@ def test_the_advice_names_the_dimension_and_following_it_removes_the_recompiles(
     followed = warmprof.trace(_Followed(), inputs=(torch.randn(2, 8, 8),))
     assert followed.torch_compile.compiles == 1 and followed.torch_compile.recompiles == []
     assert not any("recompiled" in a for a in followed.advice)
+
+
+class _Breaking(torch.nn.Module):
+    """Compiled whole: a graph break in the middle (torch._dynamo.graph_break) splits it in two graphs,
+    and the function it calls after the break is a frame of its own."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Linear(8, 8)
+        self.b = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        x = self.a(x).relu()
+        torch._dynamo.graph_break()
+        return _after_break(self.b(x))
+
+
+def _after_break(x):
+    return (x * 3).sin()
+
+
+def test_a_compiled_pass_with_a_graph_break_says_the_break_and_each_frame(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    torch._dynamo.reset()
+    r = warmprof.trace(_Breaking(), inputs=(torch.randn(2, 8),), compile={"backend": "eager"})
+    tc = r.torch_compile
+    assert tc is not None and tc.graph_breaks, tc
+    assert sum(b["count"] for b in tc.graph_breaks) >= 1
+    assert len(tc.frames) >= 2 and sum(f["compiles"] for f in tc.frames) <= tc.compiles
+    text = str(r)
+    assert "graph breaks:" in text
+    for b in tc.graph_breaks:
+        assert b["reason"].splitlines()[0][:60] in text
+    for f in tc.frames:
+        assert f"frame {f['frame']}: {f['compiles']} compile(s)" in text
+    back = Report.from_dict(json.loads(json.dumps(r.to_dict())))
+    back.validate()
+    assert back.torch_compile.graph_breaks == tc.graph_breaks and back.torch_compile.frames == tc.frames

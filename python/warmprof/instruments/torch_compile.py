@@ -123,6 +123,18 @@ def compile_counters() -> dict[str, int]:
     return out
 
 
+def graph_break_counts() -> dict[str, int]:
+    """dynamo's graph breaks so far, reason -> how many times (counters["graph_break"]); {} without
+    dynamo imported (nothing broke yet)."""
+    if "torch._dynamo" not in sys.modules:
+        return {}
+    try:
+        from torch._dynamo.utils import counters
+    except Exception:
+        return {}
+    return {str(k): int(v) for k, v in list(counters.get("graph_break", {}).items())}
+
+
 def counters_since(before: Mapping[str, int], after: Mapping[str, int] | None = None) -> dict[str, int]:
     """The counters that moved between `before` and `after` (now when None), as deltas."""
     after = compile_counters() if after is None else after
@@ -412,6 +424,7 @@ class TorchCompile(CompileEvents, Instrument):
         if self.reason:
             return self
         self._whole_before = {k: len(self._time_metrics.get(k, [])) for k in WHOLE}
+        self._breaks_before = graph_break_counts()
         self.open()
         return self
 
@@ -421,6 +434,7 @@ class TorchCompile(CompileEvents, Instrument):
         self.close()
         self.cache = counters_since(self.counters_at_open)
         self.cache_outcome = cache_outcome(self.cache)
+        self.graph_breaks = counters_since(getattr(self, "_breaks_before", {}), graph_break_counts())
         metrics = self._time_metrics
         self.torch_reported_ms = 1e3 * sum(
             sum(metrics.get(k, [])[self._whole_before.get(k, 0):]) for k in WHOLE)
@@ -451,6 +465,9 @@ class TorchCompile(CompileEvents, Instrument):
         # per pass, as the trace's jit_compile entry says it (traces/build.py)
         by_pass = {c.pass_ or "" for c in self.compiles if c.cache is not None}
         out["cache_by_pass"] = {name: text for name in sorted(by_pass) if (text := self.outcome_of_pass(name).text())}
+        # dynamo's graph breaks during the trace: {reason, count}, the most first
+        out["graph_breaks"] = [{"reason": k, "count": v}
+                               for k, v in sorted(getattr(self, "graph_breaks", {}).items(), key=lambda kv: -kv[1])]
         return out
 
 
@@ -460,4 +477,4 @@ def registered_callbacks() -> int:
 
 
 __all__ = ["CacheOutcome", "CompileEvent", "CompileEvents", "TorchCompile", "cache_outcome", "compilation_metrics_mark",
-           "compile_counters", "counters_since", "phases", "recompile_reasons", "registered_callbacks"]
+           "compile_counters", "counters_since", "graph_break_counts", "phases", "recompile_reasons", "registered_callbacks"]

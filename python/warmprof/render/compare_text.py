@@ -57,6 +57,8 @@ def _compile_lines(details: list[Any], letters: list[str]) -> list[str]:
         out.append(f"  {letter}: {d['compiles']} compile(s), {d['recompiles']} of them recompiles, torch reports "
                    f"{d['torch_ms']:.1f} ms; inductor cache: {d['inductor_cache']}")
         out += [f"     recompiled {g['count']}x, {g['ms']:.1f} ms: {g['example']}" for g in d["reasons"]]
+        out += [f"     graph break {b['count']}x: {(b['reason'].strip().splitlines() or [''])[0]}"
+                for b in d.get("graph_breaks", [])]
     return out
 
 

@@ -142,6 +142,10 @@ def _compile_text(r: Any) -> list[str]:
             for g in tc.recompiles[:COMPILE_LINES]]
     if len(tc.recompiles) > COMPILE_LINES:
         out.append(f"and {len(tc.recompiles) - COMPILE_LINES} more recompile reason(s): see the text or JSON")
+    breaks = getattr(tc, "graph_breaks", [])
+    if breaks:
+        first = (breaks[0]["reason"].strip().splitlines() or [""])[0]
+        out.append(_fit(f"{sum(b['count'] for b in breaks)} graph break(s), e.g. {first}", 140))
     return out
 
 

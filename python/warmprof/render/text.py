@@ -109,6 +109,7 @@ class TraceTextRenderer(Renderer):
                 f"{tc.compiles} compile(s){again}; inductor cache: {one_line(tc.inductor_cache)}"
             )
             lines.extend(_recompile_lines(tc.recompiles))
+            lines.extend(_frame_lines(tc))
         # warmprof's own hook cost sits in every module: it says nothing about the model's.
         top = []
         for m in r.modules:
@@ -196,6 +197,23 @@ def _generate_lines(r: Any) -> list[str]:
         out.append(f"    {name:<15} {row.get('forwards', 0):>8} {_ms(first['first_ms']):>10} "
                    f"{_ms(first['steady_median_ms']):>10} {_ms(first['excess_ms']):>10}  {', '.join(said) or '-'}")
     out.extend(f"    note: {one_line(n)}" for n in g.get("notes", []))
+    return out
+
+
+def _frame_lines(tc: Any) -> list[str]:
+    """torch.compile's graph breaks (each reason once, with its count) and, when more than one frame
+    compiled, each frame's compiles and time with what came from the cache."""
+    out = []
+    breaks = getattr(tc, "graph_breaks", [])
+    if breaks:
+        out.append(f"    graph breaks: {sum(b['count'] for b in breaks)}")
+        # dynamo's reason is a paragraph (explanation, hint, a link): its first line names the break
+        out += [f"      {b['count']}x {one_line((b['reason'].strip().splitlines() or [''])[0])}" for b in breaks[:8]]
+        if len(breaks) > 8:
+            out.append(f"      and {len(breaks) - 8} more reason(s) (the JSON has them all)")
+    for f in getattr(tc, "frames", [])[:8]:
+        cached = f", {f['graphs_from_cache']} graph(s) from cache" if f.get("graphs_from_cache") else ""
+        out.append(f"    frame {f['frame']}: {f['compiles']} compile(s), {_ms(f['ms'])}{cached}")
     return out
 
 

@@ -188,7 +188,8 @@ def compile_detail(r: Any) -> dict[str, Any] | None:
     return {"torch_ms": float(tc.torch_reported_ms), "compiles": int(tc.compiles), "recompiles": int(tc.recompiled),
             "inductor_cache": str(tc.inductor_cache),
             "reasons": [{"count": int(g["count"]), "ms": float(g.get("ms", 0.0)), "example": str(g["example"])}
-                        for g in tc.recompiles]}
+                        for g in tc.recompiles],
+            "graph_breaks": [dict(b) for b in getattr(tc, "graph_breaks", [])]}
 
 
 def _generate_rows(reports: list[Any]) -> list[Row]:

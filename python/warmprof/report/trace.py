@@ -210,6 +210,11 @@ class TorchCompileFigures:
     # dynamo's recompile reasons grouped (recompile_groups): reason with its numbers as N, an example,
     # how many recompiles gave it and their span ms, the most first
     recompiles: list[dict[str, Any]] = field(default_factory=list)
+    # dynamo's graph breaks during the trace, {"reason", "count"}, the most first
+    graph_breaks: list[dict[str, Any]] = field(default_factory=list)
+    # per frame dynamo compiled (the compile id's frame, "0" of "0/2"): its compiles and their span ms,
+    # and the graphs it compiled from scratch and loaded from cache; only when more than one frame compiled
+    frames: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def from_summary(cls, summary: Any) -> "TorchCompileFigures | None":
@@ -219,10 +224,12 @@ class TorchCompileFigures:
             return None
         cache = summary.get("inductor_cache")
         compiles = [c for c in summary.get("compiles", []) if isinstance(c, dict)]
+        breaks = [{"reason": str(b["reason"]), "count": int(b["count"])} for b in summary.get("graph_breaks", [])
+                  if isinstance(b, dict) and "reason" in b and "count" in b]
         return cls(torch_reported_ms=float(summary.get("torch_reported_compile_ms", 0.0)),
                    compiles=len(summary.get("compiles", [])),
                    inductor_cache=cache if isinstance(cache, str) else "n/a",
-                   recompiles=recompile_groups(compiles))
+                   recompiles=recompile_groups(compiles), graph_breaks=breaks, frames=frame_rows(compiles))
 
     @property
     def recompiled(self) -> int:
@@ -235,9 +242,30 @@ def _compile_figures_json(figures: TorchCompileFigures | None) -> dict[str, Any]
     if figures is None:
         return None
     out = dataclasses.asdict(figures)
-    if not out["recompiles"]:
-        del out["recompiles"]
+    for name in ("recompiles", "graph_breaks", "frames"):
+        if not out[name]:
+            del out[name]
     return out
+
+
+def frame_rows(compiles: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The compiles (of dynamo compile triggers) by frame, the compile id's first part: compiles, span
+    ms, graphs compiled from scratch and loaded from cache; [] when one frame or none compiled."""
+    from ..attribution.compiles import is_compile
+
+    frames: dict[str, dict[str, Any]] = {}
+    for c in compiles:
+        cid = c.get("compile_id")
+        if not isinstance(cid, str) or "/" not in cid or not is_compile(c.get("trigger")):
+            continue
+        f = frames.setdefault(cid.split("/")[0], {"frame": cid.split("/")[0], "compiles": 0, "ms": 0.0,
+                                                   "graphs_compiled": 0, "graphs_from_cache": 0})
+        f["compiles"] += 1
+        f["ms"] += float(c.get("span_ms") or 0.0)
+        cache = c.get("cache") or {}
+        f["graphs_compiled"] += int(cache.get("compiled", 0) or 0)
+        f["graphs_from_cache"] += int(cache.get("loaded", 0) or 0)
+    return sorted(frames.values(), key=lambda f: -f["ms"]) if len(frames) > 1 else []
 
 
 _NUMBER = re.compile(r"(?<![\w.])(?<!index )-?\d+(?:\.\d+)?")  # a tensor's dimension index stays
@@ -295,8 +323,12 @@ _INPUT_SHAPE = S.Nullable(S.ListOf(S.NON_NEGATIVE_INT))
 _INPUTS = S.Obj({"args": S.ListOf(_INPUT_SHAPE), "kwargs": S.MapOf(_INPUT_SHAPE)})
 _TORCH_COMPILE = S.Obj(optional={"torch_reported_compile_ms": S.NUM, "compiles": S.ListOf(S.ANY)})
 _RECOMPILE_GROUP = S.Obj({"reason": S.STR, "example": S.STR, "count": S.NON_NEGATIVE_INT, "ms": S.NUM}, extra=False)
+_GRAPH_BREAK = S.Obj({"reason": S.STR, "count": S.NON_NEGATIVE_INT}, extra=False)
+_FRAME = S.Obj({"frame": S.STR, "compiles": S.NON_NEGATIVE_INT, "ms": S.NUM},
+               {"graphs_compiled": S.NON_NEGATIVE_INT, "graphs_from_cache": S.NON_NEGATIVE_INT}, extra=False)
 _TORCH_COMPILE_FIGURES = S.Obj({"torch_reported_ms": S.NUM, "compiles": S.NON_NEGATIVE_INT, "inductor_cache": S.STR},
-                               {"recompiles": S.ListOf(_RECOMPILE_GROUP)}, extra=False)
+                               {"recompiles": S.ListOf(_RECOMPILE_GROUP), "graph_breaks": S.ListOf(_GRAPH_BREAK),
+                                "frames": S.ListOf(_FRAME)}, extra=False)
 _RECORDER = S.Obj(optional={k: S.NON_NEGATIVE_INT for k in ("records", "dropped", "thinned_modules", "own_faults")})
 _PROTOCOL = S.Obj(optional={
     "input": S.STR, "steady_ms": S.ListOf(S.NUM), "calibration": S.MapOf(S.ANY), "runtime_warm": S.BOOL,
