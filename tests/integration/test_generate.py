@@ -143,3 +143,15 @@ def test_the_command_line_generate_runs_in_fresh_processes_with_a_clean_ttft(tmp
     assert g["ttft"]["first_ms"] > g["ttft"]["steady_median_ms"]
     assert "time to first token (clean first call)" in got.stdout
     assert "attention mask" not in got.stderr  # generate is given a mask and a pad token: no warning per call
+
+
+def test_the_demo_generates_for_the_command_lines_demo():
+    from warmprof.traces.demo import demo_model
+
+    model = demo_model(n_layers=1, d_model=32)
+    report = warmprof.trace(model, (1, 8), generate=3, steady=5)
+    _clean_model(model)
+    assert [row["forwards"] for row in report.generate["phases"]] == [1, 1, 1]
+    with pytest.raises(ModelError, match="no KV cache"):
+        warmprof.trace(model, (1, 8), generate=3, kv_cache="static")
+    _clean_model(model)

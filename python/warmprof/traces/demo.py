@@ -1,6 +1,7 @@
 """The built-in demo: a small decoder-only transformer LM built in code (no downloads).
 
-Input: token ids of shape (batch, seq). Output: logits (batch, seq, vocab).
+Input: token ids of shape (batch, seq). Output: logits (batch, seq, vocab). generate(ids, max_new_tokens)
+decodes greedily (no KV cache), for `warmprof trace --demo --generate N`.
 """
 
 from __future__ import annotations
@@ -76,6 +77,22 @@ def _build_classes():
             for block in self.blocks:
                 x = block(x)
             return self.head(self.ln_f(x))
+
+        @torch.no_grad()
+        def generate(self, ids: "torch.Tensor", max_new_tokens: int = 16, **options: object) -> "torch.Tensor":
+            """Greedy decoding of exactly max_new_tokens tokens, for `warmprof trace --demo --generate N`.
+            No KV cache: each step is a forward over the whole sequence so far (a new length every step,
+            which a compiled forward recompiles for). transformers-style options that mean nothing else
+            for greedy decoding (min_new_tokens, do_sample=False, attention_mask, pad_token_id) are
+            accepted; a KV cache or sampling is refused."""
+            if options.get("cache_implementation") is not None:
+                raise ValueError("the demo LM has no KV cache: drop --kv-cache")
+            if options.get("do_sample"):
+                raise ValueError("the demo LM decodes greedily only (do_sample=False)")
+            for _ in range(max_new_tokens):
+                nxt = self(ids)[:, -1].argmax(dim=-1, keepdim=True)
+                ids = torch.cat([ids, nxt], dim=1)
+            return ids
 
     return DemoLM
 
