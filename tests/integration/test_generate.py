@@ -155,3 +155,20 @@ def test_the_demo_generates_for_the_command_lines_demo():
     with pytest.raises(ModelError, match="no KV cache"):
         warmprof.trace(model, (1, 8), generate=3, kv_cache="static")
     _clean_model(model)
+
+
+def test_the_compiled_demos_text_names_every_recompile_reason_the_json_holds():
+    """issue 27's acceptance: the compiled demo generating (no KV cache: a new length each step) recompiles
+    for a new length; every reason the JSON holds, grouped, is in the text with its example."""
+    from warmprof.traces.demo import demo_model
+
+    torch._dynamo.reset()
+    model = demo_model(n_layers=1, d_model=32)
+    report = warmprof.trace(model, (1, 8), generate=4, steady=5, compile={"backend": "eager"})
+    _clean_model(model)
+    held = report.to_dict()["torch_compile"].get("recompiles", [])
+    # the second length recompiles; from then on automatic dynamic shapes serve every length with one graph
+    assert held and sum(g["count"] for g in held) >= 1
+    text = str(report)
+    for g in held:
+        assert g["example"] in text and f"recompiled {g['count']}x" in text
