@@ -52,8 +52,6 @@ def test_eager_generate_is_split_into_prefill_first_decode_and_rest(tmp_path):
         assert row["excess_ms"] == pytest.approx(row["first_ms"] - row["steady_median_ms"])
         assert all(c["cause"] not in ("profiler_overhead", "unattributed") for c in row["causes"])
         assert row["attributed_ms"] + row["unattributed_ms"] == pytest.approx(row["excess_ms"] - row["own_cost_ms"])
-    # a prefill is the prompt's forward, a decode step one token's: steady, the prefill costs more
-    assert _phases(report)["prefill"]["steady_median_ms"] > _phases(report)["first_decode"]["steady_median_ms"]
     text = str(report)
     assert "time to first token" in text
     for name in ("prefill (TTFT)", "first_decode", "rest"):
