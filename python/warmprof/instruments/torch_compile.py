@@ -23,7 +23,7 @@ from typing import Any, Mapping, cast
 
 from .. import _native
 from ..attribution.compiles import cause_of, trigger_source
-from ..causes import id_of
+from ..causes import Name, id_of
 from ..system.torch_compat import (
     callback_fields,
     compilation_metrics,
@@ -466,9 +466,28 @@ class TorchCompile(CompileEvents, Instrument):
         by_pass = {c.pass_ or "" for c in self.compiles if c.cache is not None}
         out["cache_by_pass"] = {name: text for name in sorted(by_pass) if (text := self.outcome_of_pass(name).text())}
         # dynamo's graph breaks during the trace: {reason, count}, the most first
+        out["frames"] = frame_rows(out["compiles"])
         out["graph_breaks"] = [{"reason": k, "count": v}
                                for k, v in sorted(getattr(self, "graph_breaks", {}).items(), key=lambda kv: -kv[1])]
         return out
+
+
+def frame_rows(compiles: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The compiles (of dynamo compile triggers) by frame, the compile id's first part: compiles, span
+    ms, graphs compiled from scratch and loaded from cache; [] when one frame or none compiled."""
+    frames: dict[str, dict[str, Any]] = {}
+    for c in compiles:
+        cid = c.get("compile_id")
+        if not isinstance(cid, str) or "/" not in cid or not cause_of(c.get("trigger")) == Name.JIT_COMPILE:
+            continue
+        f = frames.setdefault(cid.split("/")[0], {"frame": cid.split("/")[0], "compiles": 0, "ms": 0.0,
+                                                   "graphs_compiled": 0, "graphs_from_cache": 0})
+        f["compiles"] += 1
+        f["ms"] += float(c.get("span_ms") or 0.0)
+        cache = c.get("cache") or {}
+        f["graphs_compiled"] += int(cache.get("compiled", 0) or 0)
+        f["graphs_from_cache"] += int(cache.get("loaded", 0) or 0)
+    return sorted(frames.values(), key=lambda f: -f["ms"]) if len(frames) > 1 else []
 
 
 def registered_callbacks() -> int:
@@ -477,4 +496,4 @@ def registered_callbacks() -> int:
 
 
 __all__ = ["CacheOutcome", "CompileEvent", "CompileEvents", "TorchCompile", "cache_outcome", "compilation_metrics_mark",
-           "compile_counters", "counters_since", "graph_break_counts", "phases", "recompile_reasons", "registered_callbacks"]
+           "compile_counters", "counters_since", "frame_rows", "graph_break_counts", "phases", "recompile_reasons", "registered_callbacks"]

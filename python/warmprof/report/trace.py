@@ -229,7 +229,8 @@ class TorchCompileFigures:
         return cls(torch_reported_ms=float(summary.get("torch_reported_compile_ms", 0.0)),
                    compiles=len(summary.get("compiles", [])),
                    inductor_cache=cache if isinstance(cache, str) else "n/a",
-                   recompiles=recompile_groups(compiles), graph_breaks=breaks, frames=frame_rows(compiles))
+                   recompiles=recompile_groups(compiles), graph_breaks=breaks,
+                   frames=[dict(f) for f in summary.get("frames", []) if isinstance(f, dict)])
 
     @property
     def recompiled(self) -> int:
@@ -247,25 +248,6 @@ def _compile_figures_json(figures: TorchCompileFigures | None) -> dict[str, Any]
             del out[name]
     return out
 
-
-def frame_rows(compiles: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The compiles (of dynamo compile triggers) by frame, the compile id's first part: compiles, span
-    ms, graphs compiled from scratch and loaded from cache; [] when one frame or none compiled."""
-    from ..attribution.compiles import is_compile
-
-    frames: dict[str, dict[str, Any]] = {}
-    for c in compiles:
-        cid = c.get("compile_id")
-        if not isinstance(cid, str) or "/" not in cid or not is_compile(c.get("trigger")):
-            continue
-        f = frames.setdefault(cid.split("/")[0], {"frame": cid.split("/")[0], "compiles": 0, "ms": 0.0,
-                                                   "graphs_compiled": 0, "graphs_from_cache": 0})
-        f["compiles"] += 1
-        f["ms"] += float(c.get("span_ms") or 0.0)
-        cache = c.get("cache") or {}
-        f["graphs_compiled"] += int(cache.get("compiled", 0) or 0)
-        f["graphs_from_cache"] += int(cache.get("loaded", 0) or 0)
-    return sorted(frames.values(), key=lambda f: -f["ms"]) if len(frames) > 1 else []
 
 
 _NUMBER = re.compile(r"(?<![\w.])(?<!index )-?\d+(?:\.\d+)?")  # a tensor's dimension index stays
