@@ -281,3 +281,23 @@ def test_a_warm_control_under_the_steady_median_reads_as_noise_not_a_saving(warm
     line = next(x for x in str(r).splitlines() if "warmprof's own cost (not the model's)" in x)
     assert r.own_cost["first_pass_ms"] == pytest.approx(warm_first - 4.0)
     assert ("within the machine's noise" in line and "read as none" in line) == noise, line
+
+
+def test_a_compiles_wait_for_its_compiler_is_not_booked_again_as_the_clean_passs_wait():
+    """A compiled first pass waits off the CPU for inductor's C++ builds; in the traced pass that time is
+    inside the compile's span (jit_compile). The clean pass's time off the CPU beyond the waits the traced
+    pass booked is only what the other causes leave of the excess (a compiled Llama's 28 s of it was
+    booked as disk_read beside its 27 s of jit_compile, the causes adding up to 1.3x the excess)."""
+    r = _instrumented(**{Name.JIT_COMPILE: 30.0})
+    clean = Clean(40.0, [4.0] * 5, first={"off_cpu_ms": 28.0, "major_faults": 2, "blocks_in": 64}, steady={})
+    fold(r, clean, WarmControl(first_pass_ms=4.5, causes=[]))
+    by = r.by_cause()
+    assert by[Name.JIT_COMPILE] == pytest.approx(30.0)
+    assert by[Name.DISK_READ] == pytest.approx(36.0 - 30.0)  # the room the compile left of the 36 ms excess
+    assert r.attributed_ms <= r.excess_ms + 1e-9
+    (d,) = [c for c in r.causes if c.cause == Name.DISK_READ]
+    assert "capped at the" in d.detail
+    # a compile that explains the whole excess leaves no room: no off-CPU entry at all
+    r2 = _instrumented(**{Name.JIT_COMPILE: 40.0})
+    fold(r2, Clean(40.0, [4.0] * 5, first={"off_cpu_ms": 28.0}, steady={}), WarmControl(first_pass_ms=4.5, causes=[]))
+    assert Name.WAIT not in r2.by_cause() and Name.DISK_READ not in r2.by_cause()
