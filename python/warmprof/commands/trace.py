@@ -178,8 +178,10 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("--explain is for eager models: a compiled model gets no op view (its first pass is "
                          "explained by the compile's own spans); drop --explain or --compile")
     if args.generate is not None:
-        if not 2 <= args.generate <= 4096:
-            raise InputError(f"--generate takes a number of new tokens from 2 to 4096, got {args.generate}")
+        from ..traces.generate import MAX_NEW_TOKENS
+
+        if not 2 <= args.generate <= MAX_NEW_TOKENS:
+            raise InputError(f"--generate takes a number of new tokens from 2 to {MAX_NEW_TOKENS}, got {args.generate}")
         if args.op_view or args.explain or args.repeat != 1:
             raise InputError("--generate does not go with --op-view, --explain or --repeat: the op view is of one "
                              "forward (trace the model at the prompt's shape for it)")

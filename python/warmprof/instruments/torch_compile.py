@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import Any, Mapping, cast
 
 from .. import _native
-from ..attribution.compiles import cause_of, trigger_source
-from ..causes import Name, id_of
+from ..attribution.compiles import cause_of, is_compile, trigger_source
+from ..causes import id_of
 from ..system.torch_compat import (
     callback_fields,
     compilation_metrics,
@@ -465,8 +465,8 @@ class TorchCompile(CompileEvents, Instrument):
         # per pass, as the trace's jit_compile entry says it (traces/build.py)
         by_pass = {c.pass_ or "" for c in self.compiles if c.cache is not None}
         out["cache_by_pass"] = {name: text for name in sorted(by_pass) if (text := self.outcome_of_pass(name).text())}
+        out["frames"] = frame_rows(out["compiles"])  # per frame, when more than one compiled
         # dynamo's graph breaks during the trace: {reason, count}, the most first
-        out["frames"] = frame_rows(out["compiles"])
         out["graph_breaks"] = [{"reason": k, "count": v}
                                for k, v in sorted(getattr(self, "graph_breaks", {}).items(), key=lambda kv: -kv[1])]
         return out
@@ -478,7 +478,7 @@ def frame_rows(compiles: list[dict[str, Any]]) -> list[dict[str, Any]]:
     frames: dict[str, dict[str, Any]] = {}
     for c in compiles:
         cid = c.get("compile_id")
-        if not isinstance(cid, str) or "/" not in cid or not cause_of(c.get("trigger")) == Name.JIT_COMPILE:
+        if not isinstance(cid, str) or "/" not in cid or not is_compile(c.get("trigger")):
             continue
         f = frames.setdefault(cid.split("/")[0], {"frame": cid.split("/")[0], "compiles": 0, "ms": 0.0,
                                                    "graphs_compiled": 0, "graphs_from_cache": 0})

@@ -5,6 +5,7 @@ from __future__ import annotations
 import string
 from typing import Any
 
+from ..report.trace import break_headline
 from .base import Renderer
 from .format import ms_cell, setting_line, subject, table
 from .registry import register
@@ -57,8 +58,7 @@ def _compile_lines(details: list[Any], letters: list[str]) -> list[str]:
         out.append(f"  {letter}: {d['compiles']} compile(s), {d['recompiles']} of them recompiles, torch reports "
                    f"{d['torch_ms']:.1f} ms; inductor cache: {d['inductor_cache']}")
         out += [f"     recompiled {g['count']}x, {g['ms']:.1f} ms: {g['example']}" for g in d["reasons"]]
-        out += [f"     graph break {b['count']}x: {(b['reason'].strip().splitlines() or [''])[0]}"
-                for b in d.get("graph_breaks", [])]
+        out += [f"     graph break {b['count']}x: {break_headline(b['reason'])}" for b in d.get("graph_breaks", [])]
     return out
 
 

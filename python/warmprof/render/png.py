@@ -17,6 +17,7 @@ from typing import Any
 
 from .. import causes
 from ..errors import WarmprofError
+from ..report.trace import break_headline, shown_compile
 from .base import Renderer
 from .format import device, setting_line, subject
 from .format import ms as _ms
@@ -133,8 +134,8 @@ COMPILE_LINES = 4  # recompile reasons drawn under the title at most (the text a
 def _compile_text(r: Any) -> list[str]:
     """A compiled trace's torch.compile detail for the title: its compiles and recompiles, then each
     recompile's guard text (grouped, the most first)."""
-    tc = getattr(r, "torch_compile", None)
-    if tc is None or not (r.compile or tc.compiles or tc.torch_reported_ms > 0):
+    tc = shown_compile(r)
+    if tc is None:
         return []
     out = [f"torch.compile: {tc.compiles} compile(s), {tc.recompiled} recompile(s), torch reports "
            f"{tc.torch_reported_ms:.1f} ms; inductor cache {tc.inductor_cache}"]
@@ -144,8 +145,7 @@ def _compile_text(r: Any) -> list[str]:
         out.append(f"and {len(tc.recompiles) - COMPILE_LINES} more recompile reason(s): see the text or JSON")
     breaks = getattr(tc, "graph_breaks", [])
     if breaks:
-        first = (breaks[0]["reason"].strip().splitlines() or [""])[0]
-        out.append(_fit(f"{sum(b['count'] for b in breaks)} graph break(s), e.g. {first}", 140))
+        out.append(_fit(f"{sum(b['count'] for b in breaks)} graph break(s), e.g. {break_headline(breaks[0]['reason'])}", 140))
     return out
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..report.trace import break_headline, shown_compile
 from .base import Renderer
 from .format import cause_ms as _cause_ms
 from .format import middle, subject
@@ -99,10 +100,10 @@ class TraceTextRenderer(Renderer):
             lines.append(f"  seen-shape re-run still paid: {rerun}")
         else:
             lines.append("  seen-shape re-run paid none of these causes (one-time costs)")
-        tc = r.torch_compile
+        tc = shown_compile(r)
         # An eager trace that compiled nothing has no compile time to report (the instrument is on
         # whenever dynamo is imported); a compiled one always says what torch reported, 0 included.
-        if tc is not None and (r.compile or tc.compiles or tc.torch_reported_ms > 0):
+        if tc is not None:
             again = f", {tc.recompiled} of them recompiles" if tc.recompiled else ""
             lines.append(
                 f"  torch reports {_ms(tc.torch_reported_ms)} of compile time; "
@@ -207,8 +208,7 @@ def _frame_lines(tc: Any) -> list[str]:
     breaks = getattr(tc, "graph_breaks", [])
     if breaks:
         out.append(f"    graph breaks: {sum(b['count'] for b in breaks)}")
-        # dynamo's reason is a paragraph (explanation, hint, a link): its first line names the break
-        out += [f"      {b['count']}x {one_line((b['reason'].strip().splitlines() or [''])[0])}" for b in breaks[:8]]
+        out += [f"      {b['count']}x {one_line(break_headline(b['reason']))}" for b in breaks[:8]]
         if len(breaks) > 8:
             out.append(f"      and {len(breaks) - 8} more reason(s) (the JSON has them all)")
     for f in getattr(tc, "frames", [])[:8]:

@@ -20,7 +20,7 @@ from ..stats import median
 from ..system.platform import describe_device
 from . import SCHEMA_VERSION, ReportBase, load
 from . import settings as trace_settings
-from .trace import inputs_label
+from .trace import inputs_label, shown_compile
 
 # Report settings that are part of the configuration being compared (shown when they differ). A trace
 # report's are its settings record (report/settings.py), compared setting by setting (SettingRow).
@@ -182,8 +182,8 @@ def compare(*reports: ReportBase | str | os.PathLike, labels: list[str] | None =
 def compile_detail(r: Any) -> dict[str, Any] | None:
     """A trace report's torch.compile figures as compare shows them: torch's compile time, the compiles,
     the recompiles with each guard's text (grouped), the inductor cache; None where nothing compiled."""
-    tc = getattr(r, "torch_compile", None)
-    if tc is None or not (getattr(r, "compile", None) or tc.compiles or tc.torch_reported_ms > 0):
+    tc = shown_compile(r)
+    if tc is None:
         return None
     return {"torch_ms": float(tc.torch_reported_ms), "compiles": int(tc.compiles), "recompiles": int(tc.recompiled),
             "inductor_cache": str(tc.inductor_cache),

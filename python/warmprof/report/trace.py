@@ -237,6 +237,22 @@ class TorchCompileFigures:
         return sum(int(g["count"]) for g in self.recompiles)
 
 
+def shown_compile(report: Any) -> TorchCompileFigures | None:
+    """A trace report's torch.compile figures where a renderer shows them: a compiled trace always
+    (0 included), an eager one only when it compiled something (the instrument is on whenever dynamo
+    is imported); None otherwise."""
+    tc = getattr(report, "torch_compile", None)
+    if tc is None or not (getattr(report, "compile", None) or tc.compiles or tc.torch_reported_ms > 0):
+        return None
+    return tc
+
+
+def break_headline(reason: str) -> str:
+    """A graph break's reason as one line: dynamo's is a paragraph (explanation, hint, a link) whose
+    first line names the break."""
+    return (reason.strip().splitlines() or [""])[0]
+
+
 def _compile_figures_json(figures: TorchCompileFigures | None) -> dict[str, Any] | None:
     """TorchCompileFigures as JSON; recompiles is optional: a trace that recompiled nothing writes what
     it wrote before the field."""
@@ -247,7 +263,6 @@ def _compile_figures_json(figures: TorchCompileFigures | None) -> dict[str, Any]
         if not out[name]:
             del out[name]
     return out
-
 
 
 _NUMBER = re.compile(r"(?<![\w.])(?<!index )-?\d+(?:\.\d+)?")  # a tensor's dimension index stays

@@ -166,24 +166,23 @@ def _compile_lines(report: Any, lines: list[str]) -> list[str]:
         m = re.search(r"tensor '(.+?)' size mismatch at index (\d+)", sized["example"])
         name, dim = (m.group(1), m.group(2)) if m else ("the input", "N")
         gen = getattr(report, "generate", None)
+        rest = next((r for r in (gen or {}).get("phases", []) if r["phase"] == "rest"), None)
+        rest_compiled = rest is not None and any(c["cause"] == "jit_compile" for c in rest["causes"])
         if gen and gen.get("kv_cache") != "static":  # a generation: each decode length is a new shape
             out[0] = (f"dynamo recompiled for new decode lengths ({len(tc.recompiles)} guard(s), e.g. {name} at "
                       f"dimension {dim}): use a static KV cache, model.generate(..., cache_implementation='static') "
                       "(--kv-cache static here), so every decode step has one shape and compiles once; or compile "
                       "with dynamic=True.")
-            return [line for line in out if not (tc.inductor_cache == "hit" and line.startswith("Keep inductor's cache"))]
-        rest = next((r for r in (gen or {}).get("phases", []) if r["phase"] == "rest"), None)
-        rest_compiled = rest is not None and any(c["cause"] == "jit_compile" for c in rest["causes"])
-        if gen and not rest_compiled:  # static cache: the prompt's length and the one-token step, a graph each
+        elif gen and not rest_compiled:  # static cache: the prompt's length and the one-token step, a graph each
             out[0] = (f"with a static KV cache the rest of the decode steps compiled nothing new; the prefill and the first "
                       f"decode step are different shapes ({name} at dimension {dim}) and compile a graph each: warm them "
                       "at start-up with one generate call at each served prompt length (or pad prompts to a few "
                       "buckets: warmprof buckets).")
-            return [line for line in out if not (tc.inductor_cache == "hit" and line.startswith("Keep inductor's cache"))]
-        out[0] = (f"dynamo recompiled {sized['count']} time(s) for a new size of {name} at dimension {dim}: mark it "
-                  f"dynamic before the first call (torch._dynamo.mark_dynamic({name}, {dim})) or compile with "
-                  "dynamic=True, so one graph serves every length; or pad to a few buckets (warmprof buckets) and warm "
-                  "each before taking traffic.")
+        else:
+            out[0] = (f"dynamo recompiled {sized['count']} time(s) for a new size of {name} at dimension {dim}: mark it "
+                      f"dynamic before the first call (torch._dynamo.mark_dynamic({name}, {dim})) or compile with "
+                      "dynamic=True, so one graph serves every length; or pad to a few buckets (warmprof buckets) and "
+                      "warm each before taking traffic.")
     if tc.inductor_cache == "hit":
         out = [line for line in out if not line.startswith("Keep inductor's cache")]
     return out

@@ -695,12 +695,11 @@ def _generate_section(gen: Any, first: Any, steady: list, timeline: Timeline, ca
     whole pass's and stay out of the phases."""
     from ..causes import Name
     from .build import _entries
-    from .generate import section, steady_phase_faults
+    from .generate import section, steady_phase_faults, steady_phase_ms
 
     faults = steady_phase_faults(steady)
     call_ms = median([(c.t1 - c.t0) / 1e6 for c in steady]) if steady else 0.0
-    phase_steady = {p: median([c.phase_ms()[p] for c in steady if p in c.phase_ms()] or [0.0])
-                    for p in ("prefill", "first_decode", "rest")}
+    phase_steady = {p: ms for p, (ms, _) in steady_phase_ms(steady).items()}
     evidence = {src: ev for i in instruments for src, ev in i.span_evidence.items()}
 
     def causes_of(phase: str, window: tuple[int, int], excess_ms: float) -> list:

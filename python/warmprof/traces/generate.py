@@ -199,17 +199,25 @@ class Generation:
         return got
 
 
+def steady_phase_ms(steady: list[CallSteps]) -> dict[str, tuple[float, int]]:
+    """Each phase's steady median (ms) and how many steady calls reached it ((0.0, 0): none did)."""
+    out = {}
+    for p in PHASES:
+        st = [c.phase_ms()[p] for c in steady if p in c.phase_ms()]
+        out[p] = (median(st) if st else 0.0, len(st))
+    return out
+
+
 def phase_figures(first: CallSteps, steady: list[CallSteps]) -> list[dict[str, Any]]:
     """Each phase's first-call time against its steady median (ms), with the forwards it held."""
     rows = []
-    first_ms, fw = first.phase_ms(), first.forwards()
+    first_ms, fw, base = first.phase_ms(), first.forwards(), steady_phase_ms(steady)
     for p in PHASES:
         if p not in first_ms:
             continue
-        st = [c.phase_ms()[p] for c in steady if p in c.phase_ms()]
-        base = median(st) if st else 0.0
-        rows.append({"phase": p, "forwards": fw[p], "first_ms": first_ms[p], "steady_median_ms": base,
-                     "excess_ms": first_ms[p] - base, "steady_calls": len(st)})
+        ms, n = base[p]
+        rows.append({"phase": p, "forwards": fw[p], "first_ms": first_ms[p], "steady_median_ms": ms,
+                     "excess_ms": first_ms[p] - ms, "steady_calls": n})
     return rows
 
 
@@ -314,4 +322,4 @@ def fold_controls(section_: dict[str, Any], clean: dict[str, Any] | None, warm: 
 
 
 __all__ = ["fold_controls", "CallSteps", "Generation", "HOW", "KV_CACHES", "PHASES", "check_generate", "clean_phases", "fold_clean",
-           "phase_figures", "section", "steady_phase_faults"]
+           "phase_figures", "section", "steady_phase_faults", "steady_phase_ms"]
