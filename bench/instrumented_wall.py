@@ -18,10 +18,10 @@ import sys
 CHILD = r'''
 import sys, time, json, torch
 torch.set_num_threads(1)
-import warmprof, warmprof.traces.api as api
+import warmprof, warmprof.traces.passes as passes
 which, mode = sys.argv[1], sys.argv[2]
 if mode == "off":
-    api.SELF_COST_MAX_SHARE = api.SELF_COST_ALWAYS_S = 0.0  # the protocol then skips the instrumented steady passes
+    passes.SELF_COST_MAX_SHARE = passes.SELF_COST_ALWAYS_S = 0.0  # the protocol then skips the instrumented steady passes
 if which == "demo":
     from warmprof.traces.demo import demo_model, DEFAULT_SHAPE
     m, shape = demo_model(), DEFAULT_SHAPE

@@ -78,7 +78,7 @@ if observer in ("clean", "profiler"):
     sys.exit(0)
 
 import warmprof
-import warmprof.traces.api as api
+import warmprof.traces.passes as passes
 mode, _, without = observer.partition("-")
 from warmprof.instruments.base import Instrument
 drop = set(without.split("+")) if without else set()
@@ -101,8 +101,8 @@ class CpuTo(Instrument):  # ...to the first end_pass after it (the instruments' 
             cpu[name][1] = time.thread_time_ns()
 
 
-make = api._instruments
-api._instruments = lambda *a, **k: [CpuTo(), *(i for i in make(*a, **k) if i.name not in drop), CpuFrom()]
+make = passes.instruments
+passes.instruments = lambda *a, **k: [CpuTo(), *(i for i in make(*a, **k) if i.name not in drop), CpuFrom()]
 r = warmprof.trace(model, inputs=inputs, steady=5, op_view=mode == "op_view", compile=True if compiled else None)
 print(json.dumps({"first_ms": r.first_pass_ms, "steady_ms": r.steady_median_ms,
                   "cpu_ms": (cpu["first"][1] - cpu["first"][0]) / 1e6}))

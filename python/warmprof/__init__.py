@@ -33,6 +33,7 @@ def backends() -> dict[str, dict]:
 # first use so `import warmprof` stays light: numpy and the attribution code load only when needed.
 _LAZY = {
     "trace": ("traces.api", "trace"),
+    "TraceOptions": ("traces.options", "TraceOptions"),
     "calibrate": ("traces.calibrate", "calibrate"),
     "probe": ("probes", "probe"),
     "probe_ops": ("probes.aten", "probe_ops"),
@@ -84,6 +85,7 @@ __all__ = [
     "probe_from",
     "probe_ops",
     "trace",
+    "TraceOptions",
     "BackendError",
     "DeviceError",
     "InputError",

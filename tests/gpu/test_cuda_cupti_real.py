@@ -152,7 +152,7 @@ def test_a_pass_is_timed_on_the_gpu_up_to_its_sync_not_after():
     counts it had its end event recorded after the sync, on an idle stream."""
     _gate(EVENTS)
     from warmprof.instruments.cuda_events import CudaEvents
-    from warmprof.traces.api import _run_pass
+    from warmprof.traces.passes import run_pass
 
     cycles = 20_000_000
     ref_ms = _gpu_sleep_ms(cycles)
@@ -162,7 +162,7 @@ def test_a_pass_is_timed_on_the_gpu_up_to_its_sync_not_after():
         time.sleep(0.2)
 
     with Recording(), CudaEvents(device=torch.cuda.current_device()) as inst:
-        t0, t1 = _run_pass(lambda: torch.cuda._sleep(cycles), (), {}, "first", [inst], sync)
+        t0, t1 = run_pass(lambda: torch.cuda._sleep(cycles), (), {}, "first", [inst], sync)
     gpu_ms = inst.summary()["gpu_ms"]["first"]
     assert 0.5 * ref_ms < gpu_ms < ref_ms + 50, (gpu_ms, ref_ms, (t1 - t0) / 1e6)
 

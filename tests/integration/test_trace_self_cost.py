@@ -13,7 +13,7 @@ from torch import nn
 
 import warmprof
 from warmprof.errors import ModelError
-from warmprof.traces import api
+from warmprof.traces.passes import SELF_COST_PASSES
 
 from .helpers import FirstCallPython, ImportsInForward, Leftovers, RaisesOnCall, write_slow_modules
 
@@ -34,14 +34,14 @@ def _own_cost_ms(model, x, passes: int = 10, rounds: int = 9) -> float:
     of passes puts both blocks of a round on one level, where the lowest of each kind over all
     rounds could come from different levels (it read -0.19 ms here)."""
     from warmprof.timeline import Recording
-    from warmprof.traces.api import _instruments
+    from warmprof.traces.passes import instruments
 
     from warmprof import _native
 
     def fastest_ms(insts=()) -> float:
         times = []
         for _ in range(passes):
-            _native.begin_section(1)  # each pass's module budget, as the trace's _run_pass gives it
+            _native.begin_section(1)  # each pass's module budget, as the trace's run_pass gives it
             for inst in insts:
                 inst.mark_pass("apart")
             a = time.perf_counter_ns()
@@ -54,7 +54,7 @@ def _own_cost_ms(model, x, passes: int = 10, rounds: int = 9) -> float:
         for _ in range(rounds):
             clean.append(fastest_ms())
             with Recording(spare_buffers=4), contextlib.ExitStack() as stack:
-                insts = _instruments(model, torch.device("cpu"), False)
+                insts = instruments(model, torch.device("cpu"), False)
                 for inst in insts:
                     stack.enter_context(inst)
                 model(x)  # the fresh instruments' warm-up, as the trace's own
@@ -90,7 +90,7 @@ def test_expensive_hooks_are_measured_on_the_model_not_on_identity():
     # The clean steady passes keep their meaning: the instrumented ones are kept apart.
     assert r.steady_passes == len(r.protocol.steady_ms) and 10 <= r.steady_passes <= 20
     assert r.steady_median_ms == pytest.approx(statistics.median(r.protocol.steady_ms))
-    assert 3 <= len(r.protocol.instrumented_steady_ms) <= min(api.SELF_COST_PASSES[1], 20)
+    assert 3 <= len(r.protocol.instrumented_steady_ms) <= min(SELF_COST_PASSES[1], 20)
     # (Not that the instrumented passes are slower than the clean ones: on a VM whose passes step
     # between speed levels 1.7x apart for hundreds of passes, a block of either can land on either.)
     assert {s.pass_ for s in r.spans} == {"first", "seen_rerun"}
@@ -152,10 +152,10 @@ def test_a_model_raising_in_the_instrumented_steady_passes_leaves_nothing_behind
 def test_a_model_too_slow_for_the_instrumented_passes_keeps_the_calibrated_figures(monkeypatch):
     """Measuring warmprof's own cost takes at least four more passes: where they would add more than
     the allowed share of the trace, they are skipped and the report says so."""
-    from warmprof.traces import api
+    from warmprof.traces import passes
 
-    monkeypatch.setattr(api, "SELF_COST_MAX_SHARE", 0.0)  # any pass is too long
-    monkeypatch.setattr(api, "SELF_COST_ALWAYS_S", 0.0)
+    monkeypatch.setattr(passes, "SELF_COST_MAX_SHARE", 0.0)  # any pass is too long
+    monkeypatch.setattr(passes, "SELF_COST_ALWAYS_S", 0.0)
     # many modules: the calibrated floor is calls x about 0.1 us (a wrapped forward, no hooks), which
     # a model of two would put under the report's 1 us floor for a row
     model = nn.Sequential(*(nn.Linear(8, 8) for _ in range(100)))

@@ -140,13 +140,13 @@ def test_a_pass_records_its_end_event_before_the_host_sync(fake_driver, tmp_path
     got, lines = run(fake_driver, f"""
         from warmprof.instruments.cuda_events import CudaEvents
         from warmprof.timeline import Recording
-        from warmprof.traces.api import _run_pass
+        from warmprof.traces.passes import run_pass
         stream = lib.fake_stream({device})
         inst = CudaEvents(device={device}, stream=lambda: stream)
         with Recording():
             with inst:
                 note("pass")
-                _run_pass(lambda: lib.fake_launch(stream), (), {{}}, "first", [inst], lambda: lib.cuCtxSynchronize())
+                run_pass(lambda: lib.fake_launch(stream), (), {{}}, "first", [inst], lambda: lib.cuCtxSynchronize())
         print(json.dumps(inst.summary()))
     """, tmp_path)
     assert got["active"] and got["gpu_ms"] == {"first": 1.5}, got

@@ -13,7 +13,7 @@ import types
 import pytest
 from warmprof.instruments import cuda_events
 from warmprof.timeline import Recording
-from warmprof.traces.api import _run_pass
+from warmprof.traces.passes import run_pass
 
 
 class FakeEvents(types.SimpleNamespace):
@@ -52,7 +52,7 @@ def log(monkeypatch) -> list:
 
 def test_a_pass_is_timed_from_its_start_to_before_the_host_sync(log):
     with Recording(), cuda_events.CudaEvents(device=1, stream=lambda: 77) as inst:
-        _run_pass(lambda: log.append(("model",)), (), {}, "first", [inst], lambda: log.append(("sync",)))
+        run_pass(lambda: log.append(("model",)), (), {}, "first", [inst], lambda: log.append(("sync",)))
     in_pass = log[log.index(("release",)) + 1:]
     assert [c[0] for c in in_pass] == ["record", "model", "record", "sync", "elapsed", "release"]
     assert {(c[1], c[2]) for c in log if c[0] == "record"} == {(77, 1)}  # the stream, and its device
@@ -65,7 +65,7 @@ def test_a_model_that_raises_leaves_no_gpu_time_and_no_error(log):
 
     with Recording(), cuda_events.CudaEvents(device=0, stream=5) as inst:
         with pytest.raises(ValueError):
-            _run_pass(broken, (), {}, "first", [inst], lambda: log.append(("sync",)))
+            run_pass(broken, (), {}, "first", [inst], lambda: log.append(("sync",)))
     assert inst.summary() == {"active": True, "gpu_ms": {}}
     assert not any(c[0] == "elapsed" for c in log)
 

@@ -62,9 +62,9 @@ def test_every_name_in_the_table_resolves_to_what_its_layer_calls():
 
 
 def test_the_cpu_kind_runs_onednn_and_nothing_of_cuda():
-    from warmprof.traces.api import _instruments
+    from warmprof.traces.passes import instruments
 
-    names = [i.name for i in _instruments(torch.nn.Linear(2, 2), torch.device("cpu"), compiled=False)]
+    names = [i.name for i in instruments(torch.nn.Linear(2, 2), torch.device("cpu"), compiled=False)]
     assert "onednn" in names and not any(n.startswith(("cupti", "cuda", "mps")) for n in names)
 
 

@@ -240,9 +240,9 @@ def test_a_trace_on_mps_here_is_a_clear_device_error():
 
 
 def test_the_trace_runs_the_mps_instruments_on_an_mps_device():
-    from warmprof.traces.api import _instruments
+    from warmprof.traces.passes import instruments
 
-    names = [i.name for i in _instruments(torch.nn.Linear(2, 2), torch.device("mps"), compiled=False)]
+    names = [i.name for i in instruments(torch.nn.Linear(2, 2), torch.device("mps"), compiled=False)]
     assert {"mps_events", "mps_allocator", "mps_compile_shader"} <= set(names) and "onednn" not in names
 
 

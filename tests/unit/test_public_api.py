@@ -6,7 +6,7 @@ import importlib
 import subprocess
 import sys
 
-PUBLIC = {"trace", "watch", "Watcher", "warmup", "assert_warm", "NotWarmError", "plan_buckets", "costs_from_probe", "costs_from_watch", "costs_from_trace", "calibrate", "probe", "probe_ops", "probe_from", "compare", "load", "backends",
+PUBLIC = {"trace", "TraceOptions", "watch", "Watcher", "warmup", "assert_warm", "NotWarmError", "plan_buckets", "costs_from_probe", "costs_from_watch", "costs_from_trace", "calibrate", "probe", "probe_ops", "probe_from", "compare", "load", "backends",
           "BackendError", "DeviceError", "InputError", "ModelError", "ReportError", "WarmprofError"}
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from . import schema as S
 
@@ -80,9 +80,21 @@ def _dims(shape: Any) -> str:
     return ",".join(str(d) for d in shape)
 
 
-def _input(s: Settings) -> str:
-    from .trace import inputs_label  # the report's own wording of its inputs
+def inputs_label(inputs: Mapping[str, Any] | None) -> str:
+    """A report's `inputs` as one line: '[1, 128], attention_mask=[1, 128]' ('-' for an argument that
+    is not a tensor with a plain shape); '' for None (a trace from a shape)."""
+    if not inputs:
+        return ""
 
+    def one(shape: Any) -> str:
+        return "-" if shape is None else "[" + ", ".join(str(d) for d in shape) + "]"
+
+    parts = [one(a) for a in inputs.get("args") or []]
+    parts += [f"{k}={one(v)}" for k, v in (inputs.get("kwargs") or {}).items()]
+    return ", ".join(parts) or "no arguments"
+
+
+def _input(s: Settings) -> str:
     if s.inputs:
         return inputs_label(s.inputs)
     return f"shape {_dims(s.input_shape)}" if s.input_shape else "-"
@@ -167,4 +179,4 @@ def _from_older_fields(r: Any) -> dict[str, str | None]:
     return {key: reads(got) if key in known else None for key, _, reads in COMPARED}
 
 
-__all__ = ["COMPARED", "IN_CALLERS_PROCESS", "NAMES", "SCHEMA", "Settings", "values_of"]
+__all__ = ["COMPARED", "IN_CALLERS_PROCESS", "NAMES", "SCHEMA", "Settings", "inputs_label", "values_of"]

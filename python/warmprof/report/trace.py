@@ -14,6 +14,7 @@ from . import schema as S
 from .base import SCHEMA_VERSION, ReportBase, non_negative, register_kind
 from .settings import IN_CALLERS_PROCESS, Settings  # noqa: F401  (IN_CALLERS_PROCESS: RunContext.cache in the caller's process)
 from .settings import SCHEMA as _SETTINGS
+from .settings import inputs_label  # noqa: F401  (the report's wording of its inputs, where it was)
 
 
 @dataclass
@@ -372,20 +373,6 @@ SCHEMA = S.Obj(
         "setup": S.Nullable(_SETUP), "generate": S.Nullable(_GENERATE),
     },
 )
-
-
-def inputs_label(inputs: Mapping[str, Any] | None) -> str:
-    """A report's `inputs` as one line: '[1, 128], attention_mask=[1, 128]' ('-' for an argument that
-    is not a tensor with a plain shape); '' for None (a trace from a shape)."""
-    if not inputs:
-        return ""
-
-    def one(shape: Any) -> str:
-        return "-" if shape is None else "[" + ", ".join(str(d) for d in shape) + "]"
-
-    parts = [one(a) for a in inputs.get("args") or []]
-    parts += [f"{k}={one(v)}" for k, v in (inputs.get("kwargs") or {}).items()]
-    return ", ".join(parts) or "no arguments"
 
 
 def warm_left_ms(row: Mapping[str, Any]) -> float:
