@@ -125,6 +125,96 @@ OWN = Name.PROFILER_OVERHEAD  # warmprof's own cost: reported, never advised on
 EVIDENCE = ("measured", "estimated", "inferred", "residual")
 
 
+# -- What a cause entry's count counts, by its source ------------------------------------------------
+# A cause entry (report CauseEntry, attribution Part, a call's CallPart) carries a count beside its
+# source: what the figure is made of. It counts a different thing per source; this table says what,
+# as (one, many). A source is looked up whole, then by its prefix before ':' (a cause span's source is
+# already that prefix: timeline.source_of). None: the count is no count of anything (always 0 or 1:
+# one inferred figure, a part carved out of another), shown, if ever above 1, as a bare "x{n}".
+# A source not here is shown as a bare "x{n}" too; tests/unit/test_count_units.py fails on a source
+# the package emits that is not here.
+COUNT_UNITS: dict[str, tuple[str, str] | None] = {
+    # Cause spans (attribution.estimators.cause_spans): the spans of the source that own some time.
+    "torch.compile": ("compile", "compiles"),  # dynamo's compile callbacks (torch.compile:compile, :lazy_backward)
+    # torch's compile timers split each compile span into these phases: one phase span per compile
+    "torch.compile/dynamo": ("compile", "compiles"),
+    "torch.compile/aot_autograd": ("compile", "compiles"),
+    "torch.compile/inductor": ("compile", "compiles"),
+    "torch.compile/codegen_and_cxx_compile": ("compile", "compiles"),
+    "torch.compile/autotune": ("compile", "compiles"),
+    "cudagraphs": ("recording", "recordings"),  # cudagraphs:record, a CUDA graph recording dynamo bracketed
+    "triton": ("autotuning run", "autotuning runs"),  # triton:autotune
+    "cupti": ("call", "calls"),  # CUDA calls CUPTI timed (module loads, mallocs, copies, captures; its overhead records)
+    "cudnn": ("call", "calls"),  # convolution calls bracketed: cuDNN's first call, a benchmark find
+    "onednn": ("primitive", "primitives"),  # oneDNN primitives created (cache misses its verbose output placed)
+    "python_import": ("import", "imports"),
+    "mps": ("compile", "compiles"),  # mps:compile_shader
+    "cupy": ("call", "calls"),  # CuPy's kernel-cache misses and the NVRTC/NVCC compiles inside them
+    # Estimators (attribution.estimators, attribution.off_cpu)
+    "host_faults": ("fault", "faults"),  # anonymous first-touch faults beyond a steady pass's
+    "file_pages": ("fault", "faults"),  # faults on file-backed pages (a call's too: attribution.calls)
+    "thread_pool": ("thread", "threads"),  # threads started
+    "module_hooks": ("module call", "module calls"),
+    "cupti_callbacks": ("callback", "callbacks"),
+    "op_view": ("op", "ops"),  # distinct ops the op view dispatched for the first time
+    "run_queue": ("preemption", "preemptions"),  # the pass thread's involuntary context switches
+    "run_queue_in": None,  # run_queue_in:<source>: a wait carved out of a cause span's time (no count kept)
+    "off_cpu": ("block", "blocks"),  # a pass's wait: its voluntary context switches no read accounts for
+    "storage": ("page", "pages"),  # pages read from disk (bytes read / page size, or major faults)
+    "storage_in": ("page", "pages"),  # storage_in:<source>: the same, inside a cause span
+    "torch:nvrtc": ("compile", "compiles"),  # new files in torch's NVRTC kernel cache
+    "instrumented_steady": ("pass", "passes"),  # the instrumented steady passes measured
+    # Figures instruments infer (instruments/*.py inferred())
+    "clock": None,  # clock:<reader>: one clock-ramp figure a pass
+    "mps:pipeline": None,  # one pipeline-compile figure
+    "mps:driver_allocated": ("module", "modules"),  # one figure per module the growth was placed in
+    # Folds after the passes (traces: the controls, --explain)
+    "warm_process": ("site", "sites"),  # unattributed rows (modules, or (module, op) sites) it was placed over
+    "warm_same_shape": ("site", "sites"),
+    "probe": ("site", "sites"),  # (module, op) sites the op probes' verdicts were booked at
+    "run_queue:clean_pass": None,  # the clean first pass's own wait for a CPU (count 1: that pass)
+    "off_cpu:clean_pass": ("storage read", "storage reads"),  # its major faults + blocks read from storage
+    # A call's parts (attribution.calls.SOURCES: warmup, assert_warm, watch)
+    "dynamo": ("compile", "compiles"),
+    "dynamo_counters": ("graph", "graphs"),  # graphs dynamo's counters say it produced
+    "page_faults": ("fault", "faults"),
+    "cuda_caching_allocator": None,  # its growth in bytes, no count
+    "idle_clock": None,  # one clock-ramp figure
+    "thread_blocked": ("block", "blocks"),  # a call's wait: its voluntary context switches no read accounts for
+}
+# Where one source counts different things by cause: (cause, source) first.
+COUNT_UNITS_BY_CAUSE: dict[tuple[str, str], tuple[str, str] | None] = {
+    (Name.CPU_CONTENTION, "off_cpu"): ("preemption", "preemptions"),  # a call's: its involuntary context switches
+    (Name.DISK_READ, "thread_blocked"): ("storage read", "storage reads"),  # a call's major faults + blocks read
+}
+
+
+def count_unit(source: str, cause: str | None = None) -> tuple[str, str] | None:
+    """(one, many) of what a cause entry of `source` (and `cause`) counts; None where the table has
+    no unit for it (a source not in COUNT_UNITS, or one whose count counts nothing)."""
+    keys = [source] + ([source.split(":", 1)[0]] if ":" in source else [])
+    for key in keys:
+        if cause is not None and (cause, key) in COUNT_UNITS_BY_CAUSE:
+            return COUNT_UNITS_BY_CAUSE[(cause, key)]
+        if key in COUNT_UNITS:
+            return COUNT_UNITS[key]
+    return None
+
+
+def count_label(source: str, count: int, cause: str | None = None, *, show_one: bool = False) -> str:
+    """A cause entry's count with what it counts: "x2179 faults", "x8 sites" ("x1 compile" with
+    show_one); "" for a count of 1 or less (a single one is said by the row itself), unless show_one
+    (then "" for 0 or less). A source with no unit (count_unit) gets a bare "x{n}". `cause` picks the
+    unit where one source counts different things by cause (COUNT_UNITS_BY_CAUSE)."""
+    count = int(count)
+    if count < 1 or (count == 1 and not show_one):
+        return ""
+    unit = count_unit(source, cause)
+    if unit is None:
+        return f"x{count}"
+    return f"x{count} {unit[0] if count == 1 else unit[1]}"
+
+
 def id_of(name: str) -> int:
     """The recorder id of a recorded cause (KeyError for one never recorded)."""
     ids = {n: cid for cid, n in recorded().items()}

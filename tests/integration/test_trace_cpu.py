@@ -14,6 +14,10 @@ from warmprof.report import Report
 from .helpers import FirstTouch, Leftovers
 
 
+# How a trace says it skipped the instrumented steady passes (traces.passes.self_cost_plan's note).
+SELF_COST_SKIPPED = "warmprof's own cost is the calibrated figures only"
+
+
 def small_demo():
     return demo_model(vocab=512, d_model=64, n_heads=2, n_layers=2, max_seq=64)
 
@@ -45,18 +49,36 @@ def test_demo_trace_structure_and_round_trip(tmp_path):
     (own,) = r.own_entries()
     assert "profiler_overhead" not in r.by_cause() and r.own_cost["steady_ms"] == pytest.approx(own.ms)
     instrumented = r.protocol.instrumented_steady_ms
-    assert 3 <= len(instrumented) <= 5 and r.steady_passes == 5 == len(r.protocol.steady_ms)  # at most max_steady
-    assert (own.source, own.evidence, own.count) == ("instrumented_steady", "estimated", len(instrumented))
-    module_calls = sum(1 for s in r.spans if s.pass_ == "first" and s.name.startswith("module:") and s.thread == 0)
+    assert r.steady_passes == 5 == len(r.protocol.steady_ms)
+    module_calls = sum(1 for s in r.spans if s.pass_ == "first" and s.name.startswith("module:"))
     floor_ms = module_calls * r.protocol.calibration["hook_cost_ns"] / 1e6
-    # the least disturbed passes of each kind: the fastest instrumented one against the clean passes'
-    # time at the quantile a fastest-of-n sits at (1 / (n + 1))
-    clean_low = float(np.quantile(r.protocol.steady_ms, 1 / (len(instrumented) + 1)))
-    measured_ms = min(instrumented) - clean_low
     assert floor_ms > 0 and own.ms >= floor_ms * (1 - 1e-9)
-    if measured_ms > floor_ms:
-        assert own.ms == pytest.approx(measured_ms)
-    assert [c.source for c in r.seen_rerun_causes if c.cause == "profiler_overhead"] == ["instrumented_steady"]
+    # On a busy machine the clean steady passes can take long enough that measuring the instruments'
+    # cost would add too much to the trace: the instrumented steady passes are skipped, the trace says
+    # so, and the calibrated floor stands alone (traces.passes.self_cost_plan).
+    skipped = [n for n in r.notes if SELF_COST_SKIPPED in n]
+    if skipped:
+        assert instrumented == [], skipped
+        assert (own.source, own.evidence, own.count) == ("module_hooks", "estimated", module_calls)
+        assert own.ms == pytest.approx(floor_ms)
+    else:
+        assert 3 <= len(instrumented) <= 5  # at least SELF_COST_PASSES[0], at most max_steady
+        assert (own.source, own.evidence, own.count) == ("instrumented_steady", "estimated", len(instrumented))
+        # the least disturbed passes of each kind: the fastest instrumented one against the clean passes'
+        # time at the quantile a fastest-of-n sits at (1 / (n + 1)); both net of their waits for a CPU
+        # (schedstat run-queue delay), which are the machine's load, not the instruments' cost
+        waits = r.protocol.steady_run_delay_ms
+        net = ([t - w for t, w in zip(r.protocol.steady_ms, waits)] if len(waits) == len(r.protocol.steady_ms)
+               else r.protocol.steady_ms)
+        clean_low = float(np.quantile(net, 1 / (len(instrumented) + 1)))
+        measured_ms = min(instrumented) - clean_low
+        if "capped at what this pass took over the clean steady median" in own.detail:
+            # a busy machine slowed the instrumented passes more than the whole first pass had to give
+            assert floor_ms * (1 - 1e-9) <= own.ms <= measured_ms * (1 + 1e-9), own.detail
+        elif measured_ms > floor_ms:
+            assert own.ms == pytest.approx(measured_ms)
+    own_source = "module_hooks" if skipped else "instrumented_steady"
+    assert [c.source for c in r.seen_rerun_causes if c.cause == "profiler_overhead"] == [own_source]
     names = {f"DemoLM.{n}" if n else "DemoLM" for n, _ in model.named_modules()} | {"(outside modules)"}
     where = [(w["module"], w["ms"]) for w in r.unattributed_where]
     assert all(m in names and ms > 0 for m, ms in where), where
@@ -100,10 +122,14 @@ def test_onednn_creation_is_jit_compile_equal_to_onednn_own_times():
     assert all(c.cause == "jit_compile" and c.evidence == "measured" for c in onednn)
     reported = r.instruments["onednn"]["passes"]["first"]["create_miss_ms"]
     # oneDNN times its creations in wall time: a wait for a CPU inside them is in its figure, and
-    # warmprof takes it out of the span into cpu_contention (source run_queue_in:onednn)
-    ours = sum(c.ms for c in onednn) + sum(c.ms for c in r.causes if c.source == "run_queue_in:onednn")
+    # warmprof takes it out of the span into cpu_contention (source run_queue_in:onednn), as it takes a
+    # disk read inside them into disk_read (source storage_in:onednn)
+    carved = ("run_queue_in:onednn", "storage_in:onednn")
+    ours = sum(c.ms for c in onednn) + sum(c.ms for c in r.causes if c.source in carved)
     assert reported > 0
-    assert abs(ours - reported) <= 0.10 * reported, (ours, reported)
+    assert abs(ours - reported) <= 0.10 * reported, (ours, reported, [(c.cause, c.source, c.ms) for c in r.causes],
+                                                     [(s.name, s.start_ms, s.dur_ms) for s in r.spans
+                                                      if s.pass_ == "first" and s.cause])
     # cached: the seen-shape re-run creates nothing new
     assert r.instruments["onednn"]["passes"].get("seen_rerun", {}).get("cache_miss", 0) == 0
 
