@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from .. import _native
+from ..attribution import steady_stats
 from ..causes import Name
 from ..errors import InputError
 from ..stats import median
@@ -40,7 +41,14 @@ KV_CACHES = ("static",)
 HOW = ("each phase of the first generate call against the same phase of the steady calls (median); a phase is "
        "bounded by the model's forward calls (a forward pre-hook's clock read: prefill = the call's start to the "
        "second forward, first_decode = to the third, rest = to the call's end); its causes are the first call's "
-       "attribution over the phase's window")
+       "attribution over the phase's window. Each phase's one accounting: headline_excess_ms (the clean call's "
+       "excess where the control ran, else the instrumented call's less warmprof's own cost in the phase) = "
+       "attributed_ms (its causes) + run_to_run_ms (the clean call's excess less the instrumented call's less "
+       "warmprof's own cost: a difference between two processes, never a cost; 0 without the control) + "
+       "unattributed_ms (the instrumented call's excess less warmprof's own cost less the causes)")
+# headline_verdict's answers (the trace's verdicts: traces/verdict.py)
+FIRST_CALL_COST, NO_FIRST_CALL_COST, FIRST_PASS_FASTER = "first_call_cost", "no_first_call_cost", "first_pass_faster"
+STEADY_STATS = ("steady_p10_ms", "steady_p90_ms", "noise_band_ms")  # each phase's steady spread, as the trace's
 
 
 def check_generate(generate: Any, kv_cache: Any, model: Any) -> int | None:
@@ -208,16 +216,30 @@ def steady_phase_ms(steady: list[CallSteps]) -> dict[str, tuple[float, int]]:
     return out
 
 
+def steady_phase_spread(steady: list[CallSteps]) -> dict[str, dict[str, float]]:
+    """Each phase's steady p10, p90 and noise band (ms; attribution.steady_stats, as the trace's own
+    steady passes); a phase no steady call reached is absent."""
+    out = {}
+    for p in PHASES:
+        st = [c.phase_ms()[p] for c in steady if p in c.phase_ms()]
+        if st:
+            s = steady_stats(st)
+            out[p] = {"steady_p10_ms": s.p10, "steady_p90_ms": s.p90, "noise_band_ms": s.noise_band}
+    return out
+
+
 def phase_figures(first: CallSteps, steady: list[CallSteps]) -> list[dict[str, Any]]:
-    """Each phase's first-call time against its steady median (ms), with the forwards it held."""
+    """Each phase's first-call time against its steady median (ms), with the forwards it held and the
+    steady calls' spread (p10, p90, noise band)."""
     rows = []
-    first_ms, fw, base = first.phase_ms(), first.forwards(), steady_phase_ms(steady)
+    first_ms, fw = first.phase_ms(), first.forwards()
+    base, spread = steady_phase_ms(steady), steady_phase_spread(steady)
     for p in PHASES:
         if p not in first_ms:
             continue
         ms, n = base[p]
         rows.append({"phase": p, "forwards": fw[p], "first_ms": first_ms[p], "steady_median_ms": ms,
-                     "excess_ms": first_ms[p] - ms, "steady_calls": n})
+                     "excess_ms": first_ms[p] - ms, "steady_calls": n, **spread.get(p, {})})
     return rows
 
 
@@ -245,6 +267,10 @@ def section(first: CallSteps, steady: list[CallSteps], steps: int, kv_cache: str
         row["own_cost_ms"] = sum(e.ms for e in own)  # warmprof's own, estimated: never the model's
         settle(row)
     prefill = rows[0]
+    ttft = {"first_ms": prefill["first_ms"], "steady_median_ms": prefill["steady_median_ms"],
+            "excess_ms": prefill["headline_excess_ms"], "source": "instrumented"}
+    if prefill["own_cost_ms"]:  # the headline is the model's: warmprof's own cost in the phase is out of it
+        ttft["own_cost_ms"] = prefill["own_cost_ms"]
     notes = []
     if not hooked or len(first.starts) < 2:
         notes.append("no step of the generation was seen (the callable called no forward of the model per step, or "
@@ -256,8 +282,7 @@ def section(first: CallSteps, steady: list[CallSteps], steps: int, kv_cache: str
         "prompt_tokens": prompt_tokens,
         "kv_cache": kv_cache or "the model's own",
         "forwards_first_call": len(first.starts),
-        "ttft": {"first_ms": prefill["first_ms"], "steady_median_ms": prefill["steady_median_ms"],
-                 "excess_ms": prefill["excess_ms"], "source": "instrumented"},
+        "ttft": ttft,
         "call": {"first_ms": (first.t1 - first.t0) / 1e6,
                  "steady_median_ms": median([(c.t1 - c.t0) / 1e6 for c in steady]) if steady else 0.0},
         "phases": rows,
@@ -267,23 +292,52 @@ def section(first: CallSteps, steady: list[CallSteps], steps: int, kv_cache: str
 
 
 def settle(row: dict[str, Any]) -> None:
-    """A phase row's unattributed ms and each cause's share, from its excess, causes and own cost."""
+    """A phase row's one accounting, exact by construction (to float rounding), and each cause's share:
+
+        headline_excess_ms = attributed_ms + run_to_run_ms + unattributed_ms
+
+    headline_excess_ms: the clean call's excess where the control ran, else the instrumented call's less
+    warmprof's own cost in the phase (own_cost_ms); attributed_ms: the phase's causes; run_to_run_ms: the
+    clean call's excess less the instrumented call's less warmprof's own cost (two processes never pay
+    exactly alike: a difference, never a cost; 0 without a clean control); unattributed_ms: the instrumented
+    call's excess less warmprof's own cost less the causes (what the process whose causes were measured
+    paid that no instrument named). No cause is sized from what the others leave."""
     causes = row["causes"]
     attributed = sum(c["ms"] for c in causes)
-    # the clean call's excess where the control ran (warmprof's own cost is not in it), else the
-    # instrumented call's less warmprof's estimated own cost, as the report's headline
-    excess = row["clean"]["excess_ms"] if "clean" in row else row["excess_ms"] - row.get("own_cost_ms", 0.0)
+    model_instrumented = row["excess_ms"] - row.get("own_cost_ms", 0.0)
+    clean = row.get("clean")
+    headline = clean["excess_ms"] if clean else model_instrumented
+    row["headline_excess_ms"] = headline
     row["attributed_ms"] = attributed
-    row["unattributed_ms"] = excess - attributed
-    base = excess if excess > 0 and attributed <= excess else attributed
+    row["run_to_run_ms"] = headline - model_instrumented if clean else 0.0
+    row["unattributed_ms"] = model_instrumented - attributed
+    base = headline if headline > 0 and attributed <= headline else attributed
     for c in causes:
         c["share"] = c["ms"] / base if base > 0 else 0.0
 
 
+def headline_verdict(section_: dict[str, Any]) -> str:
+    """A generate trace's verdict from its own headline: the time to first token's excess (the clean call's
+    where the control ran, else the instrumented call's less warmprof's own cost) against the prefill
+    phase's steady noise band (the clean calls' where they ran). Beyond the band: "first_call_cost"; under
+    minus the band: "first_pass_faster"; within it: "no_first_call_cost". An excess outside the band is
+    never "no first-call cost"."""
+    ttft = section_.get("ttft") or {}
+    prefill: dict[str, Any] = next((r for r in section_.get("phases", []) if r.get("phase") == "prefill"), {})
+    excess = float(ttft.get("excess_ms", prefill.get("headline_excess_ms", 0.0)))
+    clean = prefill.get("clean") if ttft.get("source") == "clean" else None
+    figures = clean if isinstance(clean, dict) and "noise_band_ms" in clean else prefill
+    band = max(0.0, float(figures.get("noise_band_ms", 0.0)))
+    if excess > band:
+        return FIRST_CALL_COST
+    return NO_FIRST_CALL_COST if excess >= -band else FIRST_PASS_FASTER
+
+
 def clean_phases(first: CallSteps, steady: list[CallSteps]) -> dict[str, Any]:
-    """The control's clean figures per phase (no instrument but the pass timer and the step hook)."""
-    return {"phases": [{k: r[k] for k in ("phase", "first_ms", "steady_median_ms", "excess_ms")}
-                       for r in phase_figures(first, steady)],
+    """The control's clean figures per phase (no instrument but the pass timer and the step hook), with
+    each phase's steady spread."""
+    keys = ("phase", "first_ms", "steady_median_ms", "excess_ms", *STEADY_STATS)
+    return {"phases": [{k: r[k] for k in keys if k in r} for r in phase_figures(first, steady)],
             "forwards_first_call": len(first.starts)}
 
 
@@ -296,7 +350,7 @@ def fold_clean(section_: dict[str, Any], clean: dict[str, Any] | None) -> None:
     for row in section_["phases"]:
         c = by.get(row["phase"])
         if c is not None:
-            row["clean"] = {k: c[k] for k in ("first_ms", "steady_median_ms", "excess_ms")}
+            row["clean"] = {k: c[k] for k in ("first_ms", "steady_median_ms", "excess_ms", *STEADY_STATS) if k in c}
     pre = by.get("prefill")
     if pre is not None:
         section_["ttft"] = {"first_ms": pre["first_ms"], "steady_median_ms": pre["steady_median_ms"],
@@ -308,18 +362,33 @@ def fold_controls(section_: dict[str, Any], clean: dict[str, Any] | None, warm: 
                   less: Callable[[list[Any], list[dict[str, Any]]], list[Any]]) -> None:
     """The controls into a generate section: the headline TTFT from the clean first call (fold_clean),
     and each phase's causes less what the warm control booked in the same phase (warmprof's own
-    first-call work: `less` is controls._less, by (cause, source))."""
+    first-call work: `less` is fold._less, by (cause, source)); then each phase's accounting (settle).
+    A warm control's phase that carries its first call's time ("first_ms") measures warmprof's own cost
+    in the phase (its first call less the steady median, never below 0), in place of the estimate."""
     from ..report.trace import CauseEntry
 
     fold_clean(section_, clean)
-    by = {w["phase"]: w.get("causes", []) for w in warm or []}
+    by = {w["phase"]: w for w in warm or []}
     for row in section_["phases"]:
-        booked = by.get(row["phase"])
+        w = by.get(row["phase"], {})
+        booked = w.get("causes")
         if booked:
             entries = less([CauseEntry(**c) for c in row["causes"]], booked)
             row["causes"] = [dataclasses.asdict(e) for e in entries]
+        if isinstance(w.get("first_ms"), (int, float)):
+            base = row.get("clean", row)["steady_median_ms"]
+            row["own_cost_estimated_ms"] = row.get("own_cost_ms", 0.0)
+            row["own_cost_ms"] = max(0.0, float(w["first_ms"]) - base)
         settle(row)
+    pre = next((r for r in section_["phases"] if r["phase"] == "prefill"), None)
+    if pre is not None and section_["ttft"].get("source") != "clean":  # no clean call: the model's, as settled
+        section_["ttft"]["excess_ms"] = pre["headline_excess_ms"]
+        section_["ttft"].pop("own_cost_ms", None)
+        if pre.get("own_cost_ms"):
+            section_["ttft"]["own_cost_ms"] = pre["own_cost_ms"]
 
 
-__all__ = ["fold_controls", "CallSteps", "Generation", "HOW", "KV_CACHES", "PHASES", "check_generate", "clean_phases", "fold_clean",
-           "phase_figures", "section", "steady_phase_faults", "steady_phase_ms"]
+__all__ = ["FIRST_CALL_COST", "FIRST_PASS_FASTER", "NO_FIRST_CALL_COST", "STEADY_STATS", "fold_controls", "CallSteps",
+           "Generation", "HOW", "KV_CACHES", "PHASES", "check_generate", "clean_phases", "fold_clean",
+           "headline_verdict", "phase_figures", "section", "settle", "steady_phase_faults", "steady_phase_ms",
+           "steady_phase_spread"]
