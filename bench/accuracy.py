@@ -152,7 +152,7 @@ def verdict_text(v) -> str | None:
     return json.dumps(v)
 
 
-# The verdict codes the new schema writes (traces/controls.verdict): a first pass faster than steady is no
+# The verdict codes the new schema writes (traces/verdict.py): a first pass faster than steady is no
 # first-call cost either.
 VERDICT_CODES = {"first_call_cost": False, "no_first_call_cost": True, "first_pass_faster": True}
 

@@ -70,9 +70,10 @@ def test_recorder_overflow_keeps_pass_times_and_causes_and_says_what_was_thinned
     assert r.seen_rerun_ms >= own_rerun > 0
     planted = [c for c in r.causes if c.cause == "jit_compile" and c.source == "planted"]
     assert planted, r.causes
-    # a wait for a CPU inside the planted span (a busy machine) is booked as cpu_contention from it
-    waited = sum(c.ms for c in r.causes if c.source == "run_queue_in:planted")
-    assert 0.9 <= (planted[0].ms + waited) / model.planted.own_ms <= 1.0 + 1e-6
+    # a wait for a CPU inside the planted span (a busy machine) stays in it, said as its waited_ms
+    assert not any(c.source.startswith("run_queue_in") for c in r.causes)
+    assert 0.0 <= planted[0].waited_ms <= planted[0].ms
+    assert 0.9 <= planted[0].ms / model.planted.own_ms <= 1.0 + 1e-6
     assert r.protocol.recorder.thinned_modules > 0
     assert r.protocol.recorder.dropped == 0
     # Each pass had its own budget: the re-run was recorded again (its hooks were back on) and ran out again.

@@ -70,7 +70,7 @@ def good_phases() -> dict[str, dict]:
             else [{"cause": "runtime_init", "ms": 40.0, "evidence": "measured", "source": "cupti", "count": 30}]
         own = {"cause": "profiler_overhead", "ms": 0.25, "evidence": "estimated", "source": "instrumented_steady"}
         return {"first_pass_ms": 9100.0 if compiled else 60.0, "seen_rerun_ms": 2.2, "steady_median_ms": 2.0,
-                "own_cost": {"steady_ms": 0.25, "entries": [own]},  # as traces/controls.fold writes it
+                "own_cost": {"steady_ms": 0.25, "entries": [own]},  # as traces/fold.fold writes it
                 "excess_ms": 58.0, "unattributed_ms": 3.0, "noise_band_ms": 0.1, "causes": causes, "seen_rerun_causes": [],
                 "instruments": {"cupti": {"active": True, "subscribe_ms": 3.5},
                                 "cuda_events": {"active": True, "gpu_ms": {"first": 20.0, "seen_rerun": 1.9}}}}

@@ -298,7 +298,7 @@ def test_with_expandable_segments_device_allocations_are_not_segments():
 
 def test_the_warm_control_does_not_book_cudnns_first_call_again(monkeypatch):
     """The control's warm control runs after its clean pass ran the model: cuDNN's first call is behind it."""
-    from warmprof.traces import calibrate, controls
+    from warmprof.traces import calibrate, control_serve
 
     monkeypatch.setattr(CudnnFind, "_first_done", False)
     monkeypatch.setattr(torch.backends.cudnn, "benchmark", False)
@@ -311,4 +311,4 @@ def test_the_warm_control_does_not_book_cudnns_first_call_again(monkeypatch):
             raise RuntimeError(f"stop here: {CudnnFind(require_cuda=False).reason}")
 
     with pytest.raises(RuntimeError, match="first call already ran"):
-        controls._warm(FakeApi, torch.nn.Conv2d(1, 1, 1), (), {}, "cpu", None, False, {})
+        control_serve._warm(FakeApi, torch.nn.Conv2d(1, 1, 1), (), {}, "cpu", None, False, {})

@@ -60,7 +60,8 @@ def test_advice_and_text_say_attributed_time_when_causes_overshoot():
     (line,) = [a for a in advise(r) if a.startswith("allocator_growth")]
     assert "95% of the attributed time" in line
     row = next(ln for ln in str(r).splitlines() if ln.strip().startswith("unattributed"))
-    assert "-1.74" in row and "%" not in row  # no share of a negative residual
+    # no negative figure and no share of a negative residual: "none", with how much the causes overshoot
+    assert "none" in row and "1.74 ms more than the excess" in row and "%" not in row and "-1.74" not in row
 
 
 def _facts(**over):

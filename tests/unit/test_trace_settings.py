@@ -33,7 +33,7 @@ def test_the_settings_record_round_trips_in_this_schema_version(tmp_path):
               model_dtype="bfloat16")
     path = r.save(tmp_path / "r.json")
     data = json.loads(path.read_text())
-    assert data["schema_version"] == SCHEMA_VERSION == 5
+    assert data["schema_version"] == SCHEMA_VERSION == 6
     assert data["settings"]["threads"] == 2 and data["settings"]["controls"][1]["name"] == "warm control"
     again = load(path)
     assert again.settings == r.settings and again.to_dict() == r.to_dict()

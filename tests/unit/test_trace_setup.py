@@ -75,7 +75,7 @@ def test_the_set_up_is_in_the_json_and_shown_above_the_first_pass(tmp_path):
     path = tmp_path / "r.json"
     r.save(str(path))
     back = load(str(path))
-    assert back.schema_version == 5 and back.setup is not None
+    assert back.schema_version == 6 and back.setup is not None
     assert back.setup.steps == r.setup.steps
 
 

@@ -57,6 +57,8 @@ def _merge_into(merged: dict[tuple[str, str], Part], p: Part) -> None:
         merged[key] = replace(p, by_module=dict(p.by_module))  # never change an estimator's own Part
         return
     have.ns += p.ns
+    have.waited_ns += p.waited_ns
+    have.blocked_ns += p.blocked_ns
     have.count += p.count
     have.detail = have.detail or p.detail
     for mod, ns in p.by_module.items():

@@ -232,9 +232,10 @@ def cpu_contention(ctx: PassContext) -> list[Part]:
     run-queue delay, schedstat), read at the pass's boundaries and at every module boundary, so each
     wait is placed in the module it happened in. A steady pass's wait (ctx.steady_run_delay_ns, the
     median) is taken off in proportion: what is booked is what this pass waited beyond a steady one.
-    A wait inside a cause span (a compile that was preempted) is taken out of that span's part, which
-    measured wall time, and booked here (source run_queue_in:<the span's source>), so nothing counts
-    twice.
+    A wait inside a cause span (a compile that was preempted) stays in that span's part, which measured
+    wall time, and is said there (Part.waited_ns: "jit_compile 60 s, of which 18 s waiting for a CPU"),
+    so the cause table, the modules, the PNG and compare give one figure per cause and nothing counts
+    twice; only the waits outside cause spans are cpu_contention.
 
     Only the pass's thread is booked: its wait adds to the pass's wall time directly. A worker
     thread's wait adds only while the pass's thread waits for that worker, which these counters
@@ -251,8 +252,7 @@ def cpu_contention(ctx: PassContext) -> list[Part]:
     a = max(0, bisect.bisect_right(ts, t0) - 1)
     b = min(len(ts) - 1, bisect.bisect_left(ts, t1))
     free = Part(Name.CPU_CONTENTION, "run_queue", "measured")
-    carved: dict[str, Part] = {}  # by the source of the cause spans the waits fell in
-    lowered: dict[tuple[str, str, str], float] = {}  # (cause, source, module) -> ns taken out of its span
+    inside: dict[tuple[str, str], float] = {}  # (cause, source) of the cause spans the waits fell in -> ns
     total = 0.0
     for k in range(a, b):
         d = vals[k + 1] - vals[k]
@@ -269,13 +269,8 @@ def cpu_contention(ctx: PassContext) -> list[Part]:
             if cause_span is None:
                 free.add(mod, ns)
             else:
-                src = source_of(cause_span.name)
-                into = carved.get(src)
-                if into is None:
-                    into = carved[src] = Part(Name.CPU_CONTENTION, f"run_queue_in:{src}", "measured", carved=True)
-                into.add(mod, ns)
-                key = (cause_name(cause_span.cause), src, mod)
-                lowered[key] = lowered.get(key, 0.0) + ns
+                key = (cause_name(cause_span.cause), source_of(cause_span.name))
+                inside[key] = inside.get(key, 0.0) + ns
     if total <= 0:
         return []
     switches = _counter_change(tl, INVOLUNTARY_COUNTER, t0, t1, ctx.pass_span.thread)
@@ -286,18 +281,20 @@ def cpu_contention(ctx: PassContext) -> list[Part]:
     parts = []
     steady = (f"; less a steady pass's own wait ({ctx.steady_run_delay_ns / 1e6:.3f} ms, the median)"
               if ctx.steady_run_delay_ns > 0 else "")
-    for p, where in ((free, "outside cause spans"),
-                     *((c, f"inside {src} spans, taken out of their time") for src, c in carved.items())):
-        if p.ns <= 0:
-            continue
-        p.by_module = {m: ns * keep for m, ns in p.by_module.items()}
-        p.ns *= keep
-        p.detail = (f"the pass's thread was runnable with no CPU for {p.ns / 1e6:.3f} ms {where} (schedstat "
-                    f"run-queue delay, read at module boundaries){steady}; {switches} involuntary context switches in "
-                    "the pass; not a first-call cost, and no warm-up removes it")
-        parts.append(p)
-    for (cause, source, mod), ns in lowered.items():
-        parts.append(Part(cause, source, "measured", ns=-ns * keep, by_module={mod: -ns * keep}))
+    in_spans = sum(inside.values()) * keep
+    if free.ns > 0:
+        free.by_module = {m: ns * keep for m, ns in free.by_module.items()}
+        free.ns *= keep
+        free.detail = (f"the pass's thread was runnable with no CPU for {free.ns / 1e6:.3f} ms outside cause spans "
+                       f"(schedstat run-queue delay, read at module boundaries){steady}; {switches} involuntary context "
+                       "switches in the pass; not a first-call cost, and no warm-up removes it"
+                       + (f"; a further {in_spans / 1e6:.3f} ms inside cause spans stays in those causes' time, said "
+                          "there as their wait for a CPU" if in_spans > 0 else ""))
+        parts.append(free)
+    # Waits inside a cause span stay the span's: a zero-time part of its (cause, source) carries the wait,
+    # merged into the span's own part (its evidence comes from the span's part, merged first)
+    for (cause, source), ns in inside.items():
+        parts.append(Part(cause, source, ctx.evidence.get(source, "measured"), waited_ns=ns * keep))
     return parts
 
 

@@ -147,6 +147,7 @@ def off_cpu_time(ctx: PassContext) -> list[Part]:
     carved: dict[str, Part] = {}  # disk reads inside cause spans, by the spans' source
     lowered: dict[tuple[str, str, str], float] = {}  # (cause, source, module) -> ns taken out of its span
     kept_in_spans: dict[str, float] = {}  # waits left inside cause spans, by source
+    blocked_in: dict[tuple[str, str], float] = {}  # the same by (cause, source): said on the span's part
     read_bytes = majors = blocks = disk_blocks = others = 0
     shared: dict[int, float] = {}  # id of a part -> ns of it split off stretches that also waited otherwise
     for st in got:
@@ -171,6 +172,8 @@ def off_cpu_time(ctx: PassContext) -> list[Part]:
             src = source_of(cause_span.name)
             if w > 0:
                 kept_in_spans[src] = kept_in_spans.get(src, 0.0) + w
+                key2 = (cause_name(cause_span.cause), src)
+                blocked_in[key2] = blocked_in.get(key2, 0.0) + w
             if d <= 0:
                 continue
             into = carved.get(src)
@@ -188,7 +191,10 @@ def off_cpu_time(ctx: PassContext) -> list[Part]:
     disk_keep = max(0.0, disk_total - left) / disk_total if disk_total > 0 else 0.0
     less = f", less a steady pass's own ({steady / 1e6:.3f} ms, the median)" if steady > 0 else ""
     how = "wall time less CPU time less run-queue delay, read at module boundaries"
-    parts = []
+    # waits kept inside cause spans: zero-time parts of the spans' (cause, source) carrying them, merged into
+    # the spans' own parts (Part.blocked_ns), so a cause says how much of its time it was blocked
+    parts = [Part(cause, src, ctx.evidence.get(src, "measured"), blocked_ns=ns)
+             for (cause, src), ns in blocked_in.items() if ns > 0]
     if wait.ns * wait_keep >= WAIT_FLOOR_NS:
         _scale(wait, wait_keep)
         wait.count = blocks

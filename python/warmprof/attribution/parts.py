@@ -124,6 +124,12 @@ class Part:
     # (an MPS pipeline compile read off host-over-GPU time, which other host-side causes share);
     # attribute_pass caps it there
     fills: bool = False
+    # of `ns`, the time the thread waited for a CPU inside this part's own spans (cpu_contention says how
+    # much): kept in the part's time, said beside it, never booked twice
+    waited_ns: float = 0.0
+    # of `ns`, the time the thread was blocked off the CPU inside this part's own spans (a compile waiting
+    # for its compiler's processes): kept in the part's time, said beside it
+    blocked_ns: float = 0.0
 
     @property
     def ms(self) -> float:

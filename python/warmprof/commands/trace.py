@@ -258,9 +258,9 @@ def _control_argv(args: argparse.Namespace) -> list[str]:
 
 
 def _serve_control(args: argparse.Namespace) -> int:
-    """This process is a trace's control (traces/controls.py): it builds the model and runs the
+    """This process is a trace's control (traces/control_serve.py): it builds the model and runs the
     phases the trace's process asks for."""
-    from ..traces import controls
+    from ..traces import control_serve
 
     def load():
         if args.demo:
@@ -276,10 +276,10 @@ def _serve_control(args: argparse.Namespace) -> int:
         from ..traces.demo import DEFAULT_SHAPE
 
         shape = DEFAULT_SHAPE
-    return controls.serve(args.control_fds, load, device=args.device, threads=args.threads, shape=shape,
-                          inputs=args.inputs, dtype=args.dtype, model_dtype=args.model_dtype, compile=args.compile,
-                          op_view=args.op_view or args.explain, warm_shape=args.warm_shape, generate=args.generate,
-                          kv_cache=args.kv_cache)
+    return control_serve.serve(args.control_fds, load, device=args.device, threads=args.threads, shape=shape,
+                              inputs=args.inputs, dtype=args.dtype, model_dtype=args.model_dtype,
+                              compile=args.compile, op_view=args.op_view or args.explain, warm_shape=args.warm_shape,
+                              generate=args.generate, kv_cache=args.kv_cache)
 
 
 def _trace_here(args: argparse.Namespace, status: child.Status) -> int:
@@ -300,6 +300,12 @@ def _trace_here(args: argparse.Namespace, status: child.Status) -> int:
             control.close()
 
 
+# A FILE.py target is executed from its path (traces/targets.imported), not found by the import system: the
+# Python-imports instrument times the modules it imports, not its own top-level code.
+FILE_BODY_NOTE = ("the file's own top-level code is not a Python-imports span (it is loaded from its path): the "
+                  "modules it imports are measured, its own code is in this step's unattributed time")
+
+
 def _cold_start(args: argparse.Namespace, status: child.Status) -> tuple[Any, Any, Any]:
     """torch imported, then the model built by its factory, each a step of the set-up's cold start
     (traces/setup_phase.py: host counters and Python imports on): (torch, model, the recorded run).
@@ -317,6 +323,7 @@ def _cold_start(args: argparse.Namespace, status: child.Status) -> tuple[Any, An
 
     imported_before = "torch" in sys.modules
     steps: list[tuple[str, Any]] = [] if imported_before else [("import torch", import_torch)]
+    notes: dict[str, str] = {}
     with contextlib.ExitStack() as stack:
         if args.demo:
             def build_demo() -> None:
@@ -337,9 +344,11 @@ def _cold_start(args: argparse.Namespace, status: child.Status) -> tuple[Any, An
                 got["model"] = call_target(factory_of(got["module"], where, name), args.target)
 
             steps += [(f"import {where}", import_module), (f"{name}() (the factory)", call_factory)]
+            if where.endswith(".py"):  # loaded from its path, past the import system's finders
+                notes[f"import {where}"] = FILE_BODY_NOTE
         if imported_before:  # not a step: this process had it; its threads are set before the model is built
             import_torch()
-        record = run_setup(None, None, steps, instruments=cold_start_instruments())
+        record = run_setup(None, None, steps, instruments=cold_start_instruments(), notes=notes)
     return got["torch"], got["model"], record
 
 

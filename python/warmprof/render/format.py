@@ -46,6 +46,19 @@ def cause_ms(v: float) -> str:
     return f"{v:.2f}"
 
 
+def table_unit(values: list[float]) -> str:
+    """One unit for a whole table's column: "s" where its largest figure is 10 s or more, else "ms"."""
+    return "s" if any(abs(v) >= SECONDS_FROM_MS for v in values) else "ms"
+
+
+def in_unit(v: float, unit: str) -> str:
+    """A figure (ms) in a table column of one unit (table_unit): two decimals, '<0.01' rather than 0.00."""
+    x = v / 1000 if unit == "s" else v
+    if 0 < abs(x) < 0.005:
+        return "<0.01" if x > 0 else ">-0.01"
+    return f"{x:.2f}"
+
+
 def ms_cell(v: float | None) -> str:
     """A comparison's ms cell: two decimals, or three significant digits below 1 ms (probe steady
     times are microseconds); seconds, with their unit, from 10 s; '-' where the row is absent."""

@@ -80,7 +80,9 @@ def _fit(text: str, limit: int = NAME_CHARS) -> str:
 # -- one trace report: stacked bars ------------------------------------------------------------
 def _trace_figure(Figure: Any, r: Any) -> Any:
     where = _fit(device(r))
-    first = _segments(r.steady_median_ms, r.causes, r.first_pass_ms)
+    acc = getattr(r, "accounting", None)
+    first = _segments(r.steady_median_ms, r.causes, r.first_pass_ms,
+                      float(acc["run_to_run_ms"]) if isinstance(acc, dict) and r.clean else 0.0)
     rerun = _segments(min(r.steady_median_ms, r.seen_rerun_ms), r.seen_rerun_causes, r.seen_rerun_ms)
     bars = [("first pass", r.first_pass_ms, first), ("seen re-run", r.seen_rerun_ms, rerun),
             ("steady (median)", r.steady_median_ms, [("steady", r.steady_median_ms)])]
@@ -107,8 +109,10 @@ def _trace_figure(Figure: Any, r: Any) -> Any:
         for key, ms in segments:
             label = None if key in seen else _legend_entry(key, r)
             seen.add(key)
-            ax.barh(y, ms, left=left, color=STEADY_COLOR if key == "steady" else _colour(key),
-                    edgecolor="white", linewidth=0.6, hatch="//" if key == "unattributed" else None, label=label, height=0.6)
+            ax.barh(y, ms, left=left, color=STEADY_COLOR if key == "steady" else
+                    RUN_TO_RUN_COLOUR if key == RUN_TO_RUN else _colour(key),
+                    edgecolor="white", linewidth=0.6, hatch="//" if key == "unattributed" else
+                    ".." if key == RUN_TO_RUN else None, label=label, height=0.6)
             left += ms
         over = left - total_ms
         note = f" (causes overshoot by {over:.2f} ms)" if over > 1e-6 * max(total_ms, 1.0) else ""
@@ -210,15 +214,22 @@ def _setup_axes(ax: Any, setup: Any) -> None:
               title_fontsize=8.5, frameon=False)
 
 
-def _segments(steady_ms: float, causes: list[Any], total_ms: float) -> list[tuple[str, float]]:
-    """steady + each cause (largest first) + what is left; unattributed is drawn only when positive."""
+RUN_TO_RUN = "run_to_run"  # the accounting's run-to-run difference: drawn as its own segment, never as a cause
+RUN_TO_RUN_COLOUR = "#d9d9d9"
+
+
+def _segments(steady_ms: float, causes: list[Any], total_ms: float, run_to_run_ms: float = 0.0) -> list[tuple[str, float]]:
+    """steady + each cause (largest first) + the run-to-run difference (the accounting's, when positive) +
+    what is left; unattributed is drawn only when positive, so the bar is the report's own figures."""
     by_cause: dict[str, float] = {}
     for c in causes:
         if c.cause != "unattributed":
             by_cause[c.cause] = by_cause.get(c.cause, 0.0) + c.ms
     out = [("steady", max(steady_ms, 0.0))]
     out += sorted(((k, v) for k, v in by_cause.items() if v > 0), key=lambda kv: -kv[1])
-    rest = total_ms - sum(v for _, v in out)
+    if run_to_run_ms > 0:
+        out.append((RUN_TO_RUN, run_to_run_ms))
+    rest = total_ms - sum(v for _, v in out) - min(0.0, run_to_run_ms)
     if rest > 0:
         out.append(("unattributed", rest))
     return out
@@ -230,6 +241,9 @@ def _legend_entry(key: str, r: Any) -> str:
     if key == "unattributed":
         share = r.unattributed_ms / r.excess_ms if r.excess_ms > 0 else 0.0
         return f"unattributed: {r.unattributed_ms:.2f} ms ({share:.0%}, noise band {r.noise_band_ms:.2f} ms wide)"
+    if key == RUN_TO_RUN:
+        return (f"run-to-run difference: {r.accounting['run_to_run_ms']:.2f} ms (clean vs instrumented process; "
+                "not a cause)")
     if not any(c.cause == key for c in r.causes):
         return f"{_label(key)}: seen re-run only"
     share = sum(c.share for c in r.causes if c.cause == key)

@@ -6,8 +6,7 @@ from typing import Any
 
 from ..report.trace import break_headline, shown_compile
 from .base import Renderer
-from .format import cause_ms as _cause_ms
-from .format import middle, subject
+from .format import in_unit, middle, subject, table_unit
 from .format import ms as _ms
 from .registry import register
 from .safe import one_line
@@ -62,37 +61,18 @@ class TraceTextRenderer(Renderer):
         if r.excess_ms > 0:
             lines.append(f"  excess {_ms(r.excess_ms)} ({ratio:.1f}x steady); noise band {_ms(r.noise_band_ms)}")
         else:  # said as it is, with no shares: a first pass faster than the steady median is noise
-            lines.append(f"  excess -{_ms(-r.excess_ms)}: the first pass was faster than the steady median; noise band "
-                         f"{_ms(r.noise_band_ms)}")
+            lines.append(f"  excess: none measurable (the first pass was no slower than the steady median; the figure is "
+                         f"in the JSON); noise band {_ms(r.noise_band_ms)}")
         lines.extend(_own_cost_lines(r))
         pause = r.clean.get("after_pause") if isinstance(r.clean, dict) else None
         if isinstance(pause, dict) and isinstance(pause.get("excess_ms"), (int, float)):
             x = pause["excess_ms"]
-            lines.append(f"  a warm pass after a short pause: {'+' if x >= 0 else '-'}{_ms(abs(x))} over steady at least "
-                         "(what any pass after other work pays, not a first call)")
-        if r.verdict == "no_first_call_cost":
-            lines.append("  no first-call cost at this shape: the first pass is within the steady passes' noise band"
-                         + (" and what a warm pass after a short pause pays" if r.excess_ms > r.noise_band_ms else ""))
+            said = (f"{_ms(x)} over steady at least" if x > 0 else
+                    "none measurable over steady (the machine's load; the figure is in the JSON)")
+            lines.append(f"  a warm pass after a short pause: {said} (what any pass after other work pays, not a first call)")
+        lines.extend(_verdict_lines(r))
         lines.append("")
-        residual_source = "excess - attributed"
-        rows = [(c, one_line(c.source) + (f" x{c.count}" if c.count > 1 else "")) for c in sorted(r.causes, key=lambda c: -c.ms)]
-        width = min(max([len(residual_source), 6] + [len(src) for _, src in rows]), 48)
-        lines.append(f"  {'cause':<20} {'ms':>10} {'share':>6}  {'evidence':<9} {'source':<{width}} where")
-        lines.append(f"  {'-' * 20} {'-' * 10} {'-' * 6}  {'-' * 9} {'-' * width} {'-' * 20}")
-        for c, src in rows:
-            if len(src) > width:
-                src = src[: width - 3] + "..."
-            lines.append(
-                f"  {c.cause:<20} {_cause_ms(c.ms):>10} {_share(c.share, r.excess_ms)}  {c.evidence:<9} {src:<{width}} "
-                f"{one_line(c.module) or '-'}"
-            )
-        within = "within" if abs(r.unattributed_ms) <= r.noise_band_ms else "outside"
-        # A share of a negative residual means nothing: the causes overshoot the excess (see notes).
-        un_share = f"{r.unattributed_ms / r.excess_ms:>6.1%}" if r.excess_ms > 0 and r.unattributed_ms >= 0 else f"{'-':>6}"
-        lines.append(
-            f"  {'unattributed':<20} {_cause_ms(r.unattributed_ms):>10} {un_share}  {'residual':<9} "
-            f"{residual_source:<{width}} ({within} the noise band)"
-        )
+        lines.extend(_cause_table(r))
         lines.extend(_where_lines(r))
         paid_again = [c for c in r.seen_rerun_causes if c.cause != "profiler_overhead"]  # warmprof's own, every pass
         if paid_again:
@@ -119,12 +99,13 @@ class TraceTextRenderer(Renderer):
                 top.append((one_line(m["module"]), sum(causes.values()), causes))
         top.sort(key=lambda t: -t[1])
         if top:
+            unit = table_unit([ms for _, ms, _ in top[:5]])
             lines.append("")
-            lines.append("  top modules (attributed time, each cause in its innermost module):")
+            lines.append(f"  top modules ({unit}; each cause in its innermost module, as the cause table books it):")
             names, width = _column([module for module, _, _ in top[:5]], 40)
             for name, (_, ms, causes) in zip(names, top[:5]):
-                parts = ", ".join(f"{k} {_ms(v)}" for k, v in sorted(causes.items(), key=lambda kv: -kv[1]))
-                lines.append(f"    {name:<{width}} {_ms(ms):>10}  {parts}")
+                parts = ", ".join(f"{k} {in_unit(v, unit)}" for k, v in sorted(causes.items(), key=lambda kv: -kv[1]))
+                lines.append(f"    {name:<{width}} {in_unit(ms, unit):>10}  {parts}")
         if r.advice:
             lines.append("")
             lines.append("  advice:")
@@ -136,21 +117,107 @@ class TraceTextRenderer(Renderer):
         return "\n".join(lines) + "\n"
 
 
+def _verdict_lines(r: Any) -> list[str]:
+    """What the headline says: no first-call cost at this shape, or an answer the two fresh processes do not
+    agree on (the accounting's run-to-run difference beyond their waits and noise: --repeat)."""
+    if r.verdict == "no_first_call_cost":
+        return ["  no first-call cost at this shape: the first pass is within the steady passes' noise band"
+                + (" and what a warm pass after a short pause pays" if r.excess_ms > r.noise_band_ms else "")]
+    acc = getattr(r, "accounting", None)
+    if r.verdict == "unstable" and isinstance(acc, dict):
+        rr = acc.get("run_to_run", {})
+        beyond = float(rr.get("beyond_waits_ms", acc["run_to_run_ms"]))
+        return [f"  unstable: the clean and the instrumented first pass differ by {_ms(abs(acc['run_to_run_ms']))}, "
+                f"{_ms(abs(beyond))} of it beyond what their waits explain (more than the {_ms(acc.get('tolerance_ms', 0.0))} "
+                "their noise and a tenth of the excess allow): one run does not settle the figures; "
+                "run `warmprof trace ... --repeat 5`"]
+    return []
+
+
+def _cause_table(r: Any) -> list[str]:
+    """The cause table: every row in one unit, then the run-to-run difference (its own row, not a cause)
+    and the unattributed time, and the accounting they add up to (report.accounting)."""
+    from ..causes import count_label
+
+    acc = getattr(r, "accounting", None)
+    run_to_run = float(acc["run_to_run_ms"]) if isinstance(acc, dict) else 0.0
+    causes = sorted(r.causes, key=lambda c: -c.ms)
+    rows = [(c, " ".join(x for x in (one_line(c.source), count_label(c.source, c.count, c.cause)) if x)) for c in causes]
+    unit = table_unit([c.ms for c in causes] + [r.excess_ms, run_to_run, r.unattributed_ms])
+    residual_source = "instrumented excess - own cost - causes" if isinstance(acc, dict) else "excess - attributed"
+    width = min(max([len(residual_source), 6] + [len(src) for _, src in rows]), 48)
+    out = [f"  {'cause':<20} {unit:>10} {'share':>6}  {'evidence':<9} {'source':<{width}} where",
+           f"  {'-' * 20} {'-' * 10} {'-' * 6}  {'-' * 9} {'-' * width} {'-' * 20}"]
+    for c, src in rows:
+        if len(src) > width:
+            src = src[: width - 3] + "..."
+        out.append(f"  {c.cause:<20} {in_unit(c.ms, unit):>10} {_share(c.share, r.excess_ms)}  {c.evidence:<9} "
+                   f"{src:<{width}} {one_line(c.module) or '-'}")
+        inside = [f"{_ms(v)} {what}" for v, what in ((getattr(c, "waited_ms", 0.0), "waiting for a CPU"),
+                                                     (getattr(c, "blocked_ms", 0.0), "blocked off the CPU"))
+                  if v >= max(0.01, 0.01 * c.ms)]
+        if inside:
+            out.append(f"  {'':<20} {'':>10} {'':>6}  of which {' and '.join(inside)}, inside its own spans")
+    if isinstance(acc, dict) and r.clean:
+        rr = acc.get("run_to_run", {})
+        sign = "+" if run_to_run >= 0 else "-"
+        out.append(f"  {'run-to-run':<20} {sign + in_unit(abs(run_to_run), unit):>10} {'':>6}  {'measured':<9} "
+                   f"{'clean - instrumented':<{width}} (the run-to-run difference of two processes: not a cause)")
+        if rr:
+            out.append(f"  {'':<20} {'':>10} {'':>6}  the clean first pass waited {_ms(rr['clean_waited_for_cpu_ms'])} for a "
+                       f"CPU and {_ms(rr['clean_off_cpu_ms'])} off it, the instrumented one "
+                       f"{_ms(rr['instrumented_waited_for_cpu_ms'])} and {_ms(rr['instrumented_off_cpu_ms'])}")
+    within = "within" if abs(r.unattributed_ms) <= r.noise_band_ms else "outside"
+    if r.unattributed_ms >= 0:
+        # A share of a negative residual means nothing: the causes overshoot (said instead).
+        un_share = f"{r.unattributed_ms / r.excess_ms:>6.1%}" if r.excess_ms > 0 else f"{'-':>6}"
+        out.append(f"  {'unattributed':<20} {in_unit(r.unattributed_ms, unit):>10} {un_share}  {'residual':<9} "
+                   f"{residual_source:<{width}} ({within} the noise band)")
+    else:
+        out.append(f"  {'unattributed':<20} {'none':>10} {'-':>6}  {'residual':<9} {residual_source:<{width}} "
+                   f"(the causes are {_ms(-r.unattributed_ms)} more than the excess they explain: {within} the noise band)")
+    if isinstance(acc, dict):
+        out.append(f"  = excess {_ms(acc['excess_ms'])}: causes {_ms(acc['causes_ms'])}"
+                   + (f" {'+' if run_to_run >= 0 else '-'} run-to-run {_ms(abs(run_to_run))}" if r.clean else "")
+                   + (f" + unattributed {_ms(r.unattributed_ms)}" if r.unattributed_ms >= 0 else
+                      f", the causes over by {_ms(-r.unattributed_ms)}"))
+    return out
+
+
 def _setup_lines(r: Any) -> list[str]:
-    """The set-up before the first pass (model to the device, inputs): its own time and causes, never
-    part of the first pass's excess."""
+    """The set-up before the first pass (importing torch, the factory, the model to the device, inputs):
+    its own time and each step's largest causes, never part of the first pass's excess. A step's causes
+    are inside it; its unattributed time is said when positive ("none" otherwise). A file written before
+    the steps had causes of their own: the set-up's causes on one line, as it held them."""
     setup = getattr(r, "setup", None)
     if setup is None:
         return []
     steps = ", ".join(f"{one_line(st['name'])} {_ms(st['ms'])}" for st in setup.steps)
-    causes = sorted(setup.causes, key=lambda c: -c.ms)
-    parts = [f"{c.cause} {_ms(c.ms)} ({one_line(c.source)}{', ' + c.evidence if c.evidence != 'measured' else ''})"
-             for c in causes[:4]]
-    if setup.unattributed_ms > 0:
-        parts.append(f"unattributed {_ms(setup.unattributed_ms)}")
     out = [f"  set-up before the first pass (not in its excess): {_ms(setup.ms)}" + (f": {steps}" if steps else "")]
-    if parts:
-        out.append(f"    set-up causes: {', '.join(parts)}")
+
+    def said(c: Any) -> str:
+        waited = getattr(c, "waited_ms", 0.0)  # of its time, waiting for a CPU inside its own spans
+        waited_said = f", {_ms(waited)} of it waiting for a CPU" if waited >= 0.005 else ""
+        return (f"{c.cause} {_ms(c.ms)} ({one_line(c.source)}{', ' + c.evidence if c.evidence != 'measured' else ''}"
+                f"{waited_said})")
+
+    if not setup.has_step_causes():
+        parts = [said(c) for c in sorted(setup.causes, key=lambda c: -c.ms)[:4]]
+        if setup.unattributed_ms > 0:
+            parts.append(f"unattributed {_ms(setup.unattributed_ms)}")
+        if parts:
+            out.append(f"    set-up causes: {', '.join(parts)}")
+        return out
+    for st in setup.steps:
+        causes = sorted(setup.own_causes(st), key=lambda c: -c.ms)
+        parts = [said(c) for c in causes[:3]]
+        if len(causes) > 3:
+            parts.append(f"{len(causes) - 3} more {_ms(sum(c.ms for c in causes[3:]))}")
+        left = float(st.get("unattributed_ms", st["ms"] - sum(c.ms for c in causes)))
+        parts.append(f"unattributed {_ms(left)}" if left > 0 else "unattributed none")
+        out.append(f"    {one_line(st['name'])} {_ms(st['ms'])}: {', '.join(parts)}")
+        if st.get("note"):
+            out.append(f"      ({one_line(st['note'])})")
     return out
 
 
@@ -170,7 +237,10 @@ _GUARD_MEANS = (
 
 def _generate_lines(r: Any) -> list[str]:
     """A generate trace's headline (time to first token) and its phases, each first call against its
-    steady median, with the phase's largest causes (the report's `generate`)."""
+    steady median, with the phase's one accounting: its largest causes, the run-to-run difference between
+    the clean and the instrumented process where nonzero (signed: a difference, not a cost), and its
+    unattributed time when positive ("none" otherwise). An excess at or under zero is "none measurable"
+    (the figure is in the JSON)."""
     g = getattr(r, "generate", None)
     if not g:
         return []
@@ -178,14 +248,18 @@ def _generate_lines(r: Any) -> list[str]:
     ratio = f" ({t['first_ms'] / t['steady_median_ms']:.1f}x steady)" if t["steady_median_ms"] > 0 else ""
     which = "clean" if t.get("source") == "clean" else "instrumented"
     prompt = f" from a {g['prompt_tokens']}-token prompt" if g.get("prompt_tokens") else ""
+    own = f", warmprof's own {_ms(t['own_cost_ms'])} out of it" if t.get("own_cost_ms", 0.0) > 0 else ""
+    excess = f"excess {_ms(t['excess_ms'])}{ratio}{own}" if t["excess_ms"] > 0 else "excess none measurable"
     out = [f"  time to first token ({which} first call): {_ms(t['first_ms'])} vs {_ms(t['steady_median_ms'])} steady: "
-           f"excess {_ms(t['excess_ms'])}{ratio}",
+           f"{excess}",
            f"  generate: {g['new_tokens']} new tokens{prompt}, KV cache {one_line(g.get('kv_cache', ''))}; the whole call "
            "is the first pass below",
            f"    {'phase':<15} {'forwards':>8} {'first':>10} {'steady':>10} {'excess':>10}  causes (first call, instrumented)"]
+    run_to_run = False
     for row in g["phases"]:
         name = "prefill (TTFT)" if row["phase"] == "prefill" else row["phase"]
         first = row.get("clean", row)  # the clean call's figures where the control ran
+        headline = float(row.get("headline_excess_ms", first["excess_ms"]))
         by_cause: dict[str, float] = {}
         for c in row["causes"]:
             by_cause[c["cause"]] = by_cause.get(c["cause"], 0.0) + c["ms"]
@@ -193,10 +267,18 @@ def _generate_lines(r: Any) -> list[str]:
         said = [f"{cause} {_ms(ms)}" for cause, ms in causes[:3]]
         if len(causes) > 3:
             said.append(f"{len(causes) - 3} more {_ms(sum(ms for _, ms in causes[3:]))}")
-        if row.get("unattributed_ms", 0.0) > 0:
-            said.append(f"unattributed {_ms(row['unattributed_ms'])}")
+        r2r = float(row.get("run_to_run_ms", 0.0))
+        if abs(r2r) >= 0.005:  # shown at the text's own resolution
+            run_to_run = True
+            said.append(f"run-to-run {'+' if r2r > 0 else '-'}{_ms(abs(r2r))}")
+        left = float(row.get("unattributed_ms", 0.0))
+        said.append(f"unattributed {_ms(left)}" if left > 0 else "unattributed none")
+        cell = _ms(headline) if headline > 0 else "none measurable"
         out.append(f"    {name:<15} {row.get('forwards', 0):>8} {_ms(first['first_ms']):>10} "
-                   f"{_ms(first['steady_median_ms']):>10} {_ms(first['excess_ms']):>10}  {', '.join(said) or '-'}")
+                   f"{_ms(first['steady_median_ms']):>10} {cell:>10}  {', '.join(said)}")
+    if run_to_run:
+        out.append("    run-to-run: the clean call's excess less the instrumented call's (less warmprof's own cost), "
+                   "a difference between the two processes, not a cost")
     out.extend(f"    note: {one_line(n)}" for n in g.get("notes", []))
     return out
 
@@ -240,12 +322,14 @@ def _own_cost_lines(r: Any) -> list[str]:
     first = own.get("first_pass_ms")
     if isinstance(first, (int, float)):
         band = (r.clean or {}).get("noise_band_ms") if isinstance(r.clean, dict) else None
-        if first < 0 or (isinstance(band, (int, float)) and abs(first) <= band):
-            # the warm control's first pass came out at or under the clean steady median: the machine's
-            # noise, not a saving; said so rather than as a cost of its own
-            within = f", a noise band of {_ms(band)}" if isinstance(band, (int, float)) else ""
+        if first < 0:
+            # the warm control's first pass came out under the clean steady median: the machine's noise, not a
+            # saving; said so, with no negative figure (the JSON keeps it)
+            parts.append("none measurable on a first pass (the warm control came out under the steady median: the "
+                         "machine's load)")
+        elif isinstance(band, (int, float)) and first <= band:
             parts.append(f"{_ms(first)} on a first pass (the warm control, measured; within the machine's "
-                         f"noise{within}: read as none)")
+                         f"noise, a noise band of {_ms(band)}: read as none)")
         else:
             parts.append(f"{_ms(first)} on a first pass (the warm control, measured)")
     if isinstance(own.get("steady_ms"), (int, float)):

@@ -22,7 +22,10 @@ from . import schema
 # (settings None: compare reads what their other fields tell and says which settings it cannot).
 # 5: a trace report has a `setup` section (the set-up before the first pass, timed with instruments on)
 # and protocol.calls_per_pass (2 under cudagraph trees); files before it load without them.
-SCHEMA_VERSION = 5
+# 6: a trace report has `accounting` (excess = causes + run_to_run + unattributed, exactly), cause entries
+# may carry waited_ms / blocked_ms (a cause's own wait inside its spans), set-up steps carry their own
+# causes, and generate phases their own accounting; files before it load as they were written.
+SCHEMA_VERSION = 6
 _KINDS: dict[str, type["ReportBase"]] = {}
 # str() of a report or a comparison: the render layer's "text" format, set by warmprof.render when it
 # is imported (warmprof/__init__ imports it), so the report layer never imports the layer above it.

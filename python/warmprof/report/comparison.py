@@ -151,12 +151,19 @@ def compare(*reports: ReportBase | str | os.PathLike, labels: list[str] | None =
     predictions: list[PredictionRow]
     if kind == "trace":
         summary = [_row(name, [Cell(float(getattr(r, key))) for r in loaded]) for name, key in _SUMMARY]
-        # warmprof's own cost is its own line, never one of the causes (traces/controls.py)
+        # warmprof's own cost is its own line, never one of the causes (traces/fold.py)
         for name, key in (("warmprof's own cost, first pass", "first_pass_ms"),
                           ("warmprof's own cost, per pass", "steady_ms")):
-            cells = [Cell(_number((getattr(r, "own_cost", None) or {}).get(key))) for r in loaded]
+            # a figure under zero is the machine's noise, not a saving: no negative cost is shown ("-")
+            cells = [Cell(v if v is None or v >= 0 else None)
+                     for v in (_number((getattr(r, "own_cost", None) or {}).get(key)) for r in loaded)]
             if any(c.ms is not None for c in cells):
                 summary.append(_row(name, cells))
+        # the accounting's run-to-run difference (clean vs instrumented process): its own row, never a cause
+        acc_cells = [Cell(_number((getattr(r, "accounting", None) or {}).get("run_to_run_ms")) if r.clean else None)
+                     for r in loaded]
+        if any(c.ms is not None for c in acc_cells):
+            summary.append(_row("run-to-run difference", acc_cells))
         summary += _generate_rows(loaded)
         if any(c is not None for c in (compile_detail(r) for r in loaded)):
             summary.append(_row("torch's compile time", [Cell((compile_detail(r) or {}).get("torch_ms")) for r in loaded]))

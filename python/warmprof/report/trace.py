@@ -27,42 +27,112 @@ class CauseEntry:
     evidence: str
     source: str
     module: str = ""  # the module holding most of it ("" = outside any module)
-    count: int = 0  # spans, faults, compiles... behind the figure
+    count: int = 0  # spans, faults, compiles... behind the figure (causes.count_label says what it counts)
     detail: str = ""
+    # of `ms`, the time the thread waited for a CPU inside this cause's own spans (schedstat): a compile
+    # preempted on a busy machine keeps that wait in its own time and says how much of it was waiting
+    waited_ms: float = 0.0
+    # of `ms`, the time the thread was blocked off the CPU inside this cause's own spans (a compile waiting
+    # for its compiler's processes, a driver call for the driver)
+    blocked_ms: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """As JSON: waited_ms and blocked_ms only where there was such a wait (files before them had none)."""
+        d = dataclasses.asdict(self)
+        for k in ("waited_ms", "blocked_ms"):
+            if not d[k]:
+                del d[k]
+        return d
 
     def validate(self) -> None:
         if self.cause != "unattributed":
             non_negative(self.ms, f"{self.cause}/{self.source} ms")
             non_negative(self.share, f"{self.cause}/{self.source} share")
+            non_negative(self.waited_ms, f"{self.cause}/{self.source} waited_ms")
+            non_negative(self.blocked_ms, f"{self.cause}/{self.source} blocked_ms")
+            if self.waited_ms + self.blocked_ms > self.ms + 1e-3:
+                raise ReportError(f"{self.cause}/{self.source}: waited_ms {self.waited_ms} and blocked_ms "
+                                  f"{self.blocked_ms} are more than its ms {self.ms}")
 
 
 @dataclass
 class Setup:
-    """The set-up before the first pass (traces/setup_phase.py): the model moved to the device, cast, and
-    its inputs made, timed with instruments on; its causes are its own, never the first pass's."""
+    """The set-up before the first pass (traces/setup_phase.py): importing torch, the factory's module and
+    the factory (the cold start of `warmprof trace`), the model moved to the device, cast, and its inputs
+    made, timed with instruments on; its causes are its own, never the first pass's.
+
+    Each step ({"name", "ms"}) carries its own causes ("causes": cause entries, each a share of the step,
+    its module the step's name), attributed over the step's own window, so they add up to at most its
+    time, and "unattributed_ms" (its time less its causes); "note" where its figures leave something out.
+    `causes` is every step's causes one after the other (each a share of the whole set-up) and
+    `unattributed_ms` the set-up's time less them, as files before the steps had causes of their own
+    hold them (there each cause's module is the step holding most of it, and steps have neither)."""
+
+    # a step's causes may pass its time by this much (ms) only: rounding, never a cause past its step
+    SLACK_MS: ClassVar[float] = 0.01
 
     ms: float  # the whole set-up
-    steps: list[dict[str, Any]]  # {"name": "model.to(cuda:0)" | "model cast" | "inputs", "ms"}, in order
+    # {"name": "import torch" | "model.to(cuda:0)" | "model cast" | "inputs" ..., "ms", "causes",
+    # "unattributed_ms", "note"}, in order ("causes"/"unattributed_ms"/"note" absent in older files)
+    steps: list[dict[str, Any]]
     causes: list[CauseEntry]  # share: of the set-up's time
     unattributed_ms: float = 0.0
     instruments: dict[str, str] = field(default_factory=dict)  # name -> "on" or "off: why"
     how: str = ""
+
+    @classmethod
+    def of_steps(cls, ms: float, steps: list[dict[str, Any]], instruments: dict[str, str] | None = None,
+                 how: str = "") -> "Setup":
+        """The section from its steps (each with its own causes): the set-up-wide causes are theirs one
+        after the other, each a share of `ms`, and its unattributed time is `ms` less them."""
+        causes = [dataclasses.replace(c, share=c.ms / ms if ms > 0 else 0.0)
+                  for st in steps for c in cls.own_causes(st)]
+        return cls(ms=ms, steps=steps, causes=causes, unattributed_ms=ms - sum(c.ms for c in causes),
+                   instruments=dict(instruments or {}), how=how)
+
+    @staticmethod
+    def own_causes(step: dict[str, Any]) -> list[CauseEntry]:
+        """A step's own causes (none in a file from before steps had them)."""
+        return [CauseEntry(**c) for c in step.get("causes", [])]
+
+    def has_step_causes(self) -> bool:
+        """True when the steps carry their own causes (every file since they do)."""
+        return any("causes" in st for st in self.steps)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Setup":
-        return cls(ms=float(d["ms"]), steps=[dict(x) for x in d["steps"]], causes=[CauseEntry(**c) for c in d["causes"]],
+        steps = [dict(x, causes=[dict(c) for c in x["causes"]]) if "causes" in x else dict(x) for x in d["steps"]]
+        return cls(ms=float(d["ms"]), steps=steps, causes=[CauseEntry(**c) for c in d["causes"]],
                    unattributed_ms=float(d.get("unattributed_ms", 0.0)), instruments=dict(d.get("instruments", {})),
                    how=str(d.get("how", "")))
 
     def validate(self) -> None:
         non_negative(self.ms, "setup.ms")
-        for st in self.steps:
-            non_negative(float(st["ms"]), f"setup step {st['name']!r} ms")
         for c in self.causes:
             c.validate()
+        stepped = 0.0
+        for st in self.steps:
+            ms = float(st["ms"])
+            non_negative(ms, f"setup step {st['name']!r} ms")
+            if "causes" not in st:
+                continue
+            own = self.own_causes(st)
+            for c in own:
+                c.validate()
+            booked = sum(c.ms for c in own)
+            stepped += booked
+            if booked > ms + self.SLACK_MS:
+                raise ReportError(f"setup step {st['name']!r}: its causes add up to {booked:.3f} ms, more than the "
+                                  f"step's {ms:.3f} ms (a step's causes are inside it)")
+            if "unattributed_ms" in st and abs(float(st["unattributed_ms"]) - (ms - booked)) > self.SLACK_MS:
+                raise ReportError(f"setup step {st['name']!r}: unattributed_ms {float(st['unattributed_ms']):.3f} is "
+                                  f"not its time less its causes ({ms - booked:.3f} ms)")
+        if self.has_step_causes() and abs(sum(c.ms for c in self.causes) - stepped) > self.SLACK_MS:
+            raise ReportError(f"setup.causes add up to {sum(c.ms for c in self.causes):.3f} ms, not the steps' causes "
+                              f"({stepped:.3f} ms)")
 
 
 @dataclass
@@ -299,7 +369,8 @@ def recompile_groups(compiles: list[dict[str, Any]]) -> list[dict[str, Any]]:
 _CAUSE_ENTRY = S.Obj(
     {"cause": S.OneOf("cause", causes.names), "ms": S.NUM, "share": S.NUM, "evidence": S.OneOf("evidence", EVIDENCE),
      "source": S.STR},
-    {"module": S.STR, "count": S.NON_NEGATIVE_INT, "detail": S.STR},
+    {"module": S.STR, "count": S.NON_NEGATIVE_INT, "detail": S.STR, "waited_ms": S.NUM,
+     "blocked_ms": S.NUM},
     extra=False,
 )
 _SPAN = S.Obj(
@@ -336,23 +407,32 @@ _PROTOCOL = S.Obj(optional={
     "oversubscription": S.STR, "steady_run_delay_ms": S.ListOf(S.NUM), "steady_net_median_ms": S.Nullable(S.NUM),
     "warm_shape": S.Nullable(S.STR), "calls_per_pass": S.POSITIVE_INT,
 })
+_SETUP_STEP = S.Obj({"name": S.STR, "ms": S.NUM},
+                    {"causes": S.ListOf(_CAUSE_ENTRY), "unattributed_ms": S.NUM, "note": S.STR}, extra=False)
 _SETUP = S.Obj(
-    {"ms": S.NUM, "steps": S.ListOf(S.Obj({"name": S.STR, "ms": S.NUM}, extra=False)), "causes": S.ListOf(_CAUSE_ENTRY)},
+    {"ms": S.NUM, "steps": S.ListOf(_SETUP_STEP), "causes": S.ListOf(_CAUSE_ENTRY)},
     {"unattributed_ms": S.NUM, "instruments": S.MapOf(S.STR), "how": S.STR},
     extra=False,
 )
-_GEN_FIGURES = S.Obj({"first_ms": S.NUM, "steady_median_ms": S.NUM, "excess_ms": S.NUM})
+_GEN_SPREAD = {"steady_p10_ms": S.NUM, "steady_p90_ms": S.NUM, "noise_band_ms": S.NUM}  # a phase's steady calls
+_GEN_FIGURES = S.Obj({"first_ms": S.NUM, "steady_median_ms": S.NUM, "excess_ms": S.NUM}, dict(_GEN_SPREAD))
+# A phase's one accounting (traces/generate.settle): headline_excess_ms = attributed_ms + run_to_run_ms +
+# unattributed_ms; files before it have neither headline_excess_ms nor run_to_run_ms.
 _GEN_PHASE = S.Obj(
     {"phase": S.OneOf("phase", ("prefill", "first_decode", "rest")), "first_ms": S.NUM, "steady_median_ms": S.NUM,
      "excess_ms": S.NUM, "causes": S.ListOf(_CAUSE_ENTRY)},
     {"forwards": S.NON_NEGATIVE_INT, "steady_calls": S.NON_NEGATIVE_INT, "own_cost_ms": S.NUM, "attributed_ms": S.NUM,
-     "unattributed_ms": S.NUM, "clean": _GEN_FIGURES},
+     "unattributed_ms": S.NUM, "clean": _GEN_FIGURES, "headline_excess_ms": S.NUM, "run_to_run_ms": S.NUM,
+     "own_cost_estimated_ms": S.NUM, **_GEN_SPREAD},
 )
 _GENERATE = S.Obj(
     {"new_tokens": S.POSITIVE_INT, "ttft": _GEN_FIGURES, "phases": S.ListOf(_GEN_PHASE)},
     {"prompt_tokens": S.Nullable(S.POSITIVE_INT), "kv_cache": S.STR, "forwards_first_call": S.NON_NEGATIVE_INT,
      "call": S.MapOf(S.NUM), "notes": S.ListOf(S.STR), "how": S.STR},
 )
+# The one accounting (traces/fold.py): excess_ms = causes_ms + run_to_run_ms + unattributed_ms, exactly.
+_ACCOUNTING = S.Obj({"excess_ms": S.NUM, "causes_ms": S.NUM, "run_to_run_ms": S.NUM, "unattributed_ms": S.NUM},
+                    {"run_to_run": S.MapOf(S.ANY), "unstable": S.BOOL, "tolerance_ms": S.NUM, "how": S.STR})
 SCHEMA = S.Obj(
     {
         "model": S.STR, "shape": S.Nullable(S.ListOf(S.NON_NEGATIVE_INT)), "device": S.DEVICE,
@@ -370,7 +450,7 @@ SCHEMA = S.Obj(
         "spans": S.ListOf(_SPAN), "counter_samples": S.ListOf(_COUNTER_SAMPLE), "advice": S.ListOf(S.STR),
         "notes": S.ListOf(S.STR), "warmprof_version": S.STR, "created": S.STR,
         "clean": S.Nullable(S.MapOf(S.ANY)), "own_cost": S.MapOf(S.ANY), "verdict": S.STR,
-        "setup": S.Nullable(_SETUP), "generate": S.Nullable(_GENERATE),
+        "setup": S.Nullable(_SETUP), "generate": S.Nullable(_GENERATE), "accounting": S.Nullable(_ACCOUNTING),
     },
 )
 
@@ -448,8 +528,9 @@ class Report(ReportBase):
     # "instrumented_first_pass_ms", "instrumented_excess_ms", and "in_headline_ms" (what of it the
     # headline excess already had taken out: 0 with a clean pass, the estimate without one).
     own_cost: dict[str, Any] = field(default_factory=dict)
-    # controls.verdict(): "first_call_cost", "no_first_call_cost" (within the noise band) or
-    # "first_pass_faster"; "" in reports written before it.
+    # traces/verdict.py: "first_call_cost", "no_first_call_cost" (within the noise band),
+    # "first_pass_faster" or "unstable" (the two fresh processes disagree beyond their waits and noise:
+    # --repeat); "" in reports written before it.
     verdict: str = ""
     # The set-up before the first pass (model to the device, inputs), timed with instruments on; None in
     # reports before schema 5 (and then left out of the JSON) and where nothing was timed.
@@ -458,6 +539,13 @@ class Report(ReportBase):
     # call against its steady median with its causes (traces/generate.py); None otherwise (left out of
     # the JSON).
     generate: dict[str, Any] | None = None
+    # The one accounting every printed figure comes from (traces/fold.py): "excess_ms" (the headline),
+    # "causes_ms" (the causes' sum), "run_to_run_ms" (the clean first pass's excess against the instrumented
+    # one's less warmprof's own cost: a difference between two processes, never a cause; 0 without a clean
+    # control), "unattributed_ms", with excess = causes + run_to_run + unattributed exactly; "run_to_run"
+    # says what the two processes' waits say about the difference, "unstable" whether it is beyond them and
+    # the noise ("tolerance_ms"). None in reports written before it (left out of the JSON).
+    accounting: dict[str, Any] | None = None
     warmprof_version: str = ""
     created: str = ""
     schema_version: int = SCHEMA_VERSION
@@ -507,14 +595,14 @@ class Report(ReportBase):
         if d.get("inputs") is None:  # optional: absent unless the trace ran on the caller's inputs
             d.pop("inputs", None)
         for name, empty in (("clean", None), ("own_cost", {}), ("verdict", ""), ("settings", None),
-                            ("setup", None), ("generate", None)):  # absent in older reports:
+                            ("setup", None), ("generate", None), ("accounting", None)):  # absent in older reports:
             if d.get(name) == empty:  # a loaded one is saved back as it was
                 d.pop(name, None)
         return d
 
     def _field_to_json(self, name: str, value: Any) -> Any:
         if name in ("causes", "seen_rerun_causes"):
-            return [dataclasses.asdict(c) for c in value]
+            return [c.to_dict() for c in value]
         if name in ("spans", "counter_samples"):
             return [s.to_dict() for s in value]
         if name == "protocol":
@@ -560,12 +648,28 @@ class Report(ReportBase):
             for i, row in enumerate(self.generate["phases"]):
                 for name in ("first_ms", "steady_median_ms"):
                     non_negative(row[name], f"generate.phases[{i}].{name}")
+                if "headline_excess_ms" in row:  # each phase's own accounting holds too (traces/generate.settle)
+                    summed = (float(row.get("attributed_ms", 0.0)) + float(row.get("run_to_run_ms", 0.0))
+                              + float(row.get("unattributed_ms", 0.0)))
+                    if abs(float(row["headline_excess_ms"]) - summed) > 0.01:
+                        raise ReportError(f"generate.phases[{i}]: the accounting does not hold (headline_excess_ms "
+                                          f"{row['headline_excess_ms']} != attributed + run_to_run + unattributed {summed})")
         from ..opspec import check
 
         for i, w in enumerate(self.unattributed_where):
             why = check(w["call"]) if "call" in w else ""
             if why:
                 raise ReportError(f"unattributed_where[{i}].call: {why}")
+        acc = self.accounting
+        if acc is not None:  # the one accounting holds exactly (to 0.01 ms) and agrees with the headline fields
+            summed = float(acc["causes_ms"]) + float(acc["run_to_run_ms"]) + float(acc["unattributed_ms"])
+            checks = (("excess_ms = causes_ms + run_to_run_ms + unattributed_ms", float(acc["excess_ms"]), summed),
+                      ("accounting.excess_ms = excess_ms", float(acc["excess_ms"]), self.excess_ms),
+                      ("accounting.unattributed_ms = unattributed_ms", float(acc["unattributed_ms"]), self.unattributed_ms),
+                      ("accounting.causes_ms = the causes' sum", float(acc["causes_ms"]), self.causes_ms()))
+            for what, a, b in checks:
+                if abs(a - b) > 0.01:
+                    raise ReportError(f"the accounting does not hold: {what} ({a:.4f} != {b:.4f})")
         shares = sum(c.share for c in self.causes if c.cause != "unattributed")
         if shares > 1.0 + 1e-6:
             raise ReportError(f"cause shares sum to {shares:.3f} > 1")

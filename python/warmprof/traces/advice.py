@@ -10,7 +10,7 @@ from typing import Any
 from .. import causes, devices
 from ..opspec import short_op
 from ..report.trace import unplaced_ms
-from .controls import after_pause_ms, no_cost_bound_ms
+from .verdict import FIRST_CALL_COST, UNSTABLE, after_pause_ms, headline_wait_ms, no_cost_bound_ms
 
 CONTENTION = "cpu_contention"  # the machine's load: never a first-call cost (causes.py)
 
@@ -76,7 +76,23 @@ def _lines(cause: str, source: str, column: str | None = None) -> list[str]:
     return [f"{row.label} is not removed by a warm-up pass: it is paid on each call like this one."]
 
 
+def _unstable_line(report: Any) -> list[str]:
+    """The answer one run does not settle (verdict "unstable"): the line that says so and names --repeat."""
+    acc = getattr(report, "accounting", None)
+    if getattr(report, "verdict", "") != UNSTABLE or not isinstance(acc, dict):
+        return []
+    return [f"Unstable: the clean first pass and the instrumented one (less warmprof's own cost) differ by "
+            f"{abs(float(acc['run_to_run_ms'])):.2f} ms, more than their measured waits and noise explain (a compile or a "
+            "busy machine varies between two fresh processes): the causes' sizes are one run's. Run `warmprof trace ... "
+            "--repeat 5` (N fresh processes, each cause's median and range) before acting on them."]
+
+
 def advise(report: Any, share_floor: float = 0.1, max_causes: int = 3) -> list[str]:
+    """The advice lines (_advise), first of them the one an unstable answer gets (it names --repeat)."""
+    return _unstable_line(report) + _advise(report, share_floor, max_causes)
+
+
+def _advise(report: Any, share_floor: float = 0.1, max_causes: int = 3) -> list[str]:
     """Advice for the causes holding at least `share_floor` of the excess, largest first.
 
     A first pass within the steady passes' noise (or faster than them) gets the verdict instead: no
@@ -85,12 +101,15 @@ def advise(report: Any, share_floor: float = 0.1, max_causes: int = 3) -> list[s
     Threads that clash with the CPUs or the other work (protocol.oversubscription) get their own line."""
     crowded = _threads_line(report)
     band, excess = report.noise_band_ms, report.excess_ms
-    if excess <= no_cost_bound_ms(report):
+    # a generate trace's verdict is its time to first token's (generate.headline_verdict): a first-call cost
+    # there is never advised as none because the whole call's excess is within its noise
+    ttft_cost = bool(getattr(report, "generate", None)) and getattr(report, "verdict", "") == FIRST_CALL_COST
+    if excess <= no_cost_bound_ms(report) and not ttft_cost:
         return [_no_cost_line(report)] + crowded
-    waited = sum(c.ms for c in report.causes if c.cause == CONTENTION)
+    waited = headline_wait_ms(report)  # the headline pass's own wait for a CPU, as the verdict reads it
     own = sum(c.ms for c in report.causes if c.cause == causes.OWN)  # reports written before own_cost
     bound = no_cost_bound_ms(report)
-    if (own > 0 or waited > 0) and excess - own - waited <= bound:
+    if (own > 0 or waited > 0) and excess - own - waited <= bound and not ttft_cost:
         less = " and ".join(x for x in (f"the wait for a CPU ({waited:.2f} ms, measured)" if waited > 0 else "",
                                         f"warmprof's own instrument cost ({own:.2f} ms, estimated)" if own > 0 else "")
                             if x)
@@ -101,7 +120,7 @@ def advise(report: Any, share_floor: float = 0.1, max_causes: int = 3) -> list[s
                 f"({excess - own - waited:.2f} ms) is within {spread}."] + (
             [_lines(CONTENTION, "run_queue")[0]] if waited > 0 else []) + crowded
     workers = _workers_waited_ms(report)
-    if workers > 0 and excess - own - waited <= band + workers:
+    if workers > 0 and excess - own - waited <= band + workers and not ttft_cost:
         return [f"Too noisy to tell: the rest of the excess ({excess - own - waited:.2f} ms, without "
                 f"the pass thread's wait for a CPU, {waited:.2f} ms) is no more than the steady passes' spread "
                 f"({band:.2f} ms) and what one other thread of the process waited for a CPU ({workers:.2f} ms), which "

@@ -27,6 +27,7 @@ from ..system.progress import progress_printer
 from ..timeline import Recording, Timeline
 from . import calibrate as calibration
 from . import controls, passes
+from .fold import fold_controls
 from .build import InstrumentSummary, TraceFacts, build_report, steady_fault_median
 from .compile_options import (
     CUDAGRAPH_NOTE,
@@ -47,8 +48,6 @@ from .inputs import (
     parse_model_dtype,
 )
 from .options import DEFAULTS, TraceOptions, signature_with_options
-from .passes import check_output as _check_output  # noqa: F401  (traces/controls.py's name, until its split)
-from .passes import run_delay_ns as _run_delay_ns  # noqa: F401  (traces/controls.py's name, until its split)
 from .settings import trace_settings
 from .setup_phase import SetupRun, merged, run_setup
 
@@ -163,7 +162,7 @@ def trace(model: Any, shape: Any = None, *, options: TraceOptions | None = None,
             opts, op_view=opts.op_view or opts.explain, model_dtype=model_dt,
             run=opts.run if opts.run is not None else RunContext()), _cold_start)
         report.notes.extend(before.changes_since())
-        controls.fold_controls(report)  # the headline and the model's causes, warmprof's own cost apart
+        fold_controls(report)  # the headline and the model's causes, warmprof's own cost apart
         if model_dt is not None:
             report.notes.append(f"the model's floating parameters and buffers were cast to "
                                 f"{str(model_dt).removeprefix('torch.')} before the trace (model_dtype=, --model-dtype); "

@@ -100,7 +100,9 @@ def _entries(att: PassAttribution, excess_ms: float) -> list[CauseEntry]:
     excess at all (the pass was no slower than steady) a share means nothing and is 0."""
     return [
         CauseEntry(cause=p.cause, ms=p.ms, share=share_of(p.ms, excess_ms, att.attributed_ms),
-                   evidence=p.evidence, source=p.source, module=p.top_module, count=p.count, detail=p.detail)
+                   evidence=p.evidence, source=p.source, module=p.top_module, count=p.count, detail=p.detail,
+                   waited_ms=min(max(0.0, p.waited_ns), max(0.0, p.ns)) / 1e6,
+                   blocked_ms=min(max(0.0, p.blocked_ns), max(0.0, p.ns - max(0.0, p.waited_ns))) / 1e6)
         for p in att.parts if p.ns >= 1000  # under a microsecond: nothing to report
     ]
 

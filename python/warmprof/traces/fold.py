@@ -1,0 +1,307 @@
+"""Folding the controls into a trace's report: the one accounting (ARCHITECTURE.md, "One accounting").
+
+    headline excess = the model's causes + the run-to-run difference + unattributed      (exactly)
+
+- The headline excess is the clean first pass's (the control process: no instrument but the pass timer)
+  less its steady median; without a clean control, the instrumented first pass's less warmprof's own
+  estimated cost in it.
+- The model's causes are what the instrumented first pass booked, less what the warm control booked
+  (the same instruments, fresh, on the model already run at this shape: warmprof's own first-call work),
+  plus what the clean control's two passes (the traced shape, then another shape) say the process pays
+  once whatever the shape. Each is sized by its own evidence; none is sized as what the others leave.
+- The run-to-run difference is the clean first pass's excess against the instrumented one's less
+  warmprof's own cost on a first pass (the warm control's, measured; else the estimate per pass): two fresh
+  processes never pay exactly alike (a compile under load varies by seconds). It is its own row, never a
+  cause, with what the two processes' waits for a CPU and off it say about it; where it is beyond them and
+  the noise, the answer is `unstable` (verdict.py) and the advice names --repeat.
+- Unattributed is the instrumented first pass's excess less warmprof's own cost less the causes: what
+  the process whose causes were measured paid that no instrument named.
+
+warmprof's own cost is its own line (report.own_cost), never a cause. Data only: no process is driven here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from ..causes import Name
+from . import controls
+from .advice import advise
+from .build import first_call_residual_note, share_of
+from .controls import NOTE_PREFIX, Clean, WarmControl
+from .verdict import UNSTABLE, verdict
+
+ONCE_SOURCE = "warm_process"  # explain.WARM_SOURCE: what a process that ran another shape first did not pay again
+RUN_TO_RUN_SHARE = 0.1  # a run-to-run difference within this share of the excess (or the noise) is settled
+
+
+def fold_controls(report: Any) -> None:
+    """fold() with this context's control: its clean pass and warm control, or the reason there is none."""
+    ctl = controls.current()
+    fold(report, ctl.clean if ctl else None, ctl.warm if ctl else None, controls.why_none())
+
+
+def fold(report: Any, clean: Clean | None, warm: WarmControl | None, why_not: str = "") -> None:
+    """The report's headline, causes, run-to-run difference and unattributed time from the controls
+    (see the module's docstring). Data only."""
+    instrumented_first = report.first_pass_ms
+    instrumented_excess = report.excess_ms
+    instrumented_band = report.noise_band_ms
+    own_rows = [c for c in report.causes if c.cause == Name.PROFILER_OVERHEAD]
+    own_steady_estimate = sum(c.ms for c in own_rows)  # the instruments' cost on a pass (estimated)
+    op_view_firsts = sum(c.ms for c in own_rows if c.source == "op_view")  # torch's per-op set-up for the mode
+    causes = [c for c in report.causes if c.cause not in (Name.PROFILER_OVERHEAD, Name.UNATTRIBUTED)]
+    notes: list[str] = []
+    own: dict[str, Any] = {"instrumented_first_pass_ms": instrumented_first,
+                           "instrumented_excess_ms": instrumented_excess,
+                           "steady_ms": own_steady_estimate - op_view_firsts,
+                           **({"op_view_first_calls_ms": op_view_firsts} if op_view_firsts else {}),
+                           # the estimate's entries as attribution gave them (source, detail, module)
+                           "entries": [dataclasses.asdict(c) for c in own_rows],
+                           "steady_how": ("each instrumented pass's cost on the model warm: the instrumented steady "
+                                          "passes against the clean ones, or the calibrated hook cost times the calls "
+                                          "(estimated)")}
+    # warmprof's own cost on the instrumented first pass: the warm control's, measured (a figure under the
+    # steady median is the machine's noise: none is taken out), else the estimate per pass
+    if warm is not None:
+        base = clean.steady_median_ms if clean is not None else report.steady_median_ms
+        own["first_pass_ms"] = warm.first_pass_ms - base
+        own["first_pass_how"] = ("the warm control: the same instrumented passes in the second process on the model "
+                                 "already run at this shape, its first pass less the clean steady median (measured)")
+        own["booked_in_control_ms"] = sum(x["ms"] for x in warm.causes
+                                          if x["cause"] not in (Name.PROFILER_OVERHEAD, Name.UNATTRIBUTED))
+        own_first = max(0.0, own["first_pass_ms"])
+        causes = _less(causes, warm.causes)
+        report.unattributed_where = _where_less(report.unattributed_where, warm.where)
+    else:
+        own_first = own_steady_estimate
+    own["in_instrumented_ms"] = own_first  # what of the instrumented excess is warmprof's own (the accounting's)
+    model_instrumented = instrumented_excess - own_first
+    if clean is not None:
+        c = clean.to_dict()
+        report.first_pass_ms = c["first_pass_ms"]
+        report.steady_median_ms = c["steady_median_ms"]
+        report.steady_p10_ms, report.steady_p90_ms = c["steady_p10_ms"], c["steady_p90_ms"]
+        report.steady_passes = c["steady_passes"]
+        report.noise_band_ms = c["noise_band_ms"]
+        report.excess_ms = c["excess_ms"]
+        report.clean = c
+        own["in_headline_ms"] = 0.0
+    else:
+        # Only the instrumented pass: its excess less warmprof's estimated own cost in it.
+        own["in_headline_ms"] = own_first
+        report.excess_ms = model_instrumented
+        report.clean = None
+        notes.append(NOTE_PREFIX + (why_not or "none") + ": the excess is the instrumented first pass's less "
+                     f"warmprof's estimated own cost ({own_first:.2f} ms, from warm instrumented passes); "
+                     "its instruments' cold paths on this first pass (their first calls, buffers and imports) are not "
+                     "measured apart and may be booked as the model's causes. `warmprof trace` on the command line "
+                     "measures the model's first pass clean in a second fresh process and warmprof's own first-pass "
+                     "cost on the model warm")
+    if clean is not None and clean.other_shape_refused:
+        notes.append(NOTE_PREFIX + "no other-shape pass: the model refused its inputs one row longer in the batch "
+                     f"dimension ({clean.other_shape_refused}), so what the process pays once whatever the shape is "
+                     "not told apart")
+    if clean is not None and clean.other_shape:
+        causes = _once_per_process(report, causes, clean)
+    if warm is None and clean is not None:
+        notes.append(NOTE_PREFIX + "no warm control (" + (why_not or "not run") + "): the causes are the instrumented "
+                     "pass's, warmprof's own first-call work included; warmprof's own cost on the first pass is the "
+                     "estimate per pass")
+    report.own_cost = own
+    if getattr(report, "generate", None):
+        from .generate import fold_controls as fold_generate
+
+        fold_generate(report.generate, clean.generate if clean is not None else None,
+                      warm.generate if warm is not None else None, _less)
+    settings = getattr(report, "settings", None)
+    if settings is not None:  # which controls ran: a setting that changes what is measured
+        ran = [{"name": "clean_first_pass", "process": "control"}] if clean is not None else []
+        if clean is not None and clean.other_shape:
+            ran.append({"name": "other_shape", "shape": (clean.other_shape.get("shape") or [None])[0]})
+        if warm is not None:
+            ran.append({"name": "warm_control", "process": "control"})
+        settings.controls = ran
+    attributed = sum(c.ms for c in causes)
+    run_to_run = report.excess_ms - model_instrumented if clean is not None else 0.0
+    report.attributed_ms = attributed
+    report.unattributed_ms = model_instrumented - attributed
+    report.accounting = _accounting(report, causes, attributed, run_to_run, clean, instrumented_band)
+    for c in causes:
+        c.share = share_of(c.ms, report.excess_ms, attributed)
+    report.causes = sorted(causes, key=lambda c: -c.ms)
+    report.modules = modules_as_booked(report.modules, report.causes)
+    report.verdict = verdict(report)
+    if getattr(report, "generate", None) and report.verdict != UNSTABLE:
+        from .generate import headline_verdict  # a generate trace's headline is its time to first token
+
+        report.verdict = headline_verdict(report.generate) or report.verdict
+    if report.protocol is not None:
+        report.protocol.unattributed_within_noise = abs(report.unattributed_ms) <= report.noise_band_ms
+        residual_rerun = report.protocol.seen_rerun_residual_ms
+        for i, note in enumerate(report.notes):
+            if note.startswith("first-call work no instrument brackets") and residual_rerun is not None:
+                report.notes[i] = first_call_residual_note(report.unattributed_ms, residual_rerun, report.noise_band_ms)
+    report.notes = [n for n in report.notes if not n.startswith("the causes add up to ")]  # the accounting says it
+    report.notes.extend(notes)
+    report.advice = advise(report)
+
+
+def _waits(first: dict[str, Any], steady: dict[str, Any]) -> tuple[float, float]:
+    """(for a CPU, off the CPU) a clean pass waited beyond a steady pass (ms; 0 where not read)."""
+    cpu = float(first.get("run_delay_ms", 0.0)) - float(steady.get("run_delay_ms", 0.0))
+    off = float(first.get("off_cpu_ms", 0.0)) - float(steady.get("off_cpu_ms", 0.0))
+    return cpu, off
+
+
+def _accounting(report: Any, causes: list[Any], attributed: float, run_to_run: float, clean: Clean | None,
+                instrumented_band: float) -> dict[str, Any]:
+    """The one accounting, with what the two processes' waits say about their difference: the clean pass's
+    waits beyond its steady passes against what the instrumented pass booked (its cpu_contention and the
+    waits inside its causes; its wait and disk_read). The difference left beyond those waits, past the two
+    processes' noise bands and a tenth of the excess, is unsettled by one run."""
+    acc: dict[str, Any] = {"excess_ms": report.excess_ms, "causes_ms": attributed, "run_to_run_ms": run_to_run,
+                           "unattributed_ms": report.unattributed_ms,
+                           "how": "excess = causes + run_to_run + unattributed: the causes are the instrumented first "
+                                  "pass's (less the warm control's), run_to_run the clean first pass's excess against "
+                                  "the instrumented one's less warmprof's own cost (a difference between two fresh "
+                                  "processes, not a cause), unattributed the instrumented excess less warmprof's own "
+                                  "cost less the causes"}
+    if clean is None:
+        acc["unstable"] = False
+        return acc
+    clean_cpu, clean_off = _waits(clean.first, clean.steady)
+    inst_cpu = sum(c.ms if c.cause == Name.CPU_CONTENTION else getattr(c, "waited_ms", 0.0) for c in causes
+                   if c.evidence == "measured")
+    inst_off = sum(c.ms if c.cause in (Name.WAIT, Name.DISK_READ) else getattr(c, "blocked_ms", 0.0) for c in causes
+                   if c.evidence == "measured")
+    by_waits = (clean_cpu - inst_cpu) + (clean_off - inst_off)
+    beyond = run_to_run - by_waits
+    tolerance = max(report.noise_band_ms + instrumented_band, RUN_TO_RUN_SHARE * abs(report.excess_ms))
+    acc["run_to_run"] = {
+        "clean_first_pass_ms": clean.first_pass_ms, "clean_excess_ms": clean.excess_ms,
+        "instrumented_excess_less_own_ms": clean.excess_ms - run_to_run,
+        "clean_waited_for_cpu_ms": clean_cpu, "instrumented_waited_for_cpu_ms": inst_cpu,
+        "clean_off_cpu_ms": clean_off, "instrumented_off_cpu_ms": inst_off,
+        "explained_by_waits_ms": by_waits, "beyond_waits_ms": beyond,
+        "clean_major_faults": int(clean.first.get("major_faults", 0)),
+        "clean_blocks_in": int(clean.first.get("blocks_in", 0)),
+    }
+    acc["tolerance_ms"] = tolerance
+    acc["unstable"] = abs(beyond) > tolerance
+    return acc
+
+
+def modules_as_booked(modules: list[dict[str, Any]], causes: list[Any]) -> list[dict[str, Any]]:
+    """The per-module rows with each cause's figures scaled to what the cause table books for it (after the
+    warm control came off, warmprof's own cost left out, the once-per-process row placed), so the table and
+    the modules give the same figure per cause; a cause no module row held goes to its entries' modules."""
+    table: dict[str, float] = {}
+    for c in causes:
+        table[c.cause] = table.get(c.cause, 0.0) + c.ms
+    held: dict[str, float] = {}
+    for m in modules:
+        for cause, ms in m["causes"].items():
+            held[cause] = held.get(cause, 0.0) + max(0.0, float(ms))
+    rows: dict[str, dict[str, float]] = {}
+    for m in modules:
+        for cause, ms in m["causes"].items():
+            if table.get(cause, 0.0) > 0 and held.get(cause, 0.0) > 0 and ms > 0:
+                row = rows.setdefault(m["module"], {})
+                row[cause] = row.get(cause, 0.0) + float(ms) * table[cause] / held[cause]
+    for c in causes:  # causes no module row held: placed where their entries say
+        if held.get(c.cause, 0.0) <= 0 and c.ms > 0:
+            row = rows.setdefault(c.module or "(outside modules)", {})
+            row[c.cause] = row.get(c.cause, 0.0) + c.ms
+    out = [{"module": mod, "ms": sum(d.values()), "causes": d} for mod, d in rows.items()]
+    return sorted(out, key=lambda m: -m["ms"])
+
+
+def _once_per_process(report: Any, causes: list[Any], clean: Clean) -> list[Any]:
+    """What the clean first pass paid beyond the other-shape pass after it (both net of their waits):
+    what the process pays once whatever the shape (the first run of torch's and the model's code,
+    its pages, lazy set-up). The part no booked runtime_init holds, where it is outside the noise band,
+    is booked as runtime_init, inferred, at its own size (never at what the other causes leave), placed
+    over the modules' unattributed rows in proportion (their warm_process_ms)."""
+    from ..report import CauseEntry
+
+    other = clean.other_shape or {}
+    once = ((clean.excess_ms - sum(_waits(clean.first, clean.steady)))
+            - (float(other.get("excess_ms", 0.0)) - sum(_waits(other.get("first", {}), clean.steady))))
+    if once <= report.noise_band_ms:
+        return causes
+    booked = sum(e.ms for e in causes if e.cause == Name.RUNTIME_INIT)
+    left = once - booked
+    if left < 1e-3:
+        return causes
+    rows = [w for w in report.unattributed_where if float(w.get("ms", 0.0)) > 0]
+    weight = sum(float(w["ms"]) for w in rows)
+    for w in rows:
+        w["warm_process_ms"] = w.get("warm_process_ms", 0.0) + min(float(w["ms"]), left * float(w["ms"]) / weight)
+    shape = "x".join(str(d) for d in (other.get("shape") or [[]])[0])
+    causes.append(CauseEntry(
+        cause=Name.RUNTIME_INIT, ms=left, share=0.0, evidence="inferred", source=ONCE_SOURCE,
+        module=rows[0]["module"] if rows else "", count=len(rows),
+        detail=f"the clean first pass paid {once:.2f} ms more over its steady passes than a first pass at {shape or 'another shape'} "
+               f"right after it (both without their waits): what this process pays once whatever the shape (the first run of "
+               f"torch's and the model's code and its pages, lazy set-up); {left:.2f} ms of it beyond the runtime_init booked "
+               "from counts, placed over the modules' unattributed time in proportion (inferred: two clean passes compared)"))
+    return causes
+
+
+def _less(causes: list[Any], control: list[dict[str, Any]]) -> list[Any]:
+    """The trace's cause entries less what the warm control booked: by (cause, source), spread over
+    the trace's entries of that key in proportion; what the control booked under a key the trace
+    lacks (or beyond it) comes off the same cause's other entries. Entries left under a microsecond go."""
+    booked: dict[tuple[str, str], float] = {}
+    for x in control:
+        if x["cause"] in (Name.PROFILER_OVERHEAD, Name.UNATTRIBUTED) or float(x["ms"]) <= 0:
+            continue
+        key = (x["cause"], x["source"])
+        booked[key] = booked.get(key, 0.0) + float(x["ms"])
+    left: dict[str, float] = {}
+    for (cause, source), take in booked.items():
+        take -= _cut([e for e in causes if e.cause == cause and e.source == source], take)
+        if take > 0:
+            left[cause] = left.get(cause, 0.0) + take
+    for cause, take in left.items():
+        _cut([e for e in causes if e.cause == cause], take)
+    return [e for e in causes if e.ms >= 1e-3]
+
+
+def _cut(entries: list[Any], take: float) -> float:
+    """Take `take` ms off `entries` in proportion to their size (at most all of them); what was taken.
+    An entry's wait for a CPU inside it shrinks with it, in proportion."""
+    total = sum(e.ms for e in entries)
+    if total <= 0 or take <= 0:
+        return 0.0
+    cut = min(take, total)
+    for e in entries:
+        part = cut * e.ms / total
+        if e.ms > 0:
+            e.waited_ms = getattr(e, "waited_ms", 0.0) * (e.ms - part) / e.ms
+            e.blocked_ms = getattr(e, "blocked_ms", 0.0) * (e.ms - part) / e.ms
+        e.ms -= part
+        said = f"less {part:.2f} ms the warm control booked (warmprof's own first-call work)"
+        e.detail = f"{e.detail}; {said}" if e.detail else said
+    return cut
+
+
+def _where_less(rows: list[dict[str, Any]], control: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """unattributed_where less the warm control's rows of the same (module, op): what the model
+    still paid there cold, warmprof's own first-call time at that site taken out."""
+    theirs: dict[tuple[str, str], float] = {}
+    for w in control:
+        key = (w["module"], w.get("op", ""))
+        theirs[key] = theirs.get(key, 0.0) + float(w["ms"])
+    out = []
+    for w in rows:
+        key = (w["module"], w.get("op", ""))
+        if key in theirs and theirs[key] > 0:
+            w = dict(w, ms=float(w["ms"]) - theirs[key], own_ms=theirs[key])
+        out.append(w)
+    return sorted(out, key=lambda w: -float(w["ms"]))
+
+
+__all__ = ["ONCE_SOURCE", "fold", "fold_controls", "modules_as_booked"]

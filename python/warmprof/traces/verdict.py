@@ -1,0 +1,65 @@
+"""What a trace's headline says (the verdict), from the report's figures only: a first-call cost, none
+at this shape, a first pass faster than steady, or an answer the two fresh processes do not agree on.
+Data only: the bottom of traces/ (fold, advice and explain read it; it reads none of them)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..causes import Name
+
+NO_COST = "no_first_call_cost"
+FIRST_CALL_COST = "first_call_cost"
+FASTER = "first_pass_faster"
+# The clean and the instrumented first pass differ by more than their measured waits and noise explain:
+# which figure holds is not settled by one run (`--repeat N` runs N fresh processes).
+UNSTABLE = "unstable"
+VERDICTS = (FIRST_CALL_COST, NO_COST, FASTER, UNSTABLE)
+
+
+def after_pause_ms(report: Any) -> float:
+    """The least a warm pass after a short pause paid over the back-to-back steady passes
+    (report.clean's after_pause, measured by the control); 0 where none was measured or it paid nothing."""
+    clean = getattr(report, "clean", None)
+    pause = clean.get("after_pause") if isinstance(clean, dict) else None
+    try:
+        return max(0.0, float(pause["excess_ms"])) if isinstance(pause, dict) else 0.0
+    except (KeyError, TypeError, ValueError):
+        return 0.0
+
+
+def no_cost_bound_ms(report: Any) -> float:
+    """The most a first pass may exceed the steady median and still show no first-call cost: the
+    steady passes' noise band, plus the least a warm pass after a short pause paid (every first pass
+    comes after other work; steady passes come back to back)."""
+    return report.noise_band_ms + after_pause_ms(report)
+
+
+def headline_wait_ms(report: Any) -> float:
+    """What the headline's first pass waited for a CPU beyond a steady pass (measured): the clean pass's
+    own (schedstat, in report.clean) where the control ran, else the booked cpu_contention and the
+    waits inside causes of the instrumented pass."""
+    clean = getattr(report, "clean", None)
+    if isinstance(clean, dict) and isinstance(clean.get("first"), dict) and "run_delay_ms" in clean["first"]:
+        steady = clean.get("steady")
+        base = float(steady.get("run_delay_ms", 0.0)) if isinstance(steady, dict) else 0.0
+        return max(0.0, float(clean["first"]["run_delay_ms"]) - base)
+    return sum(c.ms if c.cause == Name.CPU_CONTENTION else getattr(c, "waited_ms", 0.0)
+               for c in report.causes if c.evidence == "measured")
+
+
+def verdict(report: Any) -> str:
+    """What the measured excess says: unstable where the accounting found the two processes apart
+    beyond their waits and noise; else a first-call cost (beyond the steady passes' noise band and the
+    least a warm pass after a pause pays, once the headline pass's measured wait for a CPU is left out),
+    none at this shape (within that), or a first pass faster than steady (noise too)."""
+    acc = getattr(report, "accounting", None)
+    if isinstance(acc, dict) and acc.get("unstable"):
+        return UNSTABLE
+    if report.excess_ms - headline_wait_ms(report) > no_cost_bound_ms(report):
+        return FIRST_CALL_COST
+    return NO_COST if report.excess_ms >= -report.noise_band_ms else FASTER
+
+
+__all__ = ["FASTER", "FIRST_CALL_COST", "NO_COST", "UNSTABLE", "VERDICTS", "after_pause_ms", "headline_wait_ms",
+           "no_cost_bound_ms", "verdict"]
