@@ -56,7 +56,9 @@ def test_trace_explain_from_the_cli_probes_with_the_controls_figures(tmp_path):
     # the control measured warmprof's own first-pass cost and ran the other shape: no warm processes
     assert data["clean"]["other_shape"]["shape"] == [[4, 24]]
     assert data["own_cost"]["first_pass_ms"] is not None and "--explain: the same trace" not in notes
-    assert data["attributed_ms"] + data["unattributed_ms"] == pytest.approx(data["excess_ms"])
+    acc = data["accounting"]  # the one accounting still holds with the probes' inferred causes in it
+    assert data["attributed_ms"] + acc["run_to_run_ms"] + data["unattributed_ms"] == pytest.approx(data["excess_ms"])
+    assert acc["causes_ms"] == pytest.approx(data["attributed_ms"])
     for c in data["causes"]:
         if c["source"] in ("probe", "warm_process", "warm_same_shape"):
             assert c["evidence"] == "inferred"
