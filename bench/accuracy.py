@@ -24,6 +24,9 @@ Every report is read defensively, for both schemas:
   holds the model's causes plus "unattributed" and no "profiler_overhead" row; an optional `verdict`.
 own = the profiler_overhead rows (0 in the new schema); model excess = excess_ms - own; booked for the
 model = causes other than profiler_overhead and unattributed; explained share = booked / model excess.
+explained (instr.) = booked / (booked + unattributed): the causes' share of what the instrumented process paid
+(its excess less warmprof's own cost); run-to-run = the report's accounting.run_to_run_ms (issue 38: the clean
+first pass's excess against the instrumented one's, its own row, never a cause).
 
 Acceptance (printed as ok / FAIL per model):
   cold      trace model excess / bare excess (medians) within 0.67-1.5x
@@ -193,6 +196,12 @@ def read_report(r: dict) -> dict:
     machine = sum(v for k, v in by.items() if k in MACHINE_CAUSES)
     unattributed = by.get("unattributed", _num(r.get("unattributed_ms")))
     share = booked / model_excess if model_excess is not None and model_excess > 0 else None
+    # issue 38's accounting: excess = causes + run_to_run + unattributed; the causes' share of what the process
+    # whose causes were measured paid (its instrumented excess less warmprof's own cost: causes + unattributed)
+    acc = r.get("accounting") if isinstance(r.get("accounting"), dict) else {}
+    run_to_run = _num(acc.get("run_to_run_ms"))
+    instrumented = booked + unattributed if unattributed is not None else None
+    share_instrumented = booked / instrumented if instrumented is not None and instrumented > 0 else None
     # warmprof's own cost on the first pass: the new schema's own_cost.first_pass_ms (measured on the model
     # warm), else the profiler_overhead rows (old schema: an estimate from warm instrumented passes).
     own_ms = own_rows
@@ -213,6 +222,8 @@ def read_report(r: dict) -> dict:
         "booked_less_machine_ms": booked - machine,
         "unattributed_ms": unattributed,
         "share": share,
+        "run_to_run_ms": run_to_run,
+        "share_instrumented": share_instrumented,
         "clean": clean,
         "own_cost": own_cost,
         "verdict": verdict_text(verdict),
@@ -313,6 +324,8 @@ def summarise(name: str, runs: dict[str, list[dict]], n: int) -> dict:
         s[f"{kind}_machine"] = med(rows, "machine_ms")
         s[f"{kind}_own"] = med(rows, "own_ms")
         s[f"{kind}_share"] = med(rows, "share")
+        s[f"{kind}_share_instr"] = med(rows, "share_instrumented")
+        s[f"{kind}_run_to_run"] = med(rows, "run_to_run_ms")
         s[f"{kind}_wall"] = med(rows, "wall_s")
         s[f"{kind}_schema"] = sorted({r["schema"] for r in rows if r.get("ok")})
         verdicts = [r.get("verdict") for r in rows if r.get("ok")]
@@ -365,7 +378,7 @@ def print_tables(summaries: list[dict], answer: dict | None, explain: bool, head
           "(machine) = of which cpu_contention and wait; wall = trace / --explain trace / pre-run trace; "
           "load = median 1-minute load average before each child.")
     cols = ["model", "bare excess [range]", "bare 1st/steady", "trace model exc [range]", "own", "trace/bare",
-            "explained", "explained --explain", "prerun booked (machine)", "prerun/bare", "prerun bare exc",
+            "explained", "explained (instr.)", "run-to-run", "explained --explain", "prerun booked (machine)", "prerun/bare", "prerun bare exc",
             "wall s (t/e/p)", "load"]
     rows = []
     for s in summaries:
@@ -384,6 +397,8 @@ def print_tables(summaries: list[dict], answer: dict | None, explain: bool, head
             cell(s, "trace", fmt(s["trace_own"])),
             fmt(s["cold_ratio"], ".2f") + ("x" if s["cold_ratio"] is not None else ""),
             cell(s, "trace", pct(s["trace_share"])),
+            cell(s, "trace", pct(s.get("trace_share_instr"))),
+            cell(s, "trace", fmt(s.get("trace_run_to_run"))),
             cell(s, "explain", pct(s["explain_share"])) if explain else "not run",
             cell(s, "prerun", f"{fmt(s['prerun_booked'])} ({fmt(s['prerun_machine'])})"),
             fmt(s["prerun_ratio"], ".2f") + ("x" if s["prerun_ratio"] is not None else ""),

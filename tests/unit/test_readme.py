@@ -92,3 +92,38 @@ def test_the_layout_table_places_every_top_level_module():
     top = {p.stem for p in package.iterdir() if (p.suffix == ".py" or (p / "__init__.py").exists())
            and p.name != "__init__.py"}
     assert top - named == set(), f"top-level modules missing from the README's Layout: {sorted(top - named)}"
+
+
+FIGURE = re.compile(r"(?<![\w.-])-?\d+(?:\.\d+)?(?= ?(?:ms|s|µs)\b)")
+
+
+def _real_report() -> tuple[str, str]:
+    """README's "One real report": the report's text (its ```text block) and the explanation after it."""
+    text = README.read_text(encoding="utf-8")
+    start = text.index("## One real report")
+    end = text.index("\n## ", start + 1)
+    section = text[start:end]
+    block = re.search(r"```text\n(.*?)```", section, re.S)
+    assert block, "the real report is a ```text block"
+    return block.group(1), section[block.end():]
+
+
+def test_the_real_reports_explanation_quotes_only_its_own_figures():
+    """Every duration the explanation quotes is one the report printed (issue 38: the README's example once
+    said the steady passes waited 'about 25 ms each' where its own note said 0.17 ms); a figure worked out
+    from the report's (a sum, a difference) is written with '=' after the report's own figures."""
+    report, explanation = _real_report()
+    printed = set(FIGURE.findall(report))
+    assert printed
+    for line in explanation.splitlines():
+        quoted = line.split(" = ", 1)[0]  # after " = ": the result of a sum the line writes out
+        for figure in FIGURE.findall(quoted):
+            assert figure in printed, f"README explains a figure its report does not print: {figure!r} in {line!r}"
+
+
+def test_the_real_report_adds_up():
+    """The example's own accounting line: excess = causes + run-to-run + unattributed, as printed."""
+    report, _ = _real_report()
+    line = next(ln for ln in report.splitlines() if ln.strip().startswith("= excess"))
+    assert "causes" in line and ("unattributed" in line or "over by" in line)
+    assert not re.search(r"own cost[^\n]*: -\d", report) and not re.search(r"short pause: -\d", report)
