@@ -30,7 +30,7 @@ from . import controls
 from .advice import advise
 from .build import first_call_residual_note, share_of
 from .controls import NOTE_PREFIX, Clean, WarmControl
-from .verdict import UNSTABLE, verdict
+from .verdict import UNSTABLE, no_cost_bound_ms, verdict
 
 ONCE_SOURCE = "warm_process"  # explain.WARM_SOURCE: what a process that ran another shape first did not pay again
 RUN_TO_RUN_SHARE = 0.1  # a run-to-run difference within this share of the excess (or the noise) is settled
@@ -179,6 +179,9 @@ def _accounting(report: Any, causes: list[Any], attributed: float, run_to_run: f
     by_waits = (clean_cpu - inst_cpu) + (clean_off - inst_off)
     beyond = run_to_run - by_waits
     tolerance = max(report.noise_band_ms + instrumented_band, RUN_TO_RUN_SHARE * abs(report.excess_ms))
+    # two processes that both read no first-call cost agree on the answer, whatever their small figures
+    bound = no_cost_bound_ms(report) + instrumented_band
+    both_warm = report.excess_ms - clean_cpu <= bound and clean.excess_ms - run_to_run - inst_cpu <= bound
     acc["run_to_run"] = {
         "clean_first_pass_ms": clean.first_pass_ms, "clean_excess_ms": clean.excess_ms,
         "instrumented_excess_less_own_ms": clean.excess_ms - run_to_run,
@@ -189,7 +192,7 @@ def _accounting(report: Any, causes: list[Any], attributed: float, run_to_run: f
         "clean_blocks_in": int(clean.first.get("blocks_in", 0)),
     }
     acc["tolerance_ms"] = tolerance
-    acc["unstable"] = abs(beyond) > tolerance
+    acc["unstable"] = abs(beyond) > tolerance and not both_warm
     return acc
 
 
@@ -221,14 +224,19 @@ def modules_as_booked(modules: list[dict[str, Any]], causes: list[Any]) -> list[
 def _once_per_process(report: Any, causes: list[Any], clean: Clean) -> list[Any]:
     """What the clean first pass paid beyond the other-shape pass after it (both net of their waits):
     what the process pays once whatever the shape (the first run of torch's and the model's code,
-    its pages, lazy set-up). The part no booked runtime_init holds, where it is outside the noise band,
-    is booked as runtime_init, inferred, at its own size (never at what the other causes leave), placed
-    over the modules' unattributed rows in proportion (their warm_process_ms)."""
+    its pages, lazy set-up). Only where the clean pass itself shows a first-call cost (beyond the noise band
+    and what a warm pass after a pause pays), and what the other-shape pass paid at least nothing (a first
+    pass faster than its steady passes is noise, not a saving). The part no booked runtime_init holds,
+    where it is outside the noise band, is booked as runtime_init, inferred, at its own size (never at what
+    the other causes leave), placed over the modules' unattributed rows in proportion (their warm_process_ms)."""
     from ..report import CauseEntry
 
     other = clean.other_shape or {}
-    once = ((clean.excess_ms - sum(_waits(clean.first, clean.steady)))
-            - (float(other.get("excess_ms", 0.0)) - sum(_waits(other.get("first", {}), clean.steady))))
+    clean_net = clean.excess_ms - sum(_waits(clean.first, clean.steady))
+    other_net = float(other.get("excess_ms", 0.0)) - sum(_waits(other.get("first", {}), clean.steady))
+    if clean_net <= no_cost_bound_ms(report):  # a warm model: nothing is paid once, nor at this shape
+        return causes
+    once = clean_net - max(0.0, other_net)
     if once <= report.noise_band_ms:
         return causes
     booked = sum(e.ms for e in causes if e.cause == Name.RUNTIME_INIT)
