@@ -6,7 +6,9 @@ the default), and checks each report (its JSON and its text) for:
 
   identity     accounting.excess = causes + run_to_run + unattributed, to 0.01 ms, and the headline
                fields agree with it
-  residual     |unattributed| <= max(10% of the excess, the noise band), or the verdict says "unstable"
+  residual     |unattributed| <= max(10% of the excess, the noise band), or the verdict says "unstable"; the
+               unattributed time is a difference of single passes from two processes, so its band is the two
+               processes' steady bands together (accounting.noise_ms)
   no cap       no cause's detail says it was capped at what the others leave
   no negative  no negative own cost, pause or unattributed printed as an amount in the text
   set-up       every set-up step's causes <= the step's time
@@ -59,9 +61,12 @@ def check(report: dict, text: str) -> dict[str, str]:
                                                    (acc["unattributed_ms"], report["unattributed_ms"]),
                                                    (acc["causes_ms"], causes)) if abs(a - b) > 0.01]
         out["identity"] = "; ".join(bad)
-    un, band = float(report["unattributed_ms"]), float(report["noise_band_ms"])
+    # the residual is a difference of single passes of two processes: its noise band is the two processes'
+    # steady bands together (accounting.noise_ms; the report's own band where there is no second process)
+    un = float(report["unattributed_ms"])
+    band = float(acc.get("noise_ms", report["noise_band_ms"]))
     out["residual"] = ("" if abs(un) <= max(0.1 * abs(excess), band) or report.get("verdict") == "unstable"
-                       else f"|unattributed| {abs(un):.2f} > max(10% of {excess:.2f}, band {band:.2f}) and not unstable")
+                       else f"|unattributed| {abs(un):.2f} > max(10% of {excess:.2f}, noise {band:.2f}) and not unstable")
     capped = [f"{c['cause']}/{c['source']}" for c in report["causes"] if "capped at" in c.get("detail", "")]
     out["no cap"] = ", ".join(capped)
     out["no negative"] = "; ".join(m.group(0).strip() for m in NEGATIVE.finditer(text))

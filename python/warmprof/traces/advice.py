@@ -81,10 +81,14 @@ def _unstable_line(report: Any) -> list[str]:
     acc = getattr(report, "accounting", None)
     if getattr(report, "verdict", "") != UNSTABLE or not isinstance(acc, dict):
         return []
-    return [f"Unstable: the clean first pass and the instrumented one (less warmprof's own cost) differ by "
-            f"{abs(float(acc['run_to_run_ms'])):.2f} ms, more than their measured waits and noise explain (a compile or a "
-            "busy machine varies between two fresh processes): the causes' sizes are one run's. Run `warmprof trace ... "
-            "--repeat 5` (N fresh processes, each cause's median and range) before acting on them."]
+    what = (f"the instrumented process left {float(acc['unattributed_ms']):.2f} ms its causes do not account for"
+            if acc.get("residual_unsettled") and not abs(float(acc.get("run_to_run", {}).get("beyond_waits_ms", 0.0)))
+            > float(acc.get("tolerance_ms", 0.0)) else
+            f"the clean first pass and the instrumented one (less warmprof's own cost) differ by "
+            f"{abs(float(acc['run_to_run_ms'])):.2f} ms")
+    return [f"Unstable: {what}, more than their measured waits and the noise of two single passes explain (a compile "
+            "or a busy machine varies between two fresh processes): the causes' sizes are one run's. Run `warmprof trace "
+            "... --repeat 5` (N fresh processes, each cause's median and range) before acting on them."]
 
 
 def advise(report: Any, share_floor: float = 0.1, max_causes: int = 3) -> list[str]:

@@ -159,8 +159,12 @@ def _accounting(report: Any, causes: list[Any], attributed: float, run_to_run: f
                 instrumented_band: float) -> dict[str, Any]:
     """The one accounting, with what the two processes' waits say about their difference: the clean pass's
     waits beyond its steady passes against what the instrumented pass booked (its cpu_contention and the
-    waits inside its causes; its wait and disk_read). The difference left beyond those waits, past the two
-    processes' noise bands and a tenth of the excess, is unsettled by one run."""
+    waits inside its causes; its wait and disk_read). Both the run-to-run difference left beyond those waits
+    and the unattributed time are differences of single passes from two processes (the instrumented first
+    pass, the warm control's first pass that sizes warmprof's own cost, the clean first pass), so their
+    noise is the two processes' steady noise bands together (`noise_ms`); past that and a tenth of the
+    excess (`tolerance_ms`) one run does not settle the figures: unstable, unless both processes read no
+    first-call cost at all."""
     acc: dict[str, Any] = {"excess_ms": report.excess_ms, "causes_ms": attributed, "run_to_run_ms": run_to_run,
                            "unattributed_ms": report.unattributed_ms,
                            "how": "excess = causes + run_to_run + unattributed: the causes are the instrumented first "
@@ -169,7 +173,9 @@ def _accounting(report: Any, causes: list[Any], attributed: float, run_to_run: f
                                   "processes, not a cause), unattributed the instrumented excess less warmprof's own "
                                   "cost less the causes"}
     if clean is None:
-        acc["unstable"] = False
+        acc["noise_ms"] = report.noise_band_ms + instrumented_band
+        acc["tolerance_ms"] = max(acc["noise_ms"], RUN_TO_RUN_SHARE * abs(report.excess_ms))
+        acc["unstable"] = False  # one process: nothing to disagree with (its residual is judged as it is)
         return acc
     clean_cpu, clean_off = _waits(clean.first, clean.steady)
     inst_cpu = sum(c.ms if c.cause == Name.CPU_CONTENTION else getattr(c, "waited_ms", 0.0) for c in causes
@@ -178,7 +184,8 @@ def _accounting(report: Any, causes: list[Any], attributed: float, run_to_run: f
                    if c.evidence == "measured")
     by_waits = (clean_cpu - inst_cpu) + (clean_off - inst_off)
     beyond = run_to_run - by_waits
-    tolerance = max(report.noise_band_ms + instrumented_band, RUN_TO_RUN_SHARE * abs(report.excess_ms))
+    noise = report.noise_band_ms + instrumented_band
+    tolerance = max(noise, RUN_TO_RUN_SHARE * abs(report.excess_ms))
     # two processes that both read no first-call cost agree on the answer, whatever their small figures
     bound = no_cost_bound_ms(report) + instrumented_band
     both_warm = report.excess_ms - clean_cpu <= bound and clean.excess_ms - run_to_run - inst_cpu <= bound
@@ -191,8 +198,9 @@ def _accounting(report: Any, causes: list[Any], attributed: float, run_to_run: f
         "clean_major_faults": int(clean.first.get("major_faults", 0)),
         "clean_blocks_in": int(clean.first.get("blocks_in", 0)),
     }
-    acc["tolerance_ms"] = tolerance
-    acc["unstable"] = abs(beyond) > tolerance and not both_warm
+    acc["noise_ms"], acc["tolerance_ms"] = noise, tolerance
+    acc["residual_unsettled"] = abs(report.unattributed_ms) > tolerance
+    acc["unstable"] = (abs(beyond) > tolerance or acc["residual_unsettled"]) and not both_warm
     return acc
 
 
