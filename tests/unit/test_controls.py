@@ -377,3 +377,27 @@ def test_a_warm_model_books_nothing_once_per_process_and_two_warm_processes_agre
     once = [c for c in r2.causes if c.source == "warm_process"]
     assert once and once[0].ms == pytest.approx(5.0)  # the clean pass's 5.0 ms less the other shape's (none)
     _identity_holds(r2)
+
+
+def test_a_compile_is_compared_across_the_two_processes_by_torchs_own_timers():
+    """The clean control reads torch's own compile timers over its first pass (free: torch keeps them), so
+    the run-to-run row can say how the two processes' compiles compared by torch's figures too."""
+    from warmprof.report.trace import TorchCompileFigures
+
+    r = _instrumented(**{Name.JIT_COMPILE: 30.0})
+    r.torch_compile = TorchCompileFigures(torch_reported_ms=29.5, compiles=1, inductor_cache="miss")
+    clean = Clean(60.0, [4.0] * 5, first={"run_delay_ms": 0.0, "off_cpu_ms": 0.0, "torch_compile_ms": 52.0}, steady={})
+    fold(r, clean, WarmControl(first_pass_ms=4.5, causes=[]))
+    rr = r.accounting["run_to_run"]
+    assert rr["clean_torch_compile_ms"] == pytest.approx(52.0) and rr["instrumented_torch_compile_ms"] == pytest.approx(29.5)
+    assert "torch's own compile timers: 52.0 ms in the clean first pass, 29.5 ms in the traced passes" in str(r)
+
+
+def test_the_clean_control_reads_torchs_compile_timers_over_its_first_pass():
+    from warmprof.instruments.torch_compile import compile_timer_marks, compile_timer_ms_since
+
+    import torch._dynamo  # noqa: F401  (the timers live there)
+
+    marks = compile_timer_marks()
+    assert marks is not None
+    assert compile_timer_ms_since(marks) == 0.0  # nothing compiled since

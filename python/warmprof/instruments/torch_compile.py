@@ -50,6 +50,24 @@ USER_COMPILER = ("OutputGraph.call_user_compiler",)
 INDUCTOR = ("compile_fx_inner",)
 CODEGEN = ("GraphLowering.compile_to_module", "GraphLowering.compile_to_fn")
 WHOLE = ("_compile.compile_inner",)
+
+
+def compile_timer_marks() -> dict[str, int] | None:
+    """Where torch's own whole-compile timers stand now (each WHOLE key's count of calls), for
+    compile_timer_ms_since; None where dynamo is not imported (nothing compiled) or has no timers. Reads
+    what torch keeps anyway: no callback, no hook, so the clean control can read it at no cost."""
+    metrics = compile_time_metrics(import_dynamo=False)
+    return None if metrics is None else {k: len(metrics.get(k, [])) for k in WHOLE}
+
+
+def compile_timer_ms_since(marks: dict[str, int] | None) -> float | None:
+    """The ms torch's own whole-compile timers counted since `marks` (compile_timer_marks): the compile
+    time torch reports; None where there were no marks and dynamo is still not imported."""
+    metrics = compile_time_metrics(import_dynamo=False)
+    if metrics is None:
+        return None
+    marks = marks or {}
+    return 1e3 * sum(sum(metrics.get(k, [])[marks.get(k, 0):]) for k in WHOLE)
 AUTOTUNE_MARKERS = ("autotune", "benchmark_choice", "select_algorithm")
 
 

@@ -175,6 +175,9 @@ def _cause_table(r: Any) -> list[str]:
             out.append(f"  {'':<20} {'':>10} {'':>6}  the clean first pass waited {_ms(rr['clean_waited_for_cpu_ms'])} for a "
                        f"CPU and {_ms(rr['clean_off_cpu_ms'])} off it, the instrumented one "
                        f"{_ms(rr['instrumented_waited_for_cpu_ms'])} and {_ms(rr['instrumented_off_cpu_ms'])}")
+            if "clean_torch_compile_ms" in rr:
+                out.append(f"  {'':<20} {'':>10} {'':>6}  torch's own compile timers: {_ms(rr['clean_torch_compile_ms'])} in "
+                           f"the clean first pass, {_ms(rr['instrumented_torch_compile_ms'])} in the traced passes")
     # the residual is a difference of single passes (two processes' where the control ran): judged against
     # their noise together and a tenth of the excess (accounting.tolerance_ms), else the steady noise band
     limit = float(acc.get("tolerance_ms", r.noise_band_ms)) if isinstance(acc, dict) else r.noise_band_ms

@@ -199,13 +199,18 @@ def _clean(torch: Any, runner: Any, args: tuple, kwargs: dict, sync: Any,
     what the model pays again at a new shape in a process that already ran it (the rest of the
     clean excess is paid once per process, whatever the shape). Last, a few warm passes at the traced
     inputs, each after a short sleep: what a pass after other work pays over back-to-back ones."""
+    from ..instruments.torch_compile import compile_timer_marks, compile_timer_ms_since
     from .passes import check_output
 
     def one(a: tuple = args, kw: dict = kwargs) -> tuple[float, dict[str, Any], Any]:
         return _timed(runner, a, kw, sync)
 
     with torch.no_grad():
+        marks = compile_timer_marks()
         first_ms, first_split, out = one()
+        compiled_ms = compile_timer_ms_since(marks)  # torch's own compile timers over the clean first pass
+        if compiled_ms:
+            first_split["torch_compile_ms"] = compiled_ms
         check_output(out)
         del out
         steady_ms: list[float] = []

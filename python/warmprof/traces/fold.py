@@ -198,6 +198,12 @@ def _accounting(report: Any, causes: list[Any], attributed: float, run_to_run: f
         "clean_major_faults": int(clean.first.get("major_faults", 0)),
         "clean_blocks_in": int(clean.first.get("blocks_in", 0)),
     }
+    # a compile compared across the two processes by torch's own timers too (the clean first pass's; the
+    # traced passes', the torch_compile instrument's reading of the same timers)
+    tc = getattr(report, "torch_compile", None)
+    if "torch_compile_ms" in clean.first or (tc is not None and tc.torch_reported_ms > 0):
+        acc["run_to_run"]["clean_torch_compile_ms"] = float(clean.first.get("torch_compile_ms", 0.0))
+        acc["run_to_run"]["instrumented_torch_compile_ms"] = float(tc.torch_reported_ms) if tc is not None else 0.0
     acc["noise_ms"], acc["tolerance_ms"] = noise, tolerance
     acc["residual_unsettled"] = abs(report.unattributed_ms) > tolerance
     acc["unstable"] = (abs(beyond) > tolerance or acc["residual_unsettled"]) and not both_warm
