@@ -67,9 +67,9 @@ class TraceTextRenderer(Renderer):
         pause = r.clean.get("after_pause") if isinstance(r.clean, dict) else None
         if isinstance(pause, dict) and isinstance(pause.get("excess_ms"), (int, float)):
             x = pause["excess_ms"]
-            said = (f"{_ms(x)} over steady at least" if x > 0 else
+            said = (f"{_ms(x)} over steady at least (what any pass after other work pays, not a first call)" if x > 0 else
                     "none measurable over steady (the machine's load; the figure is in the JSON)")
-            lines.append(f"  a warm pass after a short pause: {said} (what any pass after other work pays, not a first call)")
+            lines.append(f"  a warm pass after a short pause: {said}")
         lines.extend(_verdict_lines(r))
         lines.append("")
         lines.extend(_cause_table(r))

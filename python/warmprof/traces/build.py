@@ -136,15 +136,17 @@ def first_call_residual_note(unattributed_ms: float, rerun_residual_ms: float, n
                  f"(noise band {noise_band_ms:.2f} ms): an attributed figure is high by about that much (warmprof's own "
                  "cost is measured on other passes than the re-run), so no warm-up that takes more than one call shows")
     elif abs(rerun_residual_ms) <= noise_band_ms:
-        rerun = (f"the seen re-run took {rerun_residual_ms:.2f} ms over a steady pass beyond its attributed causes, "
-                 f"within the noise band ({noise_band_ms:.2f} ms): no sign of warm-up that takes more than one call")
+        took = (f"took {rerun_residual_ms:.2f} ms over a steady pass beyond its attributed causes" if rerun_residual_ms >= 0
+                else "took no more than a steady pass and its attributed causes")
+        rerun = (f"the seen re-run {took}, within the noise band ({noise_band_ms:.2f} ms): no sign of warm-up that "
+                 "takes more than one call")
     else:
         rerun = (f"the seen re-run still took {rerun_residual_ms:.2f} ms over a steady pass beyond its attributed causes "
                  f"(warmprof's own estimated cost included; noise band {noise_band_ms:.2f} ms): warm-up of that kind "
                  "that takes more than one call, or noise the band does not show (an inferred residual)")
     where = (f"part of the unattributed {unattributed_ms:.2f} ms, placed by module under unattributed_where"
              if unattributed_ms > 0 else
-             f"not visible here: the causes already add up to more than the excess (unattributed {unattributed_ms:.2f} ms)")
+             f"not visible here: the causes already add up to {-unattributed_ms:.2f} ms more than the excess they explain")
     return ("first-call work no instrument brackets (the interpreter specialising the bytecode it runs, cold CPU "
             f"caches and branch predictors, Python-side caches filled on first use) is not measured one by one: it is "
             f"{where}; {rerun}")
