@@ -344,7 +344,7 @@ def _own_cost_lines(r: Any) -> list[str]:
                          "machine's load)")
         elif isinstance(band, (int, float)) and first <= band:
             parts.append(f"{_ms(first)} on a first pass (the warm control, measured; within the machine's "
-                         f"noise, a noise band of {_ms(band)}: read as none)")
+                         f"noise, a noise band of {_ms(band)}, and taken out of the instrumented pass as measured)")
         else:
             parts.append(f"{_ms(first)} on a first pass (the warm control, measured)")
     if isinstance(own.get("steady_ms"), (int, float)):
