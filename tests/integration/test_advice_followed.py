@@ -33,8 +33,11 @@ def test_each_advice_line_helps_when_followed(tmp_path):
     cold = _trace(tmp_path, "cold", "--shape", SHAPE)
     assert cold["advice"], "never silent"
     advised = {cause_of_line(line) for line in cold["advice"]} - {""}
-    if not advised:  # the verdict alone (no first-call cost): nothing to follow
-        assert cold["advice"][0].startswith("No first-call cost"), cold["advice"]
+    if not advised:  # the verdict alone: nothing to follow
+        # no first-call cost; or, on a busy machine, too noisy to tell or unstable (--repeat): each is a verdict,
+        # and none of them advises a warm-up
+        verdicts = ("No first-call cost", "Too noisy to tell", "Unstable")
+        assert any(line.startswith(verdicts) for line in cold["advice"]), cold["advice"]
         return
     followed = {}
     for cause in sorted(advised):

@@ -5,6 +5,7 @@ its own line and never a cause; the clean pass's own waits decide the machine-le
 from __future__ import annotations
 
 import json
+import re
 import sys
 
 import pytest
@@ -401,3 +402,39 @@ def test_the_clean_control_reads_torchs_compile_timers_over_its_first_pass():
     marks = compile_timer_marks()
     assert marks is not None
     assert compile_timer_ms_since(marks) == 0.0  # nothing compiled since
+
+
+def test_a_fold_after_the_controls_settles_the_verdict_again():
+    """--explain's inferred causes move time from unattributed to the causes (traces/explain._retotal): the
+    accounting's unstable flags and the verdict follow, so a residual the probes explained no longer reads
+    unstable (review of issue 38)."""
+    from warmprof.traces.explain import _retotal
+
+    r4 = _instrumented(**{Name.JIT_COMPILE: 20.0})
+    r4.first_pass_ms += 10.0  # 32 ms over steady, 12 of it unattributed
+    r4.excess_ms += 10.0
+    fold(r4, Clean(4.0 + 31.5, [4.0] * 5, first={}, steady={}), WarmControl(first_pass_ms=4.5, causes=[]))
+    assert r4.verdict == verdicts.UNSTABLE and r4.accounting["residual_unsettled"]
+    r4.causes.append(CauseEntry(cause=Name.RUNTIME_INIT, ms=11.0, share=0.0, evidence="inferred", source="probe"))
+    _retotal(r4, 11.0)
+    _identity_holds(r4)
+    assert not r4.accounting["residual_unsettled"] and r4.verdict == verdicts.FIRST_CALL_COST
+    assert not any(a.startswith("Unstable") for a in r4.advice)
+    _round_trip(r4)
+
+
+def test_no_negative_figure_in_the_advice_or_the_accounting_line():
+    """A clean pass that waited for a CPU longer than its excess, and a first pass under the steady median:
+    the advice and the text say 'none', never a negative amount (review of issue 38)."""
+    r = _instrumented(**{Name.ALLOCATOR_GROWTH: 0.5})
+    r.first_pass_ms -= 1.5
+    r.excess_ms -= 1.5
+    clean = _clean(first=14.0, run_delay_ms=13.0)  # a 10 ms excess, 13 ms of waiting for a CPU
+    fold(r, clean, WarmControl(first_pass_ms=4.5, causes=[]))
+    assert not any(re.search(r"\(-\d", a) for a in r.advice), r.advice
+    r2 = _instrumented(**{Name.ALLOCATOR_GROWTH: 0.5})
+    r2.first_pass_ms -= 2.0
+    r2.excess_ms -= 2.0
+    fold(r2, _clean(first=3.0), WarmControl(first_pass_ms=4.5, causes=[]))  # 1 ms under the steady median
+    line = next(x for x in str(r2).splitlines() if x.strip().startswith("= excess"))
+    assert "none measurable" in line and "-1" not in line

@@ -175,3 +175,17 @@ def test_an_import_step_says_so_when_the_python_imports_instrument_was_off(two_i
     assert step["unattributed_ms"] > 10
     assert work["note"] == "a note of the caller's"
     assert "(the Python-imports instrument was off" in _text(setup)
+
+
+def test_scaling_a_step_to_fit_shrinks_the_waits_inside_its_causes_too():
+    """A cause scaled down to fit its step keeps its wait for a CPU inside it (never more than the cause), so
+    the report it goes into loads again (review of issue 38: waited_ms 7 ms was left in a 5 ms cause)."""
+    causes = [CauseEntry("runtime_init", 8.0, 0.0, "measured", "python_import", module="s", waited_ms=7.0, blocked_ms=0.5),
+              CauseEntry("allocator_growth", 8.0, 0.0, "estimated", "host_faults", module="s")]
+    step = step_entry("s", 10.0, causes)
+    (ri,) = [c for c in step["causes"] if c["cause"] == "runtime_init"]
+    assert ri["ms"] == pytest.approx(5.0) and ri["waited_ms"] == pytest.approx(7.0 * 10 / 16)
+    assert ri["blocked_ms"] == pytest.approx(0.5 * 10 / 16)
+    setup = Setup.of_steps(10.0, [step])
+    setup.validate()  # would raise: waited_ms more than its ms
+    Setup.from_dict(json.loads(json.dumps(setup.to_dict()))).validate()

@@ -115,7 +115,11 @@ def _trace_figure(Figure: Any, r: Any) -> Any:
                     ".." if key == RUN_TO_RUN else None, label=label, height=0.6)
             left += ms
         over = left - total_ms
-        note = f" (causes overshoot by {over:.2f} ms)" if over > 1e-6 * max(total_ms, 1.0) else ""
+        r2r = float(acc["run_to_run_ms"]) if y == 0 and isinstance(acc, dict) and r.clean else 0.0
+        note = ("" if over <= 1e-6 * max(total_ms, 1.0) else
+                f" (the instrumented process paid {over:.2f} ms more: the run-to-run difference, not a cause)"
+                if r2r < 0 and abs(over + r2r) <= 1e-6 * max(total_ms, 1.0) else
+                f" (causes overshoot by {over:.2f} ms)")
         ax.text(left, y, f"  {total_ms:.2f} ms{note}", va="center", fontsize=9)
         widest = max(widest, left)
     ax.set_yticks(range(len(bars)), [name for name, _, _ in bars])
@@ -125,7 +129,8 @@ def _trace_figure(Figure: Any, r: Any) -> Any:
     ax.grid(axis="x", alpha=0.3)
     ax.set_axisbelow(True)
     ax.set_title(f"{_fit(subject(r))} on {where}\nfirst pass {r.first_pass_ms:.2f} ms vs steady {r.steady_median_ms:.2f} ms:"
-                 f" {r.excess_ms:.2f} ms excess, split by cause" + "".join("\n" + line for line in _compile_text(r)),
+                 + (f" {r.excess_ms:.2f} ms excess, split by cause" if r.excess_ms >= 0 else
+                    " no excess (the first pass came in under the steady median)") + "".join("\n" + line for line in _compile_text(r)),
                  fontsize=11)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8.5, title="cause: ms (share of excess, evidence)",
               title_fontsize=8.5, frameon=False)  # beside the bars, never over them

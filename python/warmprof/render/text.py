@@ -192,7 +192,9 @@ def _cause_table(r: Any) -> list[str]:
         out.append(f"  {'unattributed':<20} {'none':>10} {'-':>6}  {'residual':<9} {residual_source:<{width}} "
                    f"(the causes are {_ms(-r.unattributed_ms)} more than the excess they explain: {within})")
     if isinstance(acc, dict):
-        out.append(f"  = excess {_ms(acc['excess_ms'])}: causes {_ms(acc['causes_ms'])}"
+        headline = (_ms(acc["excess_ms"]) if acc["excess_ms"] >= 0 else
+                    "none measurable (the first pass under the steady median; the figure is in the JSON)")
+        out.append(f"  = excess {headline}: causes {_ms(acc['causes_ms'])}"
                    + (f" {'+' if run_to_run >= 0 else '-'} run-to-run {_ms(abs(run_to_run))}" if r.clean else "")
                    + (f" + unattributed {_ms(r.unattributed_ms)}" if r.unattributed_ms >= 0 else
                       f", the causes over by {_ms(-r.unattributed_ms)}"))

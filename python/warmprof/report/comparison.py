@@ -264,7 +264,8 @@ def _cause_rows(reports: list[Any]) -> list[Row]:
         if "unattributed" not in cells:  # the residual lives in its own field when not listed
             excess = r.excess_ms
             share = r.unattributed_ms / excess if excess > 0 and r.unattributed_ms >= 0 else None  # as the text report
-            cells["unattributed"] = Cell(r.unattributed_ms, share, evidence="residual")
+            # a negative residual is no cost (the causes overshoot): shown as none, the figure in the report
+            cells["unattributed"] = Cell(r.unattributed_ms if r.unattributed_ms >= 0 else None, share, evidence="residual")
         per_report.append(cells)
     order = list(dict.fromkeys(k for cells in per_report for k in cells))
     rows = [_row(cause, [cells.get(cause, Cell(0.0, 0.0)) for cells in per_report]) for cause in order]

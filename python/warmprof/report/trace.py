@@ -433,7 +433,7 @@ _GENERATE = S.Obj(
 # The one accounting (traces/fold.py): excess_ms = causes_ms + run_to_run_ms + unattributed_ms, exactly.
 _ACCOUNTING = S.Obj({"excess_ms": S.NUM, "causes_ms": S.NUM, "run_to_run_ms": S.NUM, "unattributed_ms": S.NUM},
                     {"run_to_run": S.MapOf(S.ANY), "unstable": S.BOOL, "tolerance_ms": S.NUM, "noise_ms": S.NUM,
-                     "residual_unsettled": S.BOOL, "how": S.STR})
+                     "residual_unsettled": S.BOOL, "both_warm": S.BOOL, "how": S.STR})
 SCHEMA = S.Obj(
     {
         "model": S.STR, "shape": S.Nullable(S.ListOf(S.NON_NEGATIVE_INT)), "device": S.DEVICE,

@@ -81,14 +81,19 @@ def _unstable_line(report: Any) -> list[str]:
     acc = getattr(report, "accounting", None)
     if getattr(report, "verdict", "") != UNSTABLE or not isinstance(acc, dict):
         return []
-    what = (f"the instrumented process left {float(acc['unattributed_ms']):.2f} ms its causes do not account for"
-            if acc.get("residual_unsettled") and not abs(float(acc.get("run_to_run", {}).get("beyond_waits_ms", 0.0)))
-            > float(acc.get("tolerance_ms", 0.0)) else
-            f"the clean first pass and the instrumented one (less warmprof's own cost) differ by "
-            f"{abs(float(acc['run_to_run_ms'])):.2f} ms")
-    return [f"Unstable: {what}, more than their measured waits and the noise of two single passes explain (a compile "
-            "or a busy machine varies between two fresh processes): the causes' sizes are one run's. Run `warmprof trace "
-            "... --repeat 5` (N fresh processes, each cause's median and range) before acting on them."]
+    un = float(acc["unattributed_ms"])
+    if acc.get("residual_unsettled") and not abs(float(acc.get("run_to_run", {}).get("beyond_waits_ms", 0.0))) \
+            > float(acc.get("tolerance_ms", 0.0)):
+        what = (f"the instrumented process left {un:.2f} ms its causes do not account for" if un >= 0 else
+                f"the instrumented process's causes came to {-un:.2f} ms more than its excess")
+        return [f"Unstable: {what}, more than the noise of two single passes allows: either a first-call cost no "
+                "instrument names, or one run's noise. Run `warmprof trace ... --repeat 5` (N fresh processes, each "
+                "cause's median and range): what stays in every run is the former."]
+    return [f"Unstable: the clean first pass and the instrumented one (less warmprof's own cost) differ by "
+            f"{abs(float(acc['run_to_run_ms'])):.2f} ms, more than their measured waits and the noise of two single "
+            "passes explain (a compile or a busy machine varies between two fresh processes): the causes' sizes are "
+            "one run's. Run `warmprof trace ... --repeat 5` (N fresh processes, each cause's median and range) before "
+            "acting on them."]
 
 
 def advise(report: Any, share_floor: float = 0.1, max_causes: int = 3) -> list[str]:
@@ -120,12 +125,15 @@ def _advise(report: Any, share_floor: float = 0.1, max_causes: int = 3) -> list[
         spread = (f"the steady passes' spread ({band:.2f} ms)" if bound <= band else
                   f"the steady passes' spread ({band:.2f} ms) and what a warm pass after a short pause pays "
                   f"({bound - band:.2f} ms)")
-        return [f"No first-call cost of the model's at this shape: without {less} the rest of the excess "
-                f"({excess - own - waited:.2f} ms) is within {spread}."] + (
+        rest = excess - own - waited
+        left = (f"the rest of the excess ({rest:.2f} ms) is within {spread}" if rest > 0 else
+                f"nothing of the excess is left (the wait is as long as the excess or longer), so nothing is beyond "
+                f"{spread}")
+        return [f"No first-call cost of the model's at this shape: without {less} {left}."] + (
             [_lines(CONTENTION, "run_queue")[0]] if waited > 0 else []) + crowded
     workers = _workers_waited_ms(report)
     if workers > 0 and excess - own - waited <= band + workers and not ttft_cost:
-        return [f"Too noisy to tell: the rest of the excess ({excess - own - waited:.2f} ms, without "
+        return [f"Too noisy to tell: the rest of the excess ({max(0.0, excess - own - waited):.2f} ms, without "
                 f"the pass thread's wait for a CPU, {waited:.2f} ms) is no more than the steady passes' spread "
                 f"({band:.2f} ms) and what one other thread of the process waited for a CPU ({workers:.2f} ms), which "
                 "adds to the pass whenever the pass waits for that thread, so no first-call cost of the model's can be "

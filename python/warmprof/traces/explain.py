@@ -341,7 +341,7 @@ def _retotal(report: Any, added: float) -> None:
     from .advice import advise
     from .build import first_call_residual_note, share_of
 
-    from .fold import modules_as_booked
+    from .fold import modules_as_booked, settle_unstable, settle_verdict
 
     report.attributed_ms += added
     report.unattributed_ms -= added
@@ -349,12 +349,13 @@ def _retotal(report: Any, added: float) -> None:
     if isinstance(acc, dict):  # the one accounting: the time moves from unattributed to the causes
         acc["causes_ms"] = report.attributed_ms
         acc["unattributed_ms"] = report.unattributed_ms
+        settle_unstable(acc)
+    settle_verdict(report)
     for c in report.causes:
         c.share = share_of(c.ms, report.excess_ms, report.attributed_ms)
     report.causes.sort(key=lambda c: -c.ms)
     report.modules = modules_as_booked(report.modules, report.causes)
-    if report.protocol is not None:
-        report.protocol.unattributed_within_noise = abs(report.unattributed_ms) <= report.noise_band_ms
+    if report.protocol is not None:  # (unattributed_within_noise: settle_verdict, against the accounting's limit)
         residual_rerun = report.protocol.seen_rerun_residual_ms
         for i, note in enumerate(report.notes):  # the note that quotes the unattributed time, said again
             if note.startswith("first-call work no instrument brackets") and residual_rerun is not None:

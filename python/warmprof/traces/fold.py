@@ -132,13 +132,8 @@ def fold(report: Any, clean: Clean | None, warm: WarmControl | None, why_not: st
         c.share = share_of(c.ms, report.excess_ms, attributed)
     report.causes = sorted(causes, key=lambda c: -c.ms)
     report.modules = modules_as_booked(report.modules, report.causes)
-    report.verdict = verdict(report)
-    if getattr(report, "generate", None) and report.verdict != UNSTABLE:
-        from .generate import headline_verdict  # a generate trace's headline is its time to first token
-
-        report.verdict = headline_verdict(report.generate) or report.verdict
+    settle_verdict(report)
     if report.protocol is not None:
-        report.protocol.unattributed_within_noise = abs(report.unattributed_ms) <= report.noise_band_ms
         residual_rerun = report.protocol.seen_rerun_residual_ms
         for i, note in enumerate(report.notes):
             if note.startswith("first-call work no instrument brackets") and residual_rerun is not None:
@@ -180,8 +175,9 @@ def _accounting(report: Any, causes: list[Any], attributed: float, run_to_run: f
     clean_cpu, clean_off = _waits(clean.first, clean.steady)
     inst_cpu = sum(c.ms if c.cause == Name.CPU_CONTENTION else getattr(c, "waited_ms", 0.0) for c in causes
                    if c.evidence == "measured")
-    inst_off = sum(c.ms if c.cause in (Name.WAIT, Name.DISK_READ) else getattr(c, "blocked_ms", 0.0) for c in causes
-                   if c.evidence == "measured")
+    # the instrumented pass's time off the CPU: its wait and disk_read entries whatever their evidence (a stretch
+    # that held both is split between them by block counts, an estimate), and the time blocked inside causes
+    inst_off = sum(c.ms if c.cause in (Name.WAIT, Name.DISK_READ) else getattr(c, "blocked_ms", 0.0) for c in causes)
     by_waits = (clean_cpu - inst_cpu) + (clean_off - inst_off)
     beyond = run_to_run - by_waits
     noise = report.noise_band_ms + instrumented_band
@@ -205,9 +201,33 @@ def _accounting(report: Any, causes: list[Any], attributed: float, run_to_run: f
         acc["run_to_run"]["clean_torch_compile_ms"] = float(clean.first.get("torch_compile_ms", 0.0))
         acc["run_to_run"]["instrumented_torch_compile_ms"] = float(tc.torch_reported_ms) if tc is not None else 0.0
     acc["noise_ms"], acc["tolerance_ms"] = noise, tolerance
-    acc["residual_unsettled"] = abs(report.unattributed_ms) > tolerance
-    acc["unstable"] = (abs(beyond) > tolerance or acc["residual_unsettled"]) and not both_warm
+    acc["both_warm"] = both_warm
+    settle_unstable(acc)
     return acc
+
+
+def settle_unstable(acc: dict[str, Any]) -> None:
+    """The accounting's unstable flags from its figures (again after a fold that moved time from unattributed
+    to the causes, e.g. --explain's): the run-to-run difference beyond the waits, or the unattributed time,
+    past the tolerance, unless both processes read no first-call cost."""
+    tolerance = float(acc.get("tolerance_ms", 0.0))
+    beyond = float(acc.get("run_to_run", {}).get("beyond_waits_ms", 0.0))
+    acc["residual_unsettled"] = abs(float(acc["unattributed_ms"])) > tolerance
+    acc["unstable"] = (abs(beyond) > tolerance or acc["residual_unsettled"]) and not acc.get("both_warm", False)
+
+
+def settle_verdict(report: Any) -> None:
+    """The report's verdict from its figures: verdict.py's, a generate trace's from its time to first token
+    (traces/generate.headline_verdict) unless the answer is unstable."""
+    report.verdict = verdict(report)
+    if getattr(report, "generate", None) and report.verdict != UNSTABLE:
+        from .generate import headline_verdict  # a generate trace's headline is its time to first token
+
+        report.verdict = headline_verdict(report.generate) or report.verdict
+    if report.protocol is not None:
+        acc = getattr(report, "accounting", None)
+        limit = float(acc.get("tolerance_ms", report.noise_band_ms)) if isinstance(acc, dict) else report.noise_band_ms
+        report.protocol.unattributed_within_noise = abs(report.unattributed_ms) <= limit
 
 
 def modules_as_booked(modules: list[dict[str, Any]], causes: list[Any]) -> list[dict[str, Any]]:
@@ -326,4 +346,4 @@ def _where_less(rows: list[dict[str, Any]], control: list[dict[str, Any]]) -> li
     return sorted(out, key=lambda w: -float(w["ms"]))
 
 
-__all__ = ["ONCE_SOURCE", "fold", "fold_controls", "modules_as_booked"]
+__all__ = ["ONCE_SOURCE", "fold", "fold_controls", "modules_as_booked", "settle_unstable", "settle_verdict"]

@@ -121,6 +121,8 @@ def step_entry(name: str, ms: float, causes: list[CauseEntry]) -> dict[str, Any]
                 f"scaled to {keep:.1%} with the step's other causes: together they came to {attributed:.3f} ms in "
                 f"a step of {ms:.3f} ms (an estimate past the step's time)")
             c.ms *= keep
+            c.waited_ms *= keep  # the waits inside it shrink with it: never more than the cause
+            c.blocked_ms *= keep
         attributed = sum(c.ms for c in causes)
     for c in causes:
         c.share = c.ms / ms if ms > 0 else 0.0
