@@ -215,3 +215,27 @@ def test_a_timeout_keeps_the_runs_that_finished_and_says_so():
     with pytest.raises(TimedOut, match="during run 1 of 2; no report was written") as e:
         run_repeats(["trace", "--demo"], 2, run=never)
     assert e.value.report is None
+
+
+def test_the_median_view_keeps_the_runs_run_to_run_difference_apart_from_unattributed():
+    """Each run's accounting (issue 38) carries a run-to-run difference: the view's median of it is its own
+    term, never folded into the unattributed time, and the view's own accounting holds exactly."""
+    runs = _runs()
+    for r, r2r in zip(runs, (2.0, -1.0, 4.0)):
+        r.accounting = {"excess_ms": r.excess_ms, "causes_ms": r.causes_ms(),
+                        "run_to_run_ms": r2r, "unattributed_ms": r.unattributed_ms - r2r}
+        r.unattributed_ms -= r2r
+    rep = RepeatReport.of_runs(runs)
+    assert rep.figures["run_to_run_ms"] == {"median": 2.0, "min": -1.0, "max": 4.0}
+    view = rep.median_view()
+    assert view.accounting["run_to_run_ms"] == 2.0
+    assert view.unattributed_ms == pytest.approx(8.0 - 7.0 - 2.0)
+    view.validate()  # the view's accounting holds
+    assert "run-to-run" in str(rep)
+    back = load_json_round_trip(rep)
+    assert back.figures["run_to_run_ms"]["median"] == 2.0
+
+
+def load_json_round_trip(rep):
+    data = json.loads(json.dumps(rep.to_dict()))
+    return RepeatReport.from_dict(data)

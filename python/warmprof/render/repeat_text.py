@@ -46,6 +46,11 @@ class RepeatTextRenderer(Renderer):
         lines.append("")
         rows = [[c.cause, _neg(c.median_ms), _range(c.min_ms, c.max_ms), f"{c.runs}/{c.of}", c.evidence]
                 for c in r.causes]
+        rr = r.figures.get("run_to_run_ms")
+        if rr is not None:  # the accounting's run-to-run difference: its own row, never a cause
+            moved = sum(1 for run in r.runs if abs(float((run.accounting or {}).get("run_to_run_ms", 0.0))) > 0)
+            rows.append(["run-to-run", _neg(rr["median"]), _range(rr["min"], rr["max"]), f"{moved}/{n}",
+                         "clean - instrumented"])
         un = r.figures.get("unattributed_ms")
         if un is not None:
             seen = sum(1 for run in r.runs if run.unattributed_ms > 0)

@@ -117,7 +117,12 @@ class RepeatReport(ReportBase):
         names = list(dict.fromkeys(c.cause for r in runs for c in r.causes if c.cause != "unattributed"))
         spreads = sorted((CauseSpread.of_runs(n, runs) for n in names), key=lambda c: (-c.median_ms, -c.max_ms))
         return cls(model=first.model, device=first.device, runs=list(runs), causes=spreads,
-                   figures={key: spread([getattr(r, key) for r in runs]) for _, key in FIGURES},
+                   figures={**{key: spread([getattr(r, key) for r in runs]) for _, key in FIGURES},
+                            # each run's run-to-run difference (its accounting's; 0 for a run with no second
+                            # process), where any run has one: the view's accounting keeps it apart
+                            **({"run_to_run_ms": spread([float((r.accounting or {}).get("run_to_run_ms", 0.0))
+                                                         for r in runs])}
+                               if any(r.accounting for r in runs) else {})},
                    shape=first.shape, dtype=first.dtype, compile=first.compile, platform=dict(first.platform),
                    notes=list(notes or []), failed=list(failed or []), warmprof_version=first.warmprof_version,
                    inputs=first.inputs,
@@ -144,12 +149,15 @@ class RepeatReport(ReportBase):
     def median_view(self) -> Report:
         """A trace Report of the medians: the steady median and the excess their own medians over the
         runs, and the first pass their sum (a trace report's excess is first less steady; the median
-        first pass itself is in `figures`), each cause its median over the runs, the unattributed row
-        what the causes' medians leave of the excess."""
+        first pass itself is in `figures`), each cause its median over the runs, the run-to-run difference
+        its median over the runs (its own term, never in the unattributed time), and the unattributed row what
+        the causes' and the run-to-run difference's medians leave of the excess: the view's own accounting
+        (excess = causes + run_to_run + unattributed) holds exactly."""
         steady, excess = self.median("steady_median_ms"), self.median("excess_ms")
         first = steady + excess
         kept = [c for c in self.causes if c.median_ms > 0]
         attributed = sum(c.median_ms for c in kept)
+        run_to_run = self.figures["run_to_run_ms"]["median"] if "run_to_run_ms" in self.figures else 0.0
         whole = attributed if excess > 0 and attributed > excess else excess
         entries = [CauseEntry(c.cause, c.median_ms, c.median_ms / whole if excess > 0 else 0.0, self.weakest(c.evidence),
                               self.main_source(c.cause),
@@ -159,7 +167,12 @@ class RepeatReport(ReportBase):
                       compile=self.compile,
                       first_pass_ms=first, seen_rerun_ms=self.median("seen_rerun_ms"), steady_median_ms=steady,
                       noise_band_ms=self.median("noise_band_ms"), excess_ms=excess, attributed_ms=attributed,
-                      unattributed_ms=excess - attributed, causes=entries, platform=dict(self.platform),
+                      unattributed_ms=excess - attributed - run_to_run, causes=entries, platform=dict(self.platform),
+                      accounting=({"excess_ms": excess, "causes_ms": attributed, "run_to_run_ms": run_to_run,
+                                   "unattributed_ms": excess - attributed - run_to_run,
+                                   "how": f"the medians of {len(self.runs)} runs: the excess's, each cause's and the "
+                                          "run-to-run difference's; the unattributed time what they leave"}
+                                  if "run_to_run_ms" in self.figures else None),
                       steady_passes=int(median([r.steady_passes for r in self.runs])),
                       steady_p10_ms=median([r.steady_p10_ms for r in self.runs]),
                       steady_p90_ms=median([r.steady_p90_ms for r in self.runs]),
