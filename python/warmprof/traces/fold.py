@@ -30,7 +30,7 @@ from . import controls
 from .advice import advise
 from .build import first_call_residual_note, share_of
 from .controls import NOTE_PREFIX, Clean, WarmControl
-from .verdict import UNSTABLE, no_cost_bound_ms, verdict
+from .verdict import UNSTABLE, causes_wait_ms, no_cost_bound_ms, verdict
 
 ONCE_SOURCE = "warm_process"  # explain.WARM_SOURCE: what a process that ran another shape first did not pay again
 RUN_TO_RUN_SHARE = 0.1  # a run-to-run difference within this share of the excess (or the noise) is settled
@@ -173,8 +173,7 @@ def _accounting(report: Any, causes: list[Any], attributed: float, run_to_run: f
         acc["unstable"] = False  # one process: nothing to disagree with (its residual is judged as it is)
         return acc
     clean_cpu, clean_off = _waits(clean.first, clean.steady)
-    inst_cpu = sum(c.ms if c.cause == Name.CPU_CONTENTION else getattr(c, "waited_ms", 0.0) for c in causes
-                   if c.evidence == "measured")
+    inst_cpu = causes_wait_ms(causes)
     # the instrumented pass's time off the CPU: its wait and disk_read entries whatever their evidence (a stretch
     # that held both is split between them by block counts, an estimate), and the time blocked inside causes
     inst_off = sum(c.ms if c.cause in (Name.WAIT, Name.DISK_READ) else getattr(c, "blocked_ms", 0.0) for c in causes)

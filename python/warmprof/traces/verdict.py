@@ -35,6 +35,13 @@ def no_cost_bound_ms(report: Any) -> float:
     return report.noise_band_ms + after_pause_ms(report)
 
 
+def causes_wait_ms(causes: Any) -> float:
+    """What a pass's measured causes say it waited for a CPU: its cpu_contention entries and the waits
+    inside the other causes' own spans (waited_ms)."""
+    return sum(c.ms if c.cause == Name.CPU_CONTENTION else getattr(c, "waited_ms", 0.0)
+               for c in causes if c.evidence == "measured")
+
+
 def headline_wait_ms(report: Any) -> float:
     """What the headline's first pass waited for a CPU beyond a steady pass (measured): the clean pass's
     own (schedstat, in report.clean) where the control ran, else the booked cpu_contention and the
@@ -44,8 +51,7 @@ def headline_wait_ms(report: Any) -> float:
         steady = clean.get("steady")
         base = float(steady.get("run_delay_ms", 0.0)) if isinstance(steady, dict) else 0.0
         return max(0.0, float(clean["first"]["run_delay_ms"]) - base)
-    return sum(c.ms if c.cause == Name.CPU_CONTENTION else getattr(c, "waited_ms", 0.0)
-               for c in report.causes if c.evidence == "measured")
+    return causes_wait_ms(report.causes)
 
 
 def verdict(report: Any) -> str:
@@ -61,5 +67,6 @@ def verdict(report: Any) -> str:
     return NO_COST if report.excess_ms >= -report.noise_band_ms else FASTER
 
 
-__all__ = ["FASTER", "FIRST_CALL_COST", "NO_COST", "UNSTABLE", "VERDICTS", "after_pause_ms", "headline_wait_ms",
+__all__ = ["FASTER", "FIRST_CALL_COST", "NO_COST", "UNSTABLE", "VERDICTS", "after_pause_ms", "causes_wait_ms",
+           "headline_wait_ms",
            "no_cost_bound_ms", "verdict"]
