@@ -14,7 +14,9 @@ from warmprof import causes
 from warmprof.causes import Name, count_label, count_unit
 
 PACKAGE = Path(warmprof.__file__).resolve().parent
-CSRC = PACKAGE.parent.parent / "csrc"
+# The C++ sources lie in the checkout beside tests/, wherever the package is installed (CI installs it
+# into a venv's site-packages, where PACKAGE.parent.parent has no csrc).
+CSRC = Path(__file__).resolve().parents[2] / "csrc"
 
 # The calls that carry a cause's source, and where the source is when given by position.
 SOURCE_AT = {"Part": 1, "Figure": 1, "CallPart": 1, "CauseEntry": 4, "Bracketed": 0}
@@ -186,6 +188,7 @@ def _scan() -> tuple[list[tuple[str, str, bool]], list[tuple[str, str]], list[tu
 def _native_names() -> list[tuple[str, str]]:
     """The names the C++ recorder interns: intern("a:b") and intern(std::string("a:") + ...)."""
     out = []
+    assert CSRC.is_dir(), f"no C++ sources at {CSRC}"
     for path in sorted(CSRC.rglob("*.cpp")):
         for m in re.finditer(r'intern\((?:std::string\()?"([^"]+)"', path.read_text()):
             out.append((path.name, m.group(1)))
