@@ -362,7 +362,11 @@ PyObject* call(PyObject* self_obj, PyObject* args, PyObject* kwargs) {
   if (!kUsageCpuLags) cpu1 = u1.cpu_ns;
   const uint64_t compiles = t_compiles - compiles0;
   const uint64_t end = uint64_t(warmprof::clock::to_ns(t1));
-  const uint64_t dur = uint64_t(warmprof::clock::to_ns(t1) - warmprof::clock::to_ns(t0));
+  // The call's window is [t0, t1], read around the call itself: `start` (its arrival, for the idle gap) comes
+  // before the clock source, the key's admission and getrusage, and a preemption there (a loaded machine)
+  // put the window milliseconds early, so a recording that ended inside the call fell past its end.
+  const uint64_t began = uint64_t(warmprof::clock::to_ns(t0));
+  const uint64_t dur = end - began;
   const uint64_t compile_ns = std::min<uint64_t>(t_compile_ns - compile_ns0, dur);  // never more than the call
   st->in_flight.fetch_sub(1, std::memory_order_relaxed);
   st->last_end.store(end, std::memory_order_relaxed);
@@ -413,7 +417,7 @@ PyObject* call(PyObject* self_obj, PyObject* args, PyObject* kwargs) {
     PyObject* info = PyStructSequence_New(WatchCallType);
     PyObject* values[kCallFieldCount] = {
         PyLong_FromUnsignedLongLong(key), key_obj ? key_obj : Py_None, args, kwargs ? kwargs : Py_None,
-        v.first ? Py_True : Py_False, v.outlier ? Py_True : Py_False, PyLong_FromUnsignedLongLong(start),
+        v.first ? Py_True : Py_False, v.outlier ? Py_True : Py_False, PyLong_FromUnsignedLongLong(began),
         PyLong_FromUnsignedLongLong(dur), PyLong_FromUnsignedLongLong(gap), clock ? clock : Py_None,
         PyLong_FromLongLong(cpu1 - cpu0), PyLong_FromLongLong(u1.minflt - u0.minflt),
         PyLong_FromLongLong(u1.majflt - u0.majflt), PyLong_FromLongLong(u1.nivcsw - u0.nivcsw),

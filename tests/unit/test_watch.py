@@ -671,6 +671,39 @@ def test_a_recordings_end_is_stamped_on_the_calls_clock_not_clock_monotonic(monk
     assert 0 <= e["t_s"] < 60  # on the calls' clock too
 
 
+def test_a_recording_inside_a_call_is_its_call_s_when_the_call_started_late():
+    """Between a call's arrival and its start warmprof reads the clock source (after an idle gap), admits the
+    key and reads getrusage; a preemption there (a loaded machine: CI saw it) put the call's window that much
+    early, so a CUDA graph recording that ended inside the call fell past the window's end and was booked a
+    compile. Here the clock source takes 50 ms, as a long preemption would: the recording is still the call's."""
+    import time as _time
+
+    from torch._dynamo.callback import CallbackArgs, CallbackTrigger
+
+    from warmprof.serving.watch import sources
+
+    def slow_clock():
+        _time.sleep(0.05)
+        return (1.0, 1.0)
+
+    def serve(x):
+        if x == "record":
+            args = CallbackArgs(CallbackTrigger.CUDAGRAPH_RECORDING, "0/0")
+            sources._on_start(args)
+            sources._on_end(args)
+        return x
+
+    w = watch(serve, key=lambda x: "one", clock_source=slow_clock, idle_s=0.1)
+    w("plain")
+    _time.sleep(0.15)  # an idle gap: the next call reads the clock source before it starts
+    w("record")
+    w.close()
+    (e,) = [e for e in w.events() if not e["first"]]
+    assert "graph_capture" in [c["cause"] for c in e["causes"]], e["causes"]
+    assert "jit_compile" not in [c["cause"] for c in e["causes"]]
+    assert e["ms"] < 50  # the clock source's 50 ms are not the call's
+
+
 @pytest.mark.parametrize("option, value", [("max_keys", 2**64 + 3), ("max_events", 2**63), ("min_calls", 2**64),
                                            ("max_keys", 10_000_001), ("floor_ms", 1e300), ("idle_s", 2.0**64),
                                            ("factor", 1e308)])
