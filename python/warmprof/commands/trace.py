@@ -290,8 +290,11 @@ def _trace_here(args: argparse.Namespace, status: child.Status) -> int:
         control = "traced with --in-process (in the caller's process): no control process"
     elif args.no_control:
         control = "--no-control"
-    else:  # started first: its import and model build run beside this process's own
+    else:  # started first; this process waits, before it imports torch, until its clean phase is done
         control = controls.ControlProcess(_control_argv(args), env=controls.control_env(args.cache))
+        status.progress(args.quiet)("clean first pass (a second fresh process: it imports torch and builds the "
+                                    "model, then runs it with no instruments; this one waits its turn)")
+        control.run_clean()
     try:
         with controls.attached(control):
             return _trace_with(args, status, control if isinstance(control, controls.ControlProcess) else None)
@@ -370,11 +373,6 @@ def _trace_with(args: argparse.Namespace, status: child.Status, control: Any) ->
     if args.warm_shape:
         status.write("running the model once at the warm-up shape")
         warm_process.warm_run(torch, model, args.warm_shape, args.dtype, args.device, args.model_dtype)
-    if control is not None:
-        status.progress(args.quiet)("clean first pass (a second fresh process, no instruments)")
-        from ..traces import controls
-
-        control.run_clean(spin=controls.spin_wait_fits(torch.get_num_threads()))
     status.write("setting up the trace")
     import time
 

@@ -174,7 +174,8 @@ def _cause_table(r: Any) -> list[str]:
         if rr:
             out.append(f"  {'':<20} {'':>10} {'':>6}  the clean first pass waited {_ms(rr['clean_waited_for_cpu_ms'])} for a "
                        f"CPU and {_ms(rr['clean_off_cpu_ms'])} off it, the instrumented one "
-                       f"{_ms(rr['instrumented_waited_for_cpu_ms'])} and {_ms(rr['instrumented_off_cpu_ms'])}")
+                       f"{_ms(rr['instrumented_waited_for_cpu_ms'])} and {_ms(rr['instrumented_off_cpu_ms'])} (the two "
+                       "processes took turns: a wait is the machine's other work)")
             if "clean_torch_compile_ms" in rr:
                 out.append(f"  {'':<20} {'':>10} {'':>6}  torch's own compile timers: {_ms(rr['clean_torch_compile_ms'])} in "
                            f"the clean first pass, {_ms(rr['instrumented_torch_compile_ms'])} in the traced passes")
@@ -349,6 +350,10 @@ def _own_cost_lines(r: Any) -> list[str]:
                          f"noise, a noise band of {_ms(band)}, and taken out of the instrumented pass as measured)")
         else:
             parts.append(f"{_ms(first)} on a first pass (the warm control, measured)")
+    faults = own.get("first_pass_faults_beyond_clean")
+    if isinstance(faults, int) and faults > 0:
+        parts.append(f"{faults} page faults ({_ms(float(own.get('first_pass_faults_ms', 0.0)))}) the instrumented first "
+                     "pass took beyond the clean one (its buffers: counted, kept out of allocator_growth)")
     if isinstance(own.get("steady_ms"), (int, float)):
         parts.append(f"{_ms(own['steady_ms'])} per steady pass (estimated)")
     inst = own.get("instrumented_first_pass_ms")

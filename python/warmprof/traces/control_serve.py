@@ -21,6 +21,7 @@ from .controls import (
     CLEAN_STEADY,
     CLEAN_STEADY_BUDGET_S,
     CONTROL_STEADY,
+    OTHER_SHAPES,
     OTHER_STEADY,
     _in_warm_control,
 )
@@ -61,16 +62,18 @@ def serve(fds: str, load: Any, *, device: str, threads: int | None, shape: Any, 
             model = model.to(dev)
         model = cast_model(model, parse_model_dtype(model_dtype))
         args, kwargs, _ = make_inputs(model, shape if spec is None else None, dtype, spec, dev)
-        other = None
+        others: list[tuple[tuple, dict]] = []
         if generate is not None:  # a generation has no other-shape pass: its phases are the figures
             pass
-        elif spec is None and shape is not None:  # the other-shape pass: one more in the batch dimension
+        elif spec is None and shape is not None:  # the other-shape passes: k more in the batch dimension
             from .explain import other_shape
             from .inputs import parse_shape
 
-            other = make_inputs(model, tuple(other_shape(list(parse_shape(shape)))), dtype, None, dev)[:2]
-        elif spec is not None:  # given inputs: each tensor one row longer in its batch dimension, where they share one
-            other = other_inputs(torch, args, kwargs)
+            others = [make_inputs(model, tuple(other_shape(list(parse_shape(shape)), k)), dtype, None, dev)[:2]
+                      for k in range(1, OTHER_SHAPES + 1)]
+        elif spec is not None:  # given inputs: each tensor k rows longer in its batch dimension, where they share one
+            grown = [other_inputs(torch, args, kwargs, k) for k in range(1, OTHER_SHAPES + 1)]
+            others = [g for g in grown if g is not None]
         # a pass is as many calls as the trace's (cudagraph trees: calls 1+2 are the cold start)
         gen = None
         if generate is not None:  # the trace's call: one generation, its steps stamped (traces/generate.py)
@@ -82,33 +85,27 @@ def serve(fds: str, load: Any, *, device: str, threads: int | None, shape: Any, 
             runner = repeated(compile_model(model, compile), calls_per_pass(compile, dev))
         sync = kind.sync(dev)
 
-        def clean_run(at_once: bool) -> dict[str, Any]:
+        def clean_run() -> dict[str, Any]:
             if gen is None:
-                return dict(_clean(torch, runner, args, kwargs, sync, other), at_once=at_once)
+                return _clean(torch, runner, args, kwargs, sync, others)
             from .generate import clean_phases
 
             with gen:  # hooked (and its forward compiled) for the clean calls only: the warm control hooks afresh
-                got = dict(_clean(torch, runner, args, kwargs, sync, other), at_once=at_once)
+                got = _clean(torch, runner, args, kwargs, sync, others)
             calls = gen.take()
             got["generate"] = clean_phases(calls[0], calls[1:1 + len(got["steady_ms"])])
             return got
 
-        send({"ready": {}})
-        # With a core to itself, the clean phase runs at once, right after the build as in a plain
-        # script: a pass after any pause (waiting for the trace's process) pays 1-3 ms more on a
-        # small model, which would read as a first-call cost. Its own wait for a CPU is measured.
-        from ..system.platform import usable_cpus
-
-        # the affinity mask, capped by a cgroup CPU quota: a CPU for each of the pass's threads and one
-        # more for the trace's process, which is importing torch and building its own model meanwhile
-        # (at 2 threads on 2 CPUs the demo's clean pass waited 56 ms for a CPU, booked as the machine's load)
-        at_once = usable_cpus()[0] >= torch.get_num_threads() + 1
-        clean = clean_run(True) if at_once else None
+        # The two processes take turns: the trace's process started this one and waits, asleep and before
+        # it imports torch, until these clean figures come; then this one waits, blocked on its pipe, while
+        # the trace's process builds its model and runs its instrumented passes. So the clean phase runs
+        # right after the build, as in a plain script (a pass after a pause pays 1-3 ms more on a small
+        # model), and no pass of either process runs beside the other's work: what a pass waited for a CPU
+        # (measured) is the machine's other work, not warmprof's.
+        send({"clean": clean_run()})
         for line in incoming:
             msg = json.loads(line)
-            if msg.get("do") == "clean":
-                send({"clean": clean if clean is not None else clean_run(False)})
-            elif msg.get("do") == "warm":
+            if msg.get("do") == "warm":
                 send({"warm": _warm(api, model, args, kwargs, device, compile, op_view, msg["calibration"],
                                     generate, kv_cache)})
             else:
@@ -166,17 +163,19 @@ def _timed(runner: Any, args: tuple, kwargs: dict, sync: Any) -> tuple[float, di
     from .. import _native
     from .passes import run_delay_ns
 
+    f0 = sum(_native.faults())
     d0, u0 = run_delay_ns(), _thread_usage()
     t0 = _native.now_ns()
     out = runner(*args, **kwargs)
     sync()
     t1 = _native.now_ns()
     d1, u1 = run_delay_ns(), _thread_usage()
-    return (t1 - t0) / 1e6, _off_cpu(t0, t1, d0, d1, u0, u1), out
+    faults = sum(_native.faults()) - f0  # the process's page faults over the pass, as the trace's recorder counts them
+    return (t1 - t0) / 1e6, dict(_off_cpu(t0, t1, d0, d1, u0, u1), faults=faults), out
 
 
-def other_inputs(torch: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
-    """Given inputs at another shape: every tensor argument (positional or keyword) one row longer in
+def other_inputs(torch: Any, args: tuple, kwargs: dict, rows: int = 1) -> tuple[tuple, dict] | None:
+    """Given inputs at another shape: every tensor argument (positional or keyword) `rows` rows longer in
     its first dimension (its first row repeated), where all of them have a first dimension of one
     size (a batch); anything else as it is. None where there is no such batch to grow."""
     tensors = [v for v in (*args, *kwargs.values()) if isinstance(v, torch.Tensor)]
@@ -186,25 +185,28 @@ def other_inputs(torch: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict] | 
         return None
 
     def grow(v: Any) -> Any:
-        return torch.cat([v, v[:1]]) if isinstance(v, torch.Tensor) else v
+        return torch.cat([v, *([v[:1]] * rows)]) if isinstance(v, torch.Tensor) else v
 
     return tuple(grow(v) for v in args), {k: grow(v) for k, v in kwargs.items()}
 
 
 def _clean(torch: Any, runner: Any, args: tuple, kwargs: dict, sync: Any,
-           other: tuple[tuple, dict] | None = None) -> dict[str, Any]:
+           others: list[tuple[tuple, dict]] | None = None) -> dict[str, Any]:
     """The clean first pass and steady passes: the pass timer only, and around each pass (outside
-    it) the thread's run-queue delay and rusage, so what the headline pass waited is known. Then,
-    given `other` (the inputs at another shape), that shape's first pass and a few steady passes:
-    what the model pays again at a new shape in a process that already ran it (the rest of the
-    clean excess is paid once per process, whatever the shape). Last, a few warm passes at the traced
-    inputs, each after a short sleep: what a pass after other work pays over back-to-back ones."""
+    it) the thread's run-queue delay and rusage, so what each pass waited is known. Then, for each of
+    `others` (the inputs at other shapes, each new to the process), that shape's first pass and a few
+    steady passes: what the model pays again at a new shape in a process that already ran it; the rest
+    of the clean excess is paid once per process, whatever the shape, and the several shapes say how
+    many agree (fold._once_per_process). Last, a few warm passes at the traced inputs, each after a short
+    sleep: what a pass after other work pays over back-to-back ones."""
     from ..instruments.torch_compile import compile_timer_marks, compile_timer_ms_since
     from .passes import check_output
 
     def one(a: tuple = args, kw: dict = kwargs) -> tuple[float, dict[str, Any], Any]:
         return _timed(runner, a, kw, sync)
 
+    shapes: list[dict[str, Any]] = []
+    refused = ""
     with torch.no_grad():
         marks = compile_timer_marks()
         first_ms, first_split, out = one()
@@ -222,24 +224,28 @@ def _clean(torch: Any, runner: Any, args: tuple, kwargs: dict, sync: Any,
             splits.append(split)
             if len(steady_ms) >= CLEAN_STEADY[0] and time.monotonic() > deadline:
                 break
-        again, refused = None, ""
-        if other is not None:
+        for other in others or []:
             try:
                 o_first, o_split, out = one(*other)
                 del out
                 o_steady = [one(*other)[0] for _ in range(OTHER_STEADY)]
             except Exception as e:  # a model that takes only its own batch size: no other-shape pass
-                refused = f"{type(e).__name__}: {e}"[:300]
-            else:
-                again = {"first_pass_ms": o_first, "steady_median_ms": median(o_steady), "first": o_split,
-                         "excess_ms": o_first - median(o_steady),
-                         "shape": [list(x.shape) for x in (*other[0], *other[1].values()) if hasattr(x, "shape")][:1]}
-    steady_split = {k: median([s[k] for s in splits]) for k in ("run_delay_ms", "off_cpu_ms")
+                refused = refused or f"{type(e).__name__}: {e}"[:300]
+                break
+            shapes.append({"first_pass_ms": o_first, "steady_median_ms": median(o_steady), "first": o_split,
+                           "excess_ms": o_first - median(o_steady),
+                           "shape": [list(x.shape) for x in (*other[0], *other[1].values()) if hasattr(x, "shape")][:1]})
+    steady_split = {k: median([s[k] for s in splits]) for k in ("run_delay_ms", "off_cpu_ms", "faults")
                     if splits and all(k in s for s in splits)}
     out_d = {"first_pass_ms": first_ms, "steady_ms": steady_ms, "first": first_split, "steady": steady_split}
-    if again is not None:
-        out_d["other_shape"] = again
-    if refused:
+    if splits and all("run_delay_ms" in s for s in splits):
+        # each steady pass less what it waited (for a CPU and off it): a spread the machine's load does not
+        # widen the way it widens the passes' wall times (fold._once_per_process reads it)
+        out_d["steady_net_ms"] = [ms - s["run_delay_ms"] - s.get("off_cpu_ms", 0.0) for ms, s in zip(steady_ms, splits)]
+    if shapes:
+        out_d["other_shape"] = shapes[0]
+        out_d["other_shapes"] = shapes
+    if refused and not shapes:
         out_d["other_shape_refused"] = refused
     paused = []
     for _ in range(AFTER_PAUSE_PASSES):  # last: warm passes at the traced inputs, each after a short sleep

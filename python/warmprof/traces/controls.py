@@ -2,11 +2,16 @@
 pass, clean, and warmprof's own first-pass cost, measured on the model warm.
 
 A second fresh process (the control) builds the same model on the same inputs as the trace's own
-process. The two take turns, so no pass of one runs beside the other's:
+process. The two take turns over the whole protocol, set-up included, whatever the CPU count: one
+waits (asleep, or blocked on its pipe) while the other works, so no pass and no set-up step of one
+runs beside the other's work, and what a pass waited for a CPU is the machine's other work:
 
-    both:     import torch, build the model, make the inputs          (side by side: not measured)
-    control:  the clean first pass (no instrument but the pass timer), clean steady passes
-    trace:    the instrumented first pass, seen re-run, steady passes, calibration
+    control:  import torch, build the model, the clean first pass (no instrument but the pass timer),
+              clean steady passes, a first pass and a few steady passes at each of OTHER_SHAPES
+              other shapes, warm passes after a short pause    (the trace's process waits, before
+              it imports torch)
+    trace:    import torch, build the model (the set-up's steps), the instrumented first pass, seen
+              re-run, steady passes, calibration               (the control waits)
     control:  the warm control: the trace's instrumented passes on the model already run at this
               shape, with instruments fresh in that process, attributed at the trace's calibration
 
@@ -54,7 +59,11 @@ READY_TIMEOUT_S = 600.0
 PHASE_FACTOR, PHASE_MARGIN_S = 4.0, 60.0  # a phase may take this many times the trace's own, plus this
 CLEAN_STEADY = (10, 40)  # the control's clean steady passes: at least, at most...
 CLEAN_STEADY_BUDGET_S = 0.5  # ...within this (past the minimum)
-OTHER_STEADY = 5  # steady passes at the other shape (its excess is the first of them against their median)
+# Other shapes the control runs after its steady passes (1, 2, ... more in the batch dimension), each new to
+# the process: a first pass and OTHER_STEADY steady passes (its excess is the first against their median).
+# What the traced shape's first pass paid beyond each is paid once per process; several say how many agree.
+OTHER_SHAPES = 3
+OTHER_STEADY = 3
 # Warm passes at the traced inputs, each after a short sleep: the least of them over the steady median
 # is what a pass pays for coming after other work (caches, branch predictors, the clock), as every first
 # pass does while the steady passes come back to back.
@@ -76,14 +85,22 @@ class Clean:
     steady_ms: list[float]
     first: dict[str, Any] = field(default_factory=dict)  # _off_cpu() of the first pass
     steady: dict[str, Any] = field(default_factory=dict)  # the steady passes' median run delay and off-CPU time
-    # the other-shape pass (_clean): first_pass_ms, steady_median_ms, excess_ms, shape; None where the
+    # the first other-shape pass (_clean): first_pass_ms, steady_median_ms, excess_ms, shape; None where the
     # inputs have no batch dimension to grow (given inputs: other_inputs) or the model refused it
     other_shape: dict[str, Any] | None = None
     other_shape_refused: str = ""  # why the model ran no pass at the other shape (what it raised)
     # warm passes at the traced inputs, each after a short sleep (ms): what a pass after other work pays
     after_pause_ms: list[float] | None = None
-    at_once: bool | None = None  # run right after the build (True), or when the trace's process asked (one CPU)
     generate: dict[str, Any] | None = None  # a generate trace's clean phases (traces/generate.clean_phases)
+    # every other-shape pass, other_shape first (each as other_shape)
+    other_shapes: list[dict[str, Any]] = field(default_factory=list)
+    # each steady pass less what it waited for a CPU and off it (ms): a spread load does not widen as it widens
+    # the wall times
+    steady_net_ms: list[float] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.other_shape and not self.other_shapes:
+            self.other_shapes = [self.other_shape]
 
     @property
     def steady_median_ms(self) -> float:
@@ -110,11 +127,12 @@ class Clean:
                            "predictors, the clock), as a first pass does while steady passes come back to back; not a "
                            "first call (measured)"}}
                    if self.after_pause_ms else {}),
-                **({"at_once": self.at_once} if self.at_once is not None else {}),
+                **({"other_shapes": [dict(o) for o in self.other_shapes]} if len(self.other_shapes) > 1 else {}),
+                **({"steady_net_band_ms": steady_stats(self.steady_net_ms).noise_band} if self.steady_net_ms else {}),
                 **({"generate": dict(self.generate)} if self.generate else {}),
                 "how": "the model's first pass in a second fresh process with no instrument but the pass timer, right "
-                       "after its build (on one CPU: once the trace's process was ready), less the median of that "
-                       "process's steady passes (measured)"}
+                       "after its build, while the trace's process waited (the two take turns), less the median of "
+                       "that process's steady passes (measured)"}
 
 
 @dataclass
@@ -131,18 +149,10 @@ class WarmControl:
 # ---- the trace's side -----------------------------------------------------------------------------
 
 
-def spin_wait_fits(threads: int) -> bool:
-    """Whether the trace's process may wait for the control's clean phase on its CPU (polling): where
-    the machine has a CPU for it beyond the control's `threads` (the affinity mask, capped by a cgroup
-    CPU quota), so the wait takes nothing from the control's passes."""
-    from ..system.platform import usable_cpus
-
-    return usable_cpus()[0] >= threads + 1
-
-
 class ControlProcess:
-    """The control process, seen from the trace's process: started first (its import and model
-    build run beside the trace's own), then driven phase by phase. Every wait has a time limit; a
+    """The control process, seen from the trace's process: started first, it imports torch, builds
+    the model and runs its clean phase while the trace's process waits (run_clean), then waits itself
+    until asked for the warm control. Every wait has a time limit; a
     failure becomes `self.failed` (a sentence) and the trace goes on without the control."""
 
     def __init__(self, argv: list[str], env: dict[str, str] | None = None) -> None:
@@ -169,21 +179,18 @@ class ControlProcess:
             os.close(from_child_w)
 
     # phases
-    def run_clean(self, timeout_s: float = READY_TIMEOUT_S, spin: bool = False) -> Clean | None:
-        """Wait until the control has built the model, then have it run its clean first pass and
-        steady passes (the trace's process waits meanwhile). spin: wait on the CPU (polling), not
-        asleep: the trace's own first pass comes next, and a pass after its thread slept pays 1-3 ms
-        more on a small model (the CPU went idle), which would be booked as warmprof's own cost;
-        only where the control has CPUs of its own (spin_wait_fits)."""
-        if self._get("ready", timeout_s, spin) is None:
-            return None
-        self._send({"do": "clean"})
-        got = self._get("clean", timeout_s, spin)
+    def run_clean(self, timeout_s: float = READY_TIMEOUT_S) -> Clean | None:
+        """Wait, asleep, while the control imports torch, builds the model and runs its clean first pass,
+        steady passes, other-shape passes and after-pause passes (it does all that as soon as it starts);
+        its figures, or None (self.failed says why). The trace's process calls this before its own
+        set-up, so the two never work side by side."""
+        got = self._get("clean", timeout_s)
         if got is not None:
             self.clean = Clean(float(got["first_pass_ms"]), [float(t) for t in got["steady_ms"]],
                                dict(got.get("first", {})), dict(got.get("steady", {})), got.get("other_shape"),
-                               str(got.get("other_shape_refused", "")), got.get("after_pause_ms"), got.get("at_once"),
-                               got.get("generate"))
+                               str(got.get("other_shape_refused", "")), got.get("after_pause_ms"),
+                               got.get("generate"), list(got.get("other_shapes", [])),
+                               [float(t) for t in got.get("steady_net_ms", [])])
         return self.clean
 
     def run_warm(self, calibration: dict[str, Any], timeout_s: float) -> WarmControl | None:
@@ -222,7 +229,7 @@ class ControlProcess:
         except OSError as e:  # it died: _get says how
             self.failed = self.failed or f"the control process stopped listening ({e})"
 
-    def _get(self, what: str, timeout_s: float, spin: bool = False) -> dict[str, Any] | None:
+    def _get(self, what: str, timeout_s: float) -> dict[str, Any] | None:
         if self.failed:
             return None
         deadline = time.monotonic() + timeout_s
@@ -231,7 +238,7 @@ class ControlProcess:
             if left <= 0:
                 self._fail(f"the control process took over {timeout_s:.0f} s to send its {what} figures")
                 return None
-            ready, _, _ = select.select([self._from_child], [], [], 0 if spin else left)
+            ready, _, _ = select.select([self._from_child], [], [], left)
             if not ready:
                 continue
             chunk = os.read(self._from_child, 65536)
@@ -319,5 +326,5 @@ def _stderr_file() -> Any:
 
 
 __all__ = ["AFTER_PAUSE_PASSES", "AFTER_PAUSE_S", "CLEAN_STEADY", "CONTROL_STEADY", "Clean", "ControlProcess",
-           "NOTE_PREFIX", "OTHER_STEADY", "WarmControl", "attached", "control_env", "current", "in_warm_control",
-           "spin_wait_fits", "why_none"]
+           "NOTE_PREFIX", "OTHER_SHAPES", "OTHER_STEADY", "WarmControl", "attached", "control_env", "current",
+           "in_warm_control", "why_none"]

@@ -218,10 +218,10 @@ WARM_SOURCE = "warm_process"  # runtime_init: what a process that ran the model 
 OWN_SOURCE = "warm_same_shape"  # profiler_overhead: what is left when the model ran at this very shape first
 
 
-def other_shape(shape: list[int]) -> list[int]:
-    """The input shape of the other-shape warm-up run: one more in the batch dimension (a size every
-    model accepts, and one the traced pass never ran at)."""
-    return [shape[0] + 1, *shape[1:]] if shape else []
+def other_shape(shape: list[int], more: int = 1) -> list[int]:
+    """The input shape of an other-shape run: `more` more in the batch dimension (a size every model
+    accepts, and one the traced pass never ran at)."""
+    return [shape[0] + more, *shape[1:]] if shape else []
 
 
 def _row_key(w: Mapping[str, Any]) -> tuple[str, str]:

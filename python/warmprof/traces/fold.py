@@ -30,6 +30,7 @@ from . import controls
 from .advice import advise
 from .build import first_call_residual_note, share_of
 from .controls import NOTE_PREFIX, Clean, WarmControl
+from ..stats import median
 from .verdict import UNSTABLE, causes_wait_ms, no_cost_bound_ms, verdict
 
 ONCE_SOURCE = "warm_process"  # explain.WARM_SOURCE: what a process that ran another shape first did not pay again
@@ -72,10 +73,24 @@ def fold(report: Any, clean: Clean | None, warm: WarmControl | None, why_not: st
         own["booked_in_control_ms"] = sum(x["ms"] for x in warm.causes
                                           if x["cause"] not in (Name.PROFILER_OVERHEAD, Name.UNATTRIBUTED))
         own_first = max(0.0, own["first_pass_ms"])
-        causes = _less(causes, warm.causes)
+        extra = _faults_beyond_clean(report, clean)
+        if extra is None:
+            causes = _less(causes, warm.causes)
+        else:  # the faults are sized by the two processes' counts: the warm control's host faults stay out of _less
+            causes = _less(causes, [x for x in warm.causes if (x["cause"], x["source"]) != _HOST_FAULTS])
+            taken = _take_own_faults(causes, extra)
+            warm_host = sum(float(x["ms"]) for x in warm.causes if (x["cause"], x["source"]) == _HOST_FAULTS)
+            own["first_pass_faults_beyond_clean"] = extra
+            own["first_pass_faults_ms"] = taken
+            own_first += max(0.0, taken - warm_host)  # what the warm control's own first pass did not already hold
         report.unattributed_where = _where_less(report.unattributed_where, warm.where)
     else:
         own_first = own_steady_estimate
+        extra = _faults_beyond_clean(report, clean)
+        if extra is not None:
+            own["first_pass_faults_beyond_clean"] = extra
+            own["first_pass_faults_ms"] = _take_own_faults(causes, extra)
+            own_first += own["first_pass_faults_ms"]
     own["in_instrumented_ms"] = own_first  # what of the instrumented excess is warmprof's own (the accounting's)
     model_instrumented = instrumented_excess - own_first
     if clean is not None:
@@ -119,7 +134,9 @@ def fold(report: Any, clean: Clean | None, warm: WarmControl | None, why_not: st
     if settings is not None:  # which controls ran: a setting that changes what is measured
         ran = [{"name": "clean_first_pass", "process": "control"}] if clean is not None else []
         if clean is not None and clean.other_shape:
-            ran.append({"name": "other_shape", "shape": (clean.other_shape.get("shape") or [None])[0]})
+            ran.append({"name": "other_shape", "shape": (clean.other_shape.get("shape") or [None])[0],
+                        **({"shapes": [(o.get("shape") or [None])[0] for o in clean.other_shapes]}
+                           if len(clean.other_shapes) > 1 else {})})
         if warm is not None:
             ran.append({"name": "warm_control", "process": "control"})
         settings.controls = ran
@@ -255,40 +272,109 @@ def modules_as_booked(modules: list[dict[str, Any]], causes: list[Any]) -> list[
 
 
 def _once_per_process(report: Any, causes: list[Any], clean: Clean) -> list[Any]:
-    """What the clean first pass paid beyond the other-shape pass after it (both net of their waits):
-    what the process pays once whatever the shape (the first run of torch's and the model's code,
-    its pages, lazy set-up). Only where the clean pass itself shows a first-call cost (beyond the noise band
-    and what a warm pass after a pause pays), and what the other-shape pass paid at least nothing (a first
-    pass faster than its steady passes is noise, not a saving). The part no booked runtime_init holds,
-    where it is outside the noise band, is booked as runtime_init, inferred, at its own size (never at what
-    the other causes leave), placed over the modules' unattributed rows in proportion (their warm_process_ms)."""
+    """What the clean first pass paid beyond the other-shape passes after it (each net of its waits, each
+    at a shape new to the process): what the process pays once whatever the shape (the first run of torch's
+    and the model's code, its pages, lazy set-up). Decided by evidence the machine's load does not widen:
+    each other shape gives one figure, the clean first pass's excess less that shape's first-pass excess
+    (an other-shape pass faster than its own steady passes paid nothing, not less than nothing), and it
+    agrees where that figure is over the spread of the steady passes net of their waits (one pass's own
+    noise, read without the waits load adds). Where most of them agree, the median figure is the row, less
+    the runtime_init already booked from counts, as runtime_init, inferred, at its own size (never at what
+    the other causes leave), placed over the modules' unattributed rows in proportion (their
+    warm_process_ms). A warm model books nothing: its clean first pass pays no more than a new shape's."""
+    from ..attribution import steady_stats
     from ..report import CauseEntry
 
-    other = clean.other_shape or {}
-    clean_net = clean.excess_ms - sum(_waits(clean.first, clean.steady))
-    other_net = float(other.get("excess_ms", 0.0)) - sum(_waits(other.get("first", {}), clean.steady))
-    if clean_net <= no_cost_bound_ms(report):  # a warm model: nothing is paid once, nor at this shape
+    shapes = [o for o in (clean.other_shapes or [clean.other_shape]) if o]
+    if not shapes:
         return causes
-    once = clean_net - max(0.0, other_net)
-    if once <= report.noise_band_ms:
+    clean_net = clean.excess_ms - sum(_waits(clean.first, clean.steady))
+    figures = [clean_net - max(0.0, float(o.get("excess_ms", 0.0)) - sum(_waits(o.get("first", {}), clean.steady)))
+               for o in shapes]
+    spread = steady_stats(clean.steady_net_ms).noise_band if len(clean.steady_net_ms) >= 3 else report.noise_band_ms
+    agree = sum(1 for f in figures if f > spread)
+    once = median(figures)
+    n = len(figures)
+    said = (f"{agree} of {n} other-shape first pass{'es' if n > 1 else ''} "
+            f"({', '.join(f'{f:.2f}' for f in figures)} ms below the traced shape's, net of waits) "
+            f"over the steady passes' spread net of their waits ({spread:.2f} ms)")
+    evidence = {"figures_ms": figures, "agree": agree, "of": n, "steady_net_spread_ms": spread, "median_ms": once,
+                "booked_ms": 0.0}
+    if isinstance(report.clean, dict):
+        report.clean["once_per_process"] = evidence
+    if agree * 2 <= n or clean_net <= 0:
+        if agree:
+            report.notes.append(NOTE_PREFIX + f"nothing booked as paid once per process: only {said}")
         return causes
     booked = sum(e.ms for e in causes if e.cause == Name.RUNTIME_INIT)
     left = once - booked
     if left < 1e-3:
         return causes
+    evidence["booked_ms"] = left
     rows = [w for w in report.unattributed_where if float(w.get("ms", 0.0)) > 0]
     weight = sum(float(w["ms"]) for w in rows)
     for w in rows:
         w["warm_process_ms"] = w.get("warm_process_ms", 0.0) + min(float(w["ms"]), left * float(w["ms"]) / weight)
-    shape = "x".join(str(d) for d in (other.get("shape") or [[]])[0])
+    shape = "x".join(str(d) for d in (shapes[0].get("shape") or [[]])[0])
     causes.append(CauseEntry(
         cause=Name.RUNTIME_INIT, ms=left, share=0.0, evidence="inferred", source=ONCE_SOURCE,
         module=rows[0]["module"] if rows else "", count=len(rows),
-        detail=f"the clean first pass paid {once:.2f} ms more over its steady passes than a first pass at {shape or 'another shape'} "
-               f"right after it (both without their waits): what this process pays once whatever the shape (the first run of "
-               f"torch's and the model's code and its pages, lazy set-up); {left:.2f} ms of it beyond the runtime_init booked "
-               "from counts, placed over the modules' unattributed time in proportion (inferred: two clean passes compared)"))
+        detail=f"the clean first pass paid {once:.2f} ms more over its steady passes than a first pass at "
+               f"{shape or 'another shape'}{' and the other new shapes' if n > 1 else ''} right after it (the median; "
+               f"each without its waits; {said} agree): what this process pays once whatever the shape (the first run "
+               f"of torch's and the model's code and its pages, lazy set-up); {left:.2f} ms of it beyond the runtime_init "
+               "booked from counts, placed over the modules' unattributed time in proportion (inferred: clean passes "
+               "compared)"))
     return causes
+
+
+_HOST_FAULTS = (Name.ALLOCATOR_GROWTH, "host_faults")
+# Two fresh processes running the same model take nearly the same page faults; a difference this small
+# (faults, or this share of the clean pass's) is run-to-run, not warmprof's.
+FAULTS_NOISE = (32, 0.10)
+
+
+def _faults_beyond_clean(report: Any, clean: Clean | None) -> int | None:
+    """The page faults the instrumented first pass took beyond the clean one (each less its steady
+    passes' median; the instrumented one less the recorder's own, which attribution already leaves
+    out): warmprof's own (the op view's event buffers, the instruments' tables), in a pass where the
+    clean control counted the model's own. 0 where they agree within FAULTS_NOISE; None where either
+    count is missing (an older control, or no control)."""
+    counters = getattr(report, "counters", None) or {}
+    first = counters.get("first_pass") or {}
+    if clean is None or "faults" not in clean.first or "minor_faults" not in first:
+        return None
+    recorder = getattr(getattr(report, "protocol", None), "recorder", None)
+    instrumented = (int(first.get("minor_faults", 0)) + int(first.get("major_faults", 0))
+                    - int(counters.get("steady_faults_median", 0)) - int(getattr(recorder, "own_faults", 0) or 0))
+    model = int(clean.first["faults"]) - int(clean.steady.get("faults", 0))
+    extra = instrumented - model
+    return extra if extra > max(FAULTS_NOISE[0], FAULTS_NOISE[1] * max(0, model)) else 0
+
+
+def _take_own_faults(causes: list[Any], extra: int) -> float:
+    """Take `extra` faults off the instrumented pass's anonymous first-touch entries (allocator_growth,
+    host_faults: warmprof's buffers are anonymous memory), each at its own price per fault, in proportion
+    to their counts; the ms taken."""
+    entries = [e for e in causes if (e.cause, e.source) == _HOST_FAULTS and e.count > 0]
+    total = sum(e.count for e in entries)
+    if extra <= 0 or total <= 0:
+        return 0.0
+    take = min(extra, total)
+    taken = 0.0
+    for e in entries:
+        n = take * e.count / total
+        ms = e.ms * n / e.count
+        if e.ms > 0:
+            e.waited_ms = e.waited_ms * (e.ms - ms) / e.ms
+            e.blocked_ms = e.blocked_ms * (e.ms - ms) / e.ms
+        e.ms -= ms
+        e.count = int(round(e.count - n))
+        taken += ms
+        said = (f"less {n:.0f} faults ({ms:.2f} ms) the clean first pass did not take: warmprof's own (the op view's "
+                "event buffers, the instruments' tables), counted by the two processes' page faults")
+        e.detail = f"{e.detail}; {said}" if e.detail else said
+    return taken
 
 
 def _less(causes: list[Any], control: list[dict[str, Any]]) -> list[Any]:
