@@ -9,8 +9,9 @@
 # Without REV the tree's working files are installed, uncommitted changes included; with REV (a commit,
 # branch or HEAD) exactly that commit's files (git archive), whatever the working tree holds.
 #
-# venv-acc213: torch 2.13.0 (CPU) + transformers 4.57.6.
-# venv-acc214: torch 2.14.1 + torchvision 0.29.1 + transformers 4.57.6 (the torchvision models need it).
+# venv-acc213: torch 2.13.0 (CPU) + transformers 4.57.6 + diffusers 0.36.0.
+# venv-acc214: torch 2.14.1 + torchvision 0.29.1 + transformers 4.57.6 + diffusers 0.36.0 (the torchvision
+# models need it). transformers and diffusers as pinned in pyproject.toml's `bench` extra (BENCH_PINS).
 # Both wheels lie on this disk (pip's find-links); nothing is downloaded but the registry's small packages.
 # warmprof is installed with --no-deps (its [torch] extra caps torch below 2.14) and --no-build-isolation
 # (scikit-build-core and pybind11 are installed into the venv first).
@@ -23,6 +24,7 @@ set -euo pipefail
 ACC213=${ACC213:-/work/venv-acc213}
 ACC214=${ACC214:-/work/venv-acc214}
 HERE=$(cd "$(dirname "$0")/.." && pwd)
+BENCH_PINS=(transformers==4.57.6 diffusers==0.36.0)  # = pyproject.toml's [project.optional-dependencies] bench
 
 install_tree() {
   local venv=$1 tree rev=${3:-}
@@ -60,8 +62,8 @@ make_venv() {
 case "${1:-}" in
   make)
     tree=${2:-$HERE}
-    make_venv "$ACC213" torch==2.13.0 transformers==4.57.6
-    make_venv "$ACC214" torch==2.14.1 torchvision==0.29.1 transformers==4.57.6
+    make_venv "$ACC213" torch==2.13.0 "${BENCH_PINS[@]}"
+    make_venv "$ACC214" torch==2.14.1 torchvision==0.29.1 "${BENCH_PINS[@]}"
     install_tree "$ACC213" "$tree" "${3:-}"
     install_tree "$ACC214" "$tree" "${3:-}"
     ;;
@@ -70,7 +72,7 @@ case "${1:-}" in
     install_tree "$2" "$3" "${4:-}"
     ;;
   *)
-    sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
     ;;
 esac

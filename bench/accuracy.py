@@ -1,17 +1,22 @@
 """Accuracy harness (issue 24's acceptance): warmprof's answer against ground truth measured WITHOUT warmprof.
 
-For each model of bench/zoo.py (transformers and torchvision models at small configs, built in code, plus
-warmprof's own demo), --runs fresh processes of each kind, in sequence (never in parallel: they would
-disturb each other's timing), run-interleaved so drift spreads over all kinds:
+For each model of bench/zoo.py (transformers, torchvision and diffusers models at small configs, built in code,
+plus warmprof's own demo; --models takes zoo.GROUPS' names too: families = issue 39's seven), --runs fresh
+processes of each kind, in sequence (never in parallel: they would disturb each other's timing),
+run-interleaved so drift spreads over all kinds:
 
   bare         bench/acc_child.py bare NAME: no profiler; the first forward timed with perf_counter_ns,
-               then 30 steady passes; excess = first - steady median (the ground truth)
+               then 30 steady passes; excess = first - steady median (the ground truth); each pass's wait for
+               a CPU read around it too
   trace        warmprof trace bench/zoo.py:NAME --shape S (or --inputs bench/zoo.py:NAME_inputs)
                --threads 1 --quiet --json OUT
   explain      the same with --explain (unless --no-explain)
   prerun       warmprof trace of NAME_prerun (the model already run 20 times at the traced inputs inside its
                factory: its true first-pass excess is ~0); and prerun-bare, the bare child of the same
                factory, to show that ground truth
+  planted      for a model whose ZOO entry has "planted" (zoo.unet_planted), bench/acc_child.py planted: the
+               planted cost alone (a fresh 64 MiB float32 tensor, every page written) in a fresh process
+               without warmprof, against the allocator_growth each trace books in the planted block
 
 Then the time-to-an-answer check: the wall time of `warmprof trace --demo --threads 1 --quiet` against a
 plain fresh process that builds the demo and runs its first pass (acc_child.py plain-demo), medians of
@@ -28,6 +33,13 @@ explained (instr.) = booked / (booked + unattributed): the causes' share of what
 (its excess less warmprof's own cost); run-to-run = the report's accounting.run_to_run_ms (issue 38: the clean
 first pass's excess against the instrumented one's, its own row, never a cause).
 
+With the waits for a CPU out on both sides (issue 39; bench/acc_report.py reads them):
+bare exc, waits out = the bare child's (first - its wait) - median(steady - its wait), each pass's schedstat
+run-queue delay read around it (acc_child.py); own share, waits out = (booked less cpu_contention, less each
+remaining cause's waited_ms) / bare exc, waits out; headline/bare (waits out) = (the report's headline excess
+less the clean control's first-pass wait for a CPU beyond its steady passes', accounting.run_to_run) / bare
+exc, waits out. Ratios of medians over runs, as trace/bare; time off the CPU stays in on both sides.
+
 Acceptance (printed as ok / FAIL per model):
   cold      trace model excess / bare excess (medians) within 0.67-1.5x
   prerun    the pre-run variant's booked-for-model / the bare cold excess <= 0.25x, and its verdict says no
@@ -38,6 +50,7 @@ Acceptance (printed as ok / FAIL per model):
 Usage (see bench/ACCURACY.md):
   python bench/accuracy.py --venv /work/venv-acc213 --models demo,llama,bert,t5
   python bench/accuracy.py --venv /work/venv-acc214 --models mobilenet,resnet18 --no-answer-time
+  python bench/accuracy.py --venv /work/venv-acc213 --models families,unet_planted --no-answer-time
 Progress on stderr; the tables on stdout; --json PATH saves every raw figure and report summary.
 """
 
@@ -47,7 +60,6 @@ import argparse
 import json
 import os
 import platform
-import re
 import shutil
 import signal
 import statistics
@@ -62,20 +74,13 @@ CHILD = os.path.join(HERE, "acc_child.py")
 VENVS_SH = os.path.join(HERE, "acc_venvs.sh")
 
 sys.path.insert(0, HERE)
-from zoo import DEFAULT_MODELS, ZOO  # noqa: E402  (zoo imports torch only inside its factories)
+from zoo import DEFAULT_MODELS, GROUPS, ZOO  # noqa: E402  (zoo imports torch only inside its factories)
+from acc_report import _num, planted_booked, read_report  # noqa: E402,F401  (read_report: the reading, moved)
 
 COLD_LO, COLD_HI = 0.67, 1.5
 PRERUN_MAX = 0.25
 GOAL_DEFAULT, GOAL_EXPLAIN = 0.80, 0.90
 ANSWER_MAX = 3.0
-OWN_CAUSES = {"profiler_overhead"}
-NOT_MODEL = OWN_CAUSES | {"unattributed"}
-# Booked for the model all the same (the brief's definition), but about the machine: shown apart, since on a
-# busy machine they can carry a pre-run model's whole "first-call cost".
-MACHINE_CAUSES = {"cpu_contention", "wait"}
-NO_COST_RE = re.compile(r"\bno\b[^.;]*\b(first[- ]?(call|pass|request)|cold|warm[- ]?up|excess)\b[^.;]*\bcost|"
-                        r"\bno\b[^.;]*\bfirst[- ]?(call|pass)\b|\bnothing to (explain|attribute)\b|\balready warm\b",
-                        re.I)
 
 
 def log(msg: str) -> None:
@@ -136,102 +141,6 @@ class Child:
         return {"ok": False, "rc": self.rc, "stderr_tail": tail(self.stderr), "wall_s": self.wall_s}
 
 
-# ---------------------------------------------------------------- reading a report, either schema
-
-def _num(x) -> float | None:
-    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
-
-
-def verdict_text(v) -> str | None:
-    if v is None or v == "":
-        return None
-    if isinstance(v, str):
-        return v
-    if isinstance(v, dict):
-        for key in ("text", "summary", "says", "verdict", "message", "kind"):
-            if isinstance(v.get(key), str):
-                return v[key] if key != "kind" else json.dumps(v, sort_keys=True)
-        return json.dumps(v, sort_keys=True)
-    return json.dumps(v)
-
-
-# The verdict codes the new schema writes (traces/verdict.py): a first pass faster than steady is no
-# first-call cost either.
-VERDICT_CODES = {"first_call_cost": False, "no_first_call_cost": True, "first_pass_faster": True}
-
-
-def verdict_no_cost(v) -> bool | None:
-    """Does the verdict say there is no first-call cost? None when there is no verdict to read."""
-    if v is None or v == "":
-        return None
-    if isinstance(v, str) and v.strip() in VERDICT_CODES:
-        return VERDICT_CODES[v.strip()]
-    if isinstance(v, dict):
-        for key in ("no_first_call_cost", "no_cost", "warm", "nothing_to_explain"):
-            if isinstance(v.get(key), bool):
-                return v[key]
-        for key in ("code", "kind", "id", "name", "verdict"):
-            if isinstance(v.get(key), str) and v[key].strip() in VERDICT_CODES:
-                return VERDICT_CODES[v[key].strip()]
-    text = (verdict_text(v) or "").replace("_", " ")
-    return bool(NO_COST_RE.search(text))
-
-
-def read_report(r: dict) -> dict:
-    causes = [c for c in (r.get("causes") or []) if isinstance(c, dict)]
-    by: dict[str, float] = {}
-    for c in causes:
-        ms = _num(c.get("ms"))
-        if ms is not None:
-            by[str(c.get("cause"))] = by.get(str(c.get("cause")), 0.0) + ms
-    own_rows = sum(v for k, v in by.items() if k in OWN_CAUSES)
-    clean = r.get("clean") if isinstance(r.get("clean"), dict) else None
-    own_cost = r.get("own_cost") if isinstance(r.get("own_cost"), dict) else None
-    excess = _num(r.get("excess_ms"))
-    if excess is None and clean is not None:
-        excess = _num(clean.get("excess_ms"))
-    schema = "new" if (clean is not None or own_cost is not None or "unattributed" in by) else "old"
-    model_excess = excess - own_rows if excess is not None else None
-    booked = sum(v for k, v in by.items() if k not in NOT_MODEL)
-    machine = sum(v for k, v in by.items() if k in MACHINE_CAUSES)
-    unattributed = by.get("unattributed", _num(r.get("unattributed_ms")))
-    share = booked / model_excess if model_excess is not None and model_excess > 0 else None
-    # issue 38's accounting: excess = causes + run_to_run + unattributed; the causes' share of what the process
-    # whose causes were measured paid (its instrumented excess less warmprof's own cost: causes + unattributed)
-    acc = r.get("accounting") if isinstance(r.get("accounting"), dict) else {}
-    run_to_run = _num(acc.get("run_to_run_ms"))
-    instrumented = booked + unattributed if unattributed is not None else None
-    share_instrumented = booked / instrumented if instrumented is not None and instrumented > 0 else None
-    # warmprof's own cost on the first pass: the new schema's own_cost.first_pass_ms (measured on the model
-    # warm), else the profiler_overhead rows (old schema: an estimate from warm instrumented passes).
-    own_ms = own_rows
-    if own_cost is not None and _num(own_cost.get("first_pass_ms")) is not None:
-        own_ms = _num(own_cost["first_pass_ms"])
-    verdict = r.get("verdict")
-    top = sorted(((k, v) for k, v in by.items() if k not in OWN_CAUSES), key=lambda kv: -kv[1])[:5]
-    return {
-        "schema": schema,
-        "first_pass_ms": _num(r.get("first_pass_ms")),
-        "steady_ms": _num(r.get("steady_median_ms")) or _num(r.get("steady_ms")),
-        "excess_ms": excess,
-        "own_ms": own_ms,
-        "own_rows_ms": own_rows,
-        "model_excess_ms": model_excess,
-        "booked_ms": booked,
-        "machine_ms": machine,
-        "booked_less_machine_ms": booked - machine,
-        "unattributed_ms": unattributed,
-        "share": share,
-        "run_to_run_ms": run_to_run,
-        "share_instrumented": share_instrumented,
-        "clean": clean,
-        "own_cost": own_cost,
-        "verdict": verdict_text(verdict),
-        "verdict_no_cost": verdict_no_cost(verdict),
-        "top_causes": top,
-    }
-
-
 # ---------------------------------------------------------------- the children
 
 def bare(py: str, factory: str, args) -> dict:
@@ -266,11 +175,27 @@ def trace(py: str, name: str, factory: str, explain: bool, args, workdir: str, t
     except (OSError, ValueError, TypeError, AttributeError) as e:
         c.stderr += f"\n(could not read the report {out}: {type(e).__name__}: {e})"
         return c.failure(f"trace {tag}: report")
+    if spec.get("planted") and factory == name:  # the cost planted in one block: what the report books there
+        res["planted"] = planted_booked(report, spec["planted"]["module"], spec["planted"]["cause"])
     if args.keep:
         os.makedirs(args.keep, exist_ok=True)
         shutil.copy(out, os.path.join(args.keep, f"{tag}.json"))
     res.update(ok=True, wall_s=c.wall_s, load=c.load_before)
     return res
+
+
+def planted(py: str, args) -> dict:
+    """acc_child.py planted: zoo.plant_cost() (the planted 64 MiB first write) timed alone, no warmprof."""
+    wait_for_load(args.wait_load, args.wait_max)
+    c = Child([py, CHILD, "planted"], args.timeout, HERE)
+    if not c.ok:
+        return c.failure("planted")
+    try:
+        out = json.loads(c.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return c.failure("planted: no JSON line on stdout")
+    out.update(ok=True, wall_s=c.wall_s, load=c.load_before)
+    return out
 
 
 def has_packages(py: str, needs: tuple[str, ...]) -> str | None:
@@ -314,6 +239,8 @@ def summarise(name: str, runs: dict[str, list[dict]], n: int) -> dict:
     s["bare_first"] = med(b, "first_ms")
     s["bare_steady"] = med(b, "steady_ms")
     s["bare_ok"] = n_ok(b)
+    s["bare_net_excess"] = med(b, "net_excess_ms")  # net of the waits for a CPU, first and steady (acc_child.py)
+    s["bare_net_range"] = rng(b, "net_excess_ms")
     for kind in ("trace", "explain", "prerun"):
         rows = runs.get(kind, [])
         s[f"{kind}_ok"] = n_ok(rows)
@@ -326,6 +253,8 @@ def summarise(name: str, runs: dict[str, list[dict]], n: int) -> dict:
         s[f"{kind}_share"] = med(rows, "share")
         s[f"{kind}_share_instr"] = med(rows, "share_instrumented")
         s[f"{kind}_run_to_run"] = med(rows, "run_to_run_ms")
+        s[f"{kind}_own_waits_out"] = med(rows, "own_waits_out_ms")
+        s[f"{kind}_headline_net"] = med(rows, "headline_net_ms")
         s[f"{kind}_wall"] = med(rows, "wall_s")
         s[f"{kind}_schema"] = sorted({r["schema"] for r in rows if r.get("ok")})
         verdicts = [r.get("verdict") for r in rows if r.get("ok")]
@@ -339,9 +268,38 @@ def summarise(name: str, runs: dict[str, list[dict]], n: int) -> dict:
     be = s["bare_excess"]
     s["cold_ratio"] = s["trace_model_excess"] / be if be and be > 0 and s["trace_model_excess"] is not None else None
     s["prerun_ratio"] = s["prerun_booked"] / be if be and be > 0 and s["prerun_booked"] is not None else None
+    bn = s["bare_net_excess"]  # issue 39: the waits for a CPU out on both sides (ratios of medians, as cold's)
+    for kind in ("trace", "explain"):
+        ow = s[f"{kind}_own_waits_out"]
+        s[f"{kind}_share_waits_out"] = ow / bn if bn and bn > 0 and ow is not None else None
+    hn = s["trace_headline_net"]
+    s["headline_ratio_net"] = hn / bn if bn and bn > 0 and hn is not None else None
+    if runs.get("planted"):
+        s["planted"] = summarise_planted(runs)
     pl = med(runs.get("prerun", []), "booked_less_machine_ms")
     s["prerun_ratio_less_machine"] = pl / be if be and be > 0 and pl is not None else None
     return s
+
+
+def summarise_planted(runs: dict[str, list[dict]]) -> dict:
+    """The planted cost alone (acc_child.py planted, fresh processes) against what the cold traces booked for
+    it in its block (medians; ranges)."""
+    p = runs["planted"]
+    out = {"bare_ok": n_ok(p), "bare_ran": len(p), "bare_ms": med(p, "planted_net_ms"),
+           "bare_range": rng(p, "planted_net_ms"), "bare_wait_ms": med(p, "wait_ms"),
+           "bare_faults_ms": med(p, "faults_ms"), "bare_rewrite_ms": med(p, "rewrite_ms")}
+    for kind in ("trace", "explain"):
+        rows = [dict(r["planted"], ok=True) for r in runs.get(kind, []) if r.get("ok") and r.get("planted")]
+        if rows:
+            out["module"], out["cause"] = rows[0]["module"], rows[0]["cause"]
+        out[f"{kind}_n"] = len(rows)
+        out[f"{kind}_booked"] = med(rows, "booked_ms")
+        out[f"{kind}_range"] = rng(rows, "booked_ms")
+        out[f"{kind}_unattributed"] = med(rows, "unattributed_ms")
+        b = out[f"{kind}_booked"]
+        out[f"{kind}_ratio"] = b / out["bare_ms"] if out["bare_ms"] and b is not None else None
+        out[f"{kind}_ratio_faults"] = b / out["bare_faults_ms"] if out["bare_faults_ms"] and b is not None else None
+    return out
 
 
 def verdict_ok(ok: bool | None) -> str:
@@ -370,6 +328,35 @@ def cell(s: dict, kind: str, value: str) -> str:
     return value if ok == ran else f"{value} ({ran - ok} failed)"
 
 
+def ratio(x: float | None) -> str:
+    return fmt(x, ".2f") + ("x" if x is not None else "")
+
+
+def print_planted(summaries: list[dict]) -> None:
+    """The planted cost (zoo.unet_planted) against what the cold traces booked for it in its block."""
+    for s in summaries:
+        p = s.get("planted")
+        if not p:
+            continue
+        br = p.get("bare_range") or (None, None)
+        print()
+        print(f"Planted cost ({s['model']}): {p.get('module', '?')}'s first call writes a fresh 64 MiB float32 "
+              f"tensor. Alone in a fresh process without warmprof (acc_child.py planted, {p['bare_ok']}/"
+              f"{p['bare_ran']} processes; net of its wait for a CPU, {fmt(p.get('bare_wait_ms'), '.2f')} ms): "
+              f"{fmt(p['bare_ms'])} ms [{fmt(br[0])}..{fmt(br[1])}], of which the first touch of its pages "
+              f"{fmt(p['bare_faults_ms'])} ms (less a second write of the same tensor, "
+              f"{fmt(p['bare_rewrite_ms'])} ms).")
+        for kind, what in (("trace", "cold trace"), ("explain", "--explain trace")):
+            if not p.get(f"{kind}_n"):
+                continue
+            r = p.get(f"{kind}_range") or (None, None)
+            print(f"  {what}: {p.get('cause')} booked in that module {fmt(p[f'{kind}_booked'])} ms "
+                  f"[{fmt(r[0])}..{fmt(r[1])}] ({ratio(p[f'{kind}_ratio'])} of the planted cost alone, "
+                  f"{ratio(p.get(f'{kind}_ratio_faults'))} of its first touch); "
+                  f"unattributed placed in that module {fmt(p[f'{kind}_unattributed'])} ms (medians of "
+                  f"{p[f'{kind}_n']})")
+
+
 def print_tables(summaries: list[dict], answer: dict | None, explain: bool, header: str) -> None:
     print(header)
     print()
@@ -377,8 +364,16 @@ def print_tables(summaries: list[dict], answer: dict | None, explain: bool, head
           "less warmprof's own cost (own); booked = causes other than profiler_overhead and unattributed, "
           "(machine) = of which cpu_contention and wait; wall = trace / --explain trace / pre-run trace; "
           "load = median 1-minute load average before each child.")
-    cols = ["model", "bare excess [range]", "bare 1st/steady", "trace model exc [range]", "own", "trace/bare",
-            "explained", "explained (instr.)", "run-to-run", "explained --explain", "prerun booked (machine)", "prerun/bare", "prerun bare exc",
+    print("Waits for a CPU out (issue 39), ratios of medians: bare exc, waits out = the bare child's (first pass "
+          "- its wait for a CPU) - median(steady pass - its wait), schedstat run-queue delay read around each pass "
+          "(time off the CPU stays in); headline/bare (waits out) = the report's headline excess less the clean "
+          "control's first-pass wait for a CPU beyond its steady passes' (accounting.run_to_run), over bare exc, "
+          "waits out; own share, waits out = booked less cpu_contention and less each cause's waited_ms (its wait "
+          "inside its own spans), over bare exc, waits out (two processes' figures: it can pass 100%).")
+    cols = ["model", "bare excess [range]", "bare exc, waits out [range]", "bare 1st/steady",
+            "trace model exc [range]", "own", "trace/bare", "headline/bare (waits out)", "explained",
+            "own share, waits out", "explained (instr.)", "run-to-run", "explained --explain",
+            "own share, waits out --explain", "prerun booked (machine)", "prerun/bare", "prerun bare exc",
             "wall s (t/e/p)", "load"]
     rows = []
     for s in summaries:
@@ -388,18 +383,24 @@ def print_tables(summaries: list[dict], answer: dict | None, explain: bool, head
         br = s["bare_range"]
         bare_cell = "failed" if not s["bare_ok"] else \
             f"{fmt(s['bare_excess'])} [{fmt(br[0])}..{fmt(br[1])}]"
+        bn = s.get("bare_net_range") or (None, None)
+        bare_net_cell = "failed" if not s["bare_ok"] else \
+            f"{fmt(s.get('bare_net_excess'))} [{fmt(bn[0])}..{fmt(bn[1])}]"
         walls = "/".join(fmt(s[f"{k}_wall"], ".0f") for k in ("trace", "explain", "prerun"))
         rows.append([
-            s["model"], bare_cell,
+            s["model"], bare_cell, bare_net_cell,
             f"{fmt(s['bare_first'])}/{fmt(s['bare_steady'])}",
             cell(s, "trace", f"{fmt(s['trace_model_excess'])} [{fmt((s['trace_range'] or (None, None))[0])}.."
                              f"{fmt((s['trace_range'] or (None, None))[1])}]"),
             cell(s, "trace", fmt(s["trace_own"])),
-            fmt(s["cold_ratio"], ".2f") + ("x" if s["cold_ratio"] is not None else ""),
+            ratio(s["cold_ratio"]),
+            ratio(s.get("headline_ratio_net")),
             cell(s, "trace", pct(s["trace_share"])),
+            cell(s, "trace", pct(s.get("trace_share_waits_out"))),
             cell(s, "trace", pct(s.get("trace_share_instr"))),
             cell(s, "trace", fmt(s.get("trace_run_to_run"))),
             cell(s, "explain", pct(s["explain_share"])) if explain else "not run",
+            cell(s, "explain", pct(s.get("explain_share_waits_out"))) if explain else "not run",
             cell(s, "prerun", f"{fmt(s['prerun_booked'])} ({fmt(s['prerun_machine'])})"),
             fmt(s["prerun_ratio"], ".2f") + ("x" if s["prerun_ratio"] is not None else ""),
             fmt(s["prerun_bare_excess"]),
@@ -411,6 +412,7 @@ def print_tables(summaries: list[dict], answer: dict | None, explain: bool, head
     print(line(["-" * w for w in widths]))
     for r in rows:
         print(line(r))
+    print_planted(summaries)
     print()
     print(f"Acceptance: cold = trace/bare within {COLD_LO}-{COLD_HI}x; prerun = prerun booked/bare <= {PRERUN_MAX}x "
           f"and its verdict says no first-call cost; explained goal >= {GOAL_DEFAULT:.0%} (default), "
@@ -477,7 +479,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  epilog="see the module docstring and bench/ACCURACY.md")
     ap.add_argument("--models", default=",".join(DEFAULT_MODELS),
-                    help=f"comma-separated, from {', '.join(ZOO)} (default {','.join(DEFAULT_MODELS)})")
+                    help=f"comma-separated, from {', '.join(ZOO)}, or a group: "
+                         f"{'; '.join(f'{k} = {chr(44).join(v)}' for k, v in GROUPS.items())} "
+                         f"(default {','.join(DEFAULT_MODELS)})")
     ap.add_argument("--runs", type=int, default=3, help="fresh processes of each kind per model (default 3)")
     g = ap.add_mutually_exclusive_group()
     g.add_argument("--venv", help="run the children with VENV/bin/python (default: $VIRTUAL_ENV, else this "
@@ -508,10 +512,13 @@ def main(argv: list[str] | None = None) -> int:
         return reprint(args.report)
     if args.runs < 1:
         ap.error("--runs must be at least 1")
-    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    models = []
+    for m in (m.strip() for m in args.models.split(",") if m.strip()):  # a group name stands for its models
+        models += [g for g in GROUPS.get(m, (m,)) if g not in models]
     bad = [m for m in models if m not in ZOO]
     if bad:
-        ap.error(f"unknown model(s) {', '.join(bad)}: choose from {', '.join(ZOO)}")
+        ap.error(f"unknown model(s) {', '.join(bad)}: choose from {', '.join(ZOO)} or the groups "
+                 f"{', '.join(GROUPS)}")
     py = interpreter(args)
     if not os.path.exists(py):
         ap.error(f"no interpreter at {py}")
@@ -564,9 +571,17 @@ def main(argv: list[str] | None = None) -> int:
                 runs["bare"].append(b)
                 t = trace(py, name, name, False, args, workdir, f"{name}-trace-{i}")
                 runs["trace"].append(t)
-                msg = (f"{name} run {i}/{args.runs}: bare excess {fmt(b.get('excess_ms'), '.2f')} ms; trace model "
+                msg = (f"{name} run {i}/{args.runs}: bare excess {fmt(b.get('excess_ms'), '.2f')} ms (waits out "
+                       f"{fmt(b.get('net_excess_ms'), '.2f')}); trace model "
                        f"excess {fmt(t.get('model_excess_ms'), '.2f')} ms, booked {fmt(t.get('booked_ms'), '.2f')}, "
-                       f"own {fmt(t.get('own_ms'), '.2f')}, {fmt(t.get('wall_s'), '.0f')} s")
+                       f"own {fmt(t.get('own_ms'), '.2f')}, own causes waits out "
+                       f"{fmt(t.get('own_waits_out_ms'), '.2f')}, "
+                       f"headline waits out {fmt(t.get('headline_net_ms'), '.2f')}, {fmt(t.get('wall_s'), '.0f')} s")
+                if ZOO[name].get("planted"):
+                    pc = planted(py, args)
+                    runs.setdefault("planted", []).append(pc)
+                    msg += (f"; planted cost alone {fmt(pc.get('planted_net_ms'), '.2f')} ms, booked in its block "
+                            f"{fmt((t.get('planted') or {}).get('booked_ms'), '.2f')}")
                 if explain:
                     e = trace(py, name, name, True, args, workdir, f"{name}-explain-{i}")
                     runs["explain"].append(e)
