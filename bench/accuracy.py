@@ -19,7 +19,7 @@ run-interleaved so drift spreads over all kinds:
                without warmprof, against the allocator_growth each trace books in the planted block
 
 Then the time-to-an-answer check: the wall time of `warmprof trace --demo --threads 1 --quiet` against a
-plain fresh process that builds the demo and runs its first pass (acc_child.py plain-demo), medians of
+plain fresh process that builds the demo and runs 11 passes (acc_child.py plain-demo), medians of
 --runs.
 
 Every report is read defensively, for both schemas:

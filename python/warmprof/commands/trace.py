@@ -24,7 +24,7 @@ __all__ = ["HELP", "NAME", "load_target", "run", "setup"]
 # With a control, the headline's steady passes are the control's clean ones; this process's own serve
 # its attribution (the instrumented excess, the noise band, the instruments' steady cost), for which a
 # few tenths of a second of passes (at least 5) do.
-STEADY_BUDGET_WITH_CONTROL_S = 0.4
+STEADY_BUDGET_WITH_CONTROL_S = 0.25
 
 NAME = "trace"
 HELP = "Trace a model's first pass and attribute its excess over a steady pass to causes."

@@ -58,12 +58,12 @@ from ..system.supervise import die_with, stop
 READY_TIMEOUT_S = 600.0
 PHASE_FACTOR, PHASE_MARGIN_S = 4.0, 60.0  # a phase may take this many times the trace's own, plus this
 CLEAN_STEADY = (10, 40)  # the control's clean steady passes: at least, at most...
-CLEAN_STEADY_BUDGET_S = 0.5  # ...within this (past the minimum)
+CLEAN_STEADY_BUDGET_S = 0.35  # ...within this (past the minimum)
 # Other shapes the control runs after its steady passes (1, 2, ... more in the batch dimension), each new to
 # the process: a first pass and OTHER_STEADY steady passes (its excess is the first against their median).
 # What the traced shape's first pass paid beyond each is paid once per process; several say how many agree.
 OTHER_SHAPES = 3
-OTHER_STEADY = 3
+OTHER_STEADY = 2
 # Warm passes at the traced inputs, each after a short sleep: the least of them over the steady median
 # is what a pass pays for coming after other work (caches, branch predictors, the clock), as every first
 # pass does while the steady passes come back to back.
