@@ -3,6 +3,8 @@
     python bench/acc_child.py bare FACTORY [STEADY]   build zoo.FACTORY() and zoo.<model>_inputs(), time the
                                                       first forward, then STEADY (default 30) steady passes;
                                                       print one JSON line {first_ms, steady_ms, excess_ms, ...}
+    python bench/acc_child.py bare-other FACTORY [STEADY] the same after one untimed pass at another shape (one more
+                                                      in the batch dimension): the excess a new shape pays
     python bench/acc_child.py plain-demo              build the demo, run its first pass and ten more (the baseline of
                                                       the time-to-an-answer check); print {first_ms}
     python bench/acc_child.py planted                 time zoo.plant_cost() alone (the cost planted in
@@ -79,7 +81,19 @@ def _split(t0: int, t1: int, u0: tuple, u1: tuple) -> tuple[float, float]:
     return delay / 1e6, (idle - delay) / 1e6
 
 
-def bare(factory: str, steady: int) -> dict:
+def grown(torch, inputs):
+    """The inputs one row longer in their batch dimension (the first row again), as warmprof's control grows
+    them for its other-shape pass (traces/control_serve.other_inputs)."""
+    def grow(v):
+        return torch.cat([v, v[:1]]) if isinstance(v, torch.Tensor) and v.dim() > 0 else v
+
+    return {k: grow(v) for k, v in inputs.items()} if isinstance(inputs, dict) else grow(inputs)
+
+
+def bare(factory: str, steady: int, other_first: bool = False) -> dict:
+    """other_first: one pass at another shape (one more in the batch dimension) before the timed first pass,
+    so what is left of the first pass's excess is what a new shape pays; the bare excess less it is what the
+    process pays once whatever the shape (the ground truth of the report's warm_process row)."""
     import torch
 
     torch.set_num_threads(1)
@@ -89,6 +103,9 @@ def bare(factory: str, steady: int) -> dict:
     model = getattr(zoo, factory)()
     inputs = getattr(zoo, base + "_inputs")()
     built_ms = (time.perf_counter_ns() - t_build) / 1e6
+    if other_first:
+        with torch.no_grad():
+            call(model, grown(torch, inputs))
     with torch.no_grad():
         f0 = resource.getrusage(resource.RUSAGE_SELF).ru_majflt
         u0 = _usage()
@@ -171,8 +188,8 @@ def plain_demo() -> dict:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) >= 2 and argv[0] == "bare":
-        out = bare(argv[1], int(argv[2]) if len(argv) > 2 else 30)
+    if len(argv) >= 2 and argv[0] in ("bare", "bare-other"):
+        out = bare(argv[1], int(argv[2]) if len(argv) > 2 else 30, other_first=argv[0] == "bare-other")
     elif argv == ["plain-demo"]:
         out = plain_demo()
     elif argv == ["planted"]:

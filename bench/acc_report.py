@@ -138,6 +138,10 @@ def read_report(r: dict) -> dict:
         "own_waits_out_ms": own_waits_out,
         "clean_waited_for_cpu_ms": clean_wait,
         "headline_net_ms": headline_net,
+        # issue 39: each cause's ms (the default against --explain, cause by cause) and the once-per-process row
+        # (source warm_process: runtime_init the clean first pass paid beyond its other-shape passes)
+        "by_cause": {k: v for k, v in by.items() if k not in NOT_MODEL},
+        "once_ms": sum(_num(c.get("ms")) or 0.0 for c in causes if c.get("source") == "warm_process"),
     }
 
 

@@ -503,3 +503,27 @@ def test_page_faults_the_clean_pass_did_not_take_are_warmprofs_own_not_the_model
         assert "718 page faults" in str(r) and "the clean first pass did not take" in host[0].detail
     else:
         assert r.own_cost["first_pass_faults_beyond_clean"] == 0 and "page faults (" not in str(r)
+
+
+def test_a_first_touch_paid_once_is_booked_as_allocator_growth_not_again_as_paid_once():
+    """A UNet with 64 MiB first-touched in one block on its first call only (bench/zoo.unet_planted): the clean
+    first pass paid ~26 ms more than every other-shape first pass after it, all of it page faults the trace
+    books as allocator_growth in that block. The once-per-process row books only what is left beyond those
+    faults (counted in the control, priced as the trace priced them), not the 26 ms a second time."""
+    r = _instrumented(**{Name.ALLOCATOR_GROWTH: 26.0})
+    r.first_pass_ms += 6.0
+    r.excess_ms += 6.0
+    entry = next(c for c in r.causes if c.cause == Name.ALLOCATOR_GROWTH)
+    entry.source, entry.count = "host_faults", 16500
+    steady = [14.0, 14.1, 13.9, 14.0, 14.2]
+    others = [{"first_pass_ms": 18.0 + k, "steady_median_ms": 15.0 + k, "excess_ms": 3.0, "shape": [[2 + k, 4]],
+               "first": {"faults": 300}} for k in range(3)]
+    clean = Clean(14.0 + 33.0, steady, first={"faults": 16800}, steady={"faults": 0}, other_shapes=others,
+                  steady_net_ms=[14.0, 14.1, 13.9, 14.0, 14.05])
+    clean.other_shape = others[0]
+    fold(r, clean, WarmControl(first_pass_ms=14.5, causes=[]))
+    _identity_holds(r)
+    once = [c for c in r.causes if c.source == "warm_process"]
+    faults_ms = 16500 * 26.0 / 16500  # (16800 - 300) faults at 26/16500 ms each
+    assert once and once[0].ms == pytest.approx(33.0 - 3.0 - faults_ms, abs=0.01)  # 4 ms, not 30
+    assert r.by_cause()[Name.ALLOCATOR_GROWTH] == pytest.approx(26.0)

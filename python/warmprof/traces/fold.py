@@ -281,7 +281,10 @@ def _once_per_process(report: Any, causes: list[Any], clean: Clean) -> list[Any]
     noise, read without the waits load adds). Where most of them agree, the median figure is the row, less
     the runtime_init already booked from counts, as runtime_init, inferred, at its own size (never at what
     the other causes leave), placed over the modules' unattributed rows in proportion (their
-    warm_process_ms). A warm model books nothing: its clean first pass pays no more than a new shape's."""
+    warm_process_ms). A warm model books nothing: its clean first pass pays no more than a new shape's.
+    Each figure is net of the anonymous page faults the first pass took beyond that shape's (counted in the
+    control, priced as the trace's allocator_growth prices them): a first touch paid once per process is
+    already booked as allocator_growth, and is not booked again here (a planted 64 MiB first touch was)."""
     from ..attribution import steady_stats
     from ..report import CauseEntry
 
@@ -290,7 +293,7 @@ def _once_per_process(report: Any, causes: list[Any], clean: Clean) -> list[Any]
         return causes
     clean_net = clean.excess_ms - sum(_waits(clean.first, clean.steady))
     figures = [clean_net - max(0.0, float(o.get("excess_ms", 0.0)) - sum(_waits(o.get("first", {}), clean.steady)))
-               for o in shapes]
+               - _booked_faults_ms(causes, clean, o) for o in shapes]
     spread = steady_stats(clean.steady_net_ms).noise_band if len(clean.steady_net_ms) >= 3 else report.noise_band_ms
     agree = sum(1 for f in figures if f > spread)
     once = median(figures)
@@ -375,6 +378,23 @@ def _take_own_faults(causes: list[Any], extra: int) -> float:
                 "event buffers, the instruments' tables), counted by the two processes' page faults")
         e.detail = f"{e.detail}; {said}" if e.detail else said
     return taken
+
+
+def _booked_faults_ms(causes: list[Any], clean: Clean, other: dict[str, Any]) -> float:
+    """What the anonymous page faults the clean first pass took beyond an other-shape first pass cost, at the
+    price per fault the trace's allocator_growth (host_faults) entries were booked at: the part of the
+    difference of the two passes those entries already hold. The first pass's file-page faults (runtime_init,
+    file_pages, taken off the once row as booked runtime_init) are not counted again. 0 where the control
+    counted no faults (an older one) or nothing was booked from faults."""
+    host = [e for e in causes if (e.cause, e.source) == _HOST_FAULTS and e.count > 0]
+    ofirst = other.get("first") or {}
+    if not host or "faults" not in clean.first or "faults" not in ofirst:
+        return 0.0
+    price = sum(e.ms for e in host) / sum(e.count for e in host)
+    base = float(clean.steady.get("faults", 0.0))
+    more = (float(clean.first["faults"]) - base) - max(0.0, float(ofirst["faults"]) - base)
+    files = sum(e.count for e in causes if (e.cause, e.source) == (Name.RUNTIME_INIT, "file_pages"))
+    return max(0.0, more - files) * price
 
 
 def _less(causes: list[Any], control: list[dict[str, Any]]) -> list[Any]:
