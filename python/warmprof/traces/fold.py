@@ -132,7 +132,7 @@ def fold(report: Any, clean: Clean | None, warm: WarmControl | None, why_not: st
                       warm.generate if warm is not None else None, _less)
     settings = getattr(report, "settings", None)
     if settings is not None:  # which controls ran: a setting that changes what is measured
-        ran = [{"name": "clean_first_pass", "process": "control"}] if clean is not None else []
+        ran: list[dict[str, Any]] = [{"name": "clean_first_pass", "process": "control"}] if clean is not None else []
         if clean is not None and clean.other_shape:
             ran.append({"name": "other_shape", "shape": (clean.other_shape.get("shape") or [None])[0],
                         **({"shapes": [(o.get("shape") or [None])[0] for o in clean.other_shapes]}
@@ -288,7 +288,7 @@ def _once_per_process(report: Any, causes: list[Any], clean: Clean) -> list[Any]
     from ..attribution import steady_stats
     from ..report import CauseEntry
 
-    shapes = [o for o in (clean.other_shapes or [clean.other_shape]) if o]
+    shapes: list[dict[str, Any]] = [o for o in (clean.other_shapes or [clean.other_shape or {}]) if o]
     if not shapes:
         return causes
     clean_net = clean.excess_ms - sum(_waits(clean.first, clean.steady))
