@@ -11,7 +11,7 @@ import pytest
 from warmprof.cli import main
 
 
-def run_cli(*argv, timeout=300):
+def run_cli(*argv, timeout=600):
     return subprocess.run([sys.executable, "-m", "warmprof", *argv], capture_output=True, text=True, timeout=timeout)
 
 
@@ -48,7 +48,7 @@ def test_trace_explain_from_the_cli_probes_with_the_controls_figures(tmp_path):
                  "    return torch.nn.Sequential(torch.nn.Linear(24, 40), torch.nn.GELU(), torch.nn.LayerNorm(40))\n")
     out = tmp_path / "explain.json"
     p = run_cli("trace", f"{f}:build", "--shape", "3,24", "--steady", "5", "--threads", "1", "--explain",
-                "--explain-top", "1", "--json", str(out), "--quiet", timeout=600)
+                "--explain-top", "1", "--json", str(out), "--quiet", timeout=1200)
     assert p.returncode == 0, p.stderr
     data = json.loads(out.read_text())
     notes = " ".join(data["notes"])
@@ -99,7 +99,7 @@ def test_inputs_file_in_a_fresh_process(tmp_path):
     torch.save((torch.randn(7, 8),), tmp_path / "in.pt")
     out = tmp_path / "r.json"
     p = subprocess.run([sys.executable, "-m", "warmprof", "trace", f"{f}:build", "--inputs", "in.pt", "--steady", "2",
-                        "--quiet", "--json", str(out)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+                        "--quiet", "--json", str(out)], capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     data = json.loads(out.read_text())
     assert data["inputs"] == {"args": [[7, 8]], "kwargs": {}} and data["protocol"]["fresh_process"] is True
@@ -143,7 +143,7 @@ def test_compile_with_no_mode_before_the_target_leaves_the_target_alone(argv, ta
 
 def test_repeat_runs_fresh_processes_into_one_report_that_show_and_compare_read(tmp_path):
     out, one = tmp_path / "r.json", tmp_path / "one.json"
-    p = run_cli("trace", "--demo", "--shape", "1,32", "--steady", "3", "--repeat", "2", "--json", str(out), timeout=600)
+    p = run_cli("trace", "--demo", "--shape", "1,32", "--steady", "3", "--repeat", "2", "--json", str(out), timeout=1200)
     assert p.returncode == 0, p.stderr
     assert "run 1/2: a fresh process" in p.stderr and "run 2/2: a fresh process" in p.stderr
     data = json.loads(out.read_text())

@@ -312,7 +312,7 @@ def test_the_two_processes_take_turns_on_one_cpu_or_many(tmp_path, cpus):
     use = {min(mine)} if cpus == "one" else mine
     done = subprocess.run([sys.executable, "-m", "warmprof", "trace", f"{tmp_path / 'm.py'}:make", "--shape", "2,4",
                            "--threads", "1", "--quiet", "--json", str(tmp_path / "r.json")],
-                          capture_output=True, text=True, timeout=600, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=1500, cwd=tmp_path,
                           preexec_fn=lambda: os.sched_setaffinity(0, use))
     assert done.returncode == 0, done.stderr[-2000:]
     rows = [line.split() for line in stamp.read_text().splitlines()]
@@ -494,6 +494,7 @@ def test_page_faults_the_clean_pass_did_not_take_are_warmprofs_own_not_the_model
     fold(r, clean, WarmControl(first_pass_ms=4.5, causes=[
         {"cause": Name.ALLOCATOR_GROWTH, "source": "host_faults", "ms": 0.2, "module": ""}]))
     _identity_holds(r)
+    _round_trip(r)  # the report loads (no negative or torn entry)
     host = [c for c in r.causes if c.cause == Name.ALLOCATOR_GROWTH]
     assert host and host[0].count == kept
     assert host[0].ms == pytest.approx(1.6 * kept / 983)  # its own price per fault; the warm control's 0.2 not again
@@ -526,4 +527,23 @@ def test_a_first_touch_paid_once_is_booked_as_allocator_growth_not_again_as_paid
     once = [c for c in r.causes if c.source == "warm_process"]
     faults_ms = 16500 * 26.0 / 16500  # (16800 - 300) faults at 26/16500 ms each
     assert once and once[0].ms == pytest.approx(33.0 - 3.0 - faults_ms, abs=0.01)  # 4 ms, not 30
+    _round_trip(r)
     assert r.by_cause()[Name.ALLOCATOR_GROWTH] == pytest.approx(26.0)
+
+
+def test_taking_every_fault_leaves_no_negative_entry_and_the_report_loads():
+    """When the instrumented pass took more faults beyond the clean pass's than its host_faults entries hold,
+    every entry goes whole: no -1e-17 ms remainder (Report.validate refuses a negative ms), no count of 0 with
+    time left, and the report round-trips."""
+    r = _instrumented(**{Name.ALLOCATOR_GROWTH: 0.1})
+    entry = next(c for c in r.causes if c.cause == Name.ALLOCATOR_GROWTH)
+    entry.source, entry.count, entry.waited_ms = "host_faults", 3, 0.03
+    r.counters = {"first_pass": {"minor_faults": 5000, "major_faults": 0}, "steady_faults_median": 0}
+    clean = _clean(first=9.0, faults=100)
+    clean.steady = {"faults": 0}
+    fold(r, clean, WarmControl(first_pass_ms=4.5, causes=[]))
+    assert Name.ALLOCATOR_GROWTH not in r.by_cause()
+    assert all(c.ms >= 0 and (c.count > 0 or c.ms == 0 or c.source != "host_faults") for c in r.causes)
+    _identity_holds(r)
+    back = _round_trip(r)
+    assert back.own_cost["first_pass_faults_ms"] == pytest.approx(0.1)

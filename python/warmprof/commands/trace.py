@@ -292,10 +292,11 @@ def _trace_here(args: argparse.Namespace, status: child.Status) -> int:
         control = "--no-control"
     else:  # started first; this process waits, before it imports torch, until its clean phase is done
         control = controls.ControlProcess(_control_argv(args), env=controls.control_env(args.cache))
-        status.progress(args.quiet)("clean first pass (a second fresh process: it imports torch and builds the "
-                                    "model, then runs it with no instruments; this one waits its turn)")
-        control.run_clean()
     try:
+        if isinstance(control, controls.ControlProcess):
+            status.progress(args.quiet)("clean first pass (a second fresh process: it imports torch and builds the "
+                                        "model, then runs it with no instruments; this one waits its turn)")
+            control.run_clean()
         with controls.attached(control):
             return _trace_with(args, status, control if isinstance(control, controls.ControlProcess) else None)
     finally:

@@ -62,18 +62,21 @@ def serve(fds: str, load: Any, *, device: str, threads: int | None, shape: Any, 
             model = model.to(dev)
         model = cast_model(model, parse_model_dtype(model_dtype))
         args, kwargs, _ = make_inputs(model, shape if spec is None else None, dtype, spec, dev)
-        others: list[tuple[tuple, dict]] = []
-        if generate is not None:  # a generation has no other-shape pass: its phases are the figures
-            pass
-        elif spec is None and shape is not None:  # the other-shape passes: k more in the batch dimension
-            from .explain import other_shape
-            from .inputs import parse_shape
+        def others() -> list[tuple[tuple, dict]]:
+            """The inputs at the other shapes, made after the clean first pass and steady passes (their tensors
+            would change the heap the first pass grows, and its page faults, which are compared)."""
+            if generate is not None:  # a generation has no other-shape pass: its phases are the figures
+                return []
+            if spec is None and shape is not None:  # k more in the batch dimension
+                from .explain import other_shape
+                from .inputs import parse_shape
 
-            others = [make_inputs(model, tuple(other_shape(list(parse_shape(shape)), k)), dtype, None, dev)[:2]
-                      for k in range(1, OTHER_SHAPES + 1)]
-        elif spec is not None:  # given inputs: each tensor k rows longer in its batch dimension, where they share one
-            grown = [other_inputs(torch, args, kwargs, k) for k in range(1, OTHER_SHAPES + 1)]
-            others = [g for g in grown if g is not None]
+                return [make_inputs(model, tuple(other_shape(list(parse_shape(shape)), k)), dtype, None, dev)[:2]
+                        for k in range(1, OTHER_SHAPES + 1)]
+            if spec is not None:  # given inputs: each tensor k rows longer in its batch dimension, where they share one
+                grown = [other_inputs(torch, args, kwargs, k) for k in range(1, OTHER_SHAPES + 1)]
+                return [g for g in grown if g is not None]
+            return []
         # a pass is as many calls as the trace's (cudagraph trees: calls 1+2 are the cold start)
         gen = None
         if generate is not None:  # the trace's call: one generation, its steps stamped (traces/generate.py)
@@ -191,13 +194,13 @@ def other_inputs(torch: Any, args: tuple, kwargs: dict, rows: int = 1) -> tuple[
 
 
 def _clean(torch: Any, runner: Any, args: tuple, kwargs: dict, sync: Any,
-           others: list[tuple[tuple, dict]] | None = None) -> dict[str, Any]:
+           others: Any = None) -> dict[str, Any]:
     """The clean first pass and steady passes: the pass timer only, and around each pass (outside
     it) the thread's run-queue delay and rusage, so what each pass waited is known. Then, for each of
     `others` (the inputs at other shapes, each new to the process), that shape's first pass and a few
     steady passes: what the model pays again at a new shape in a process that already ran it; the rest
     of the clean excess is paid once per process, whatever the shape, and the several shapes say how
-    many agree (fold._once_per_process). Last, a few warm passes at the traced inputs, each after a short
+    many agree (fold._once_per_process). `others` is a function that makes them, called only then. Last, a few warm passes at the traced inputs, each after a short
     sleep: what a pass after other work pays over back-to-back ones."""
     from ..instruments.torch_compile import compile_timer_marks, compile_timer_ms_since
     from .passes import check_output
@@ -224,17 +227,22 @@ def _clean(torch: Any, runner: Any, args: tuple, kwargs: dict, sync: Any,
             splits.append(split)
             if len(steady_ms) >= CLEAN_STEADY[0] and time.monotonic() > deadline:
                 break
-        for other in others or []:
+        for other in (others() if callable(others) else others or []):
             try:
                 o_first, o_split, out = one(*other)
                 del out
-                o_steady = [one(*other)[0] for _ in range(OTHER_STEADY)]
+                o_steady = [one(*other)[:2] for _ in range(OTHER_STEADY)]
             except Exception as e:  # a model that takes only its own batch size: no other-shape pass
                 refused = refused or f"{type(e).__name__}: {e}"[:300]
                 break
-            shapes.append({"first_pass_ms": o_first, "steady_median_ms": median(o_steady), "first": o_split,
-                           "excess_ms": o_first - median(o_steady),
-                           "shape": [list(x.shape) for x in (*other[0], *other[1].values()) if hasattr(x, "shape")][:1]})
+            o_ms = [t for t, _ in o_steady]
+            got = {"first_pass_ms": o_first, "steady_median_ms": median(o_ms), "first": o_split,
+                   "excess_ms": o_first - median(o_ms),
+                   "shape": [list(x.shape) for x in (*other[0], *other[1].values()) if hasattr(x, "shape")][:1]}
+            if all("run_delay_ms" in sp for _, sp in o_steady):  # its steady passes net of their waits, as the first
+                got["steady_net_median_ms"] = median([t - sp["run_delay_ms"] - sp.get("off_cpu_ms", 0.0)
+                                                      for t, sp in o_steady])
+            shapes.append(got)
     steady_split = {k: median([s[k] for s in splits]) for k in ("run_delay_ms", "off_cpu_ms", "faults")
                     if splits and all(k in s for s in splits)}
     out_d = {"first_pass_ms": first_ms, "steady_ms": steady_ms, "first": first_split, "steady": steady_split}

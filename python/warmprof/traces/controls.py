@@ -54,8 +54,10 @@ from ..errors import InputError
 from ..stats import median
 from ..system.supervise import die_with, stop
 
-# How long the control may take to import torch and build the model, and each of its phases after.
-READY_TIMEOUT_S = 600.0
+# How long the control may take to import torch, build the model and run its clean phase (the first pass,
+# steady passes, other shapes; a compile under load included), and then its warm control at most
+# PHASE_FACTOR x the trace's own time plus PHASE_MARGIN_S.
+READY_TIMEOUT_S = 1200.0
 PHASE_FACTOR, PHASE_MARGIN_S = 4.0, 60.0  # a phase may take this many times the trace's own, plus this
 CLEAN_STEADY = (10, 40)  # the control's clean steady passes: at least, at most...
 CLEAN_STEADY_BUDGET_S = 0.35  # ...within this (past the minimum)

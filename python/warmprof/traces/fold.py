@@ -7,7 +7,8 @@
   estimated cost in it.
 - The model's causes are what the instrumented first pass booked, less what the warm control booked
   (the same instruments, fresh, on the model already run at this shape: warmprof's own first-call work),
-  plus what the clean control's two passes (the traced shape, then another shape) say the process pays
+  less the page faults the instrumented pass took beyond the clean pass's count (warmprof's own buffers),
+  plus what the clean control's passes (the traced shape, then three other shapes) say the process pays
   once whatever the shape. Each is sized by its own evidence; none is sized as what the others leave.
 - The run-to-run difference is the clean first pass's excess against the instrumented one's less
   warmprof's own cost on a first pass (the warm control's, measured; else the estimate per pass): two fresh
@@ -82,7 +83,9 @@ def fold(report: Any, clean: Clean | None, warm: WarmControl | None, why_not: st
             warm_host = sum(float(x["ms"]) for x in warm.causes if (x["cause"], x["source"]) == _HOST_FAULTS)
             own["first_pass_faults_beyond_clean"] = extra
             own["first_pass_faults_ms"] = taken
-            own_first += max(0.0, taken - warm_host)  # what the warm control's own first pass did not already hold
+            # the warm control's first pass held its own host faults' time: warmprof's own faults in the traced pass
+            # are what the counts say, more or less than that (own cost never below nothing)
+            own_first = max(0.0, own_first + taken - warm_host)
         report.unattributed_where = _where_less(report.unattributed_where, warm.where)
     else:
         own_first = own_steady_estimate
@@ -292,8 +295,7 @@ def _once_per_process(report: Any, causes: list[Any], clean: Clean) -> list[Any]
     if not shapes:
         return causes
     clean_net = clean.excess_ms - sum(_waits(clean.first, clean.steady))
-    figures = [clean_net - max(0.0, float(o.get("excess_ms", 0.0)) - sum(_waits(o.get("first", {}), clean.steady)))
-               - _booked_faults_ms(causes, clean, o) for o in shapes]
+    figures = [clean_net - max(0.0, _other_net(o, clean)) - _booked_faults_ms(causes, clean, o) for o in shapes]
     spread = steady_stats(clean.steady_net_ms).noise_band if len(clean.steady_net_ms) >= 3 else report.noise_band_ms
     agree = sum(1 for f in figures if f > spread)
     once = median(figures)
@@ -358,7 +360,7 @@ def _faults_beyond_clean(report: Any, clean: Clean | None) -> int | None:
 def _take_own_faults(causes: list[Any], extra: int) -> float:
     """Take `extra` faults off the instrumented pass's anonymous first-touch entries (allocator_growth,
     host_faults: warmprof's buffers are anonymous memory), each at its own price per fault, in proportion
-    to their counts; the ms taken."""
+    to their counts; the ms taken. An entry whose every fault is taken goes (no negative remainder)."""
     entries = [e for e in causes if (e.cause, e.source) == _HOST_FAULTS and e.count > 0]
     total = sum(e.count for e in entries)
     if extra <= 0 or total <= 0:
@@ -367,17 +369,31 @@ def _take_own_faults(causes: list[Any], extra: int) -> float:
     taken = 0.0
     for e in entries:
         n = take * e.count / total
-        ms = e.ms * n / e.count
-        if e.ms > 0:
-            e.waited_ms = e.waited_ms * (e.ms - ms) / e.ms
-            e.blocked_ms = e.blocked_ms * (e.ms - ms) / e.ms
-        e.ms -= ms
-        e.count = int(round(e.count - n))
+        if n >= e.count - 0.5:  # all of it (a remainder under one fault is rounding)
+            n, ms = float(e.count), e.ms
+            e.ms, e.count, e.waited_ms, e.blocked_ms = 0.0, 0, 0.0, 0.0
+        else:
+            ms = e.ms * n / e.count
+            keep = max(0.0, e.ms - ms) / e.ms if e.ms > 0 else 0.0
+            e.ms, e.waited_ms, e.blocked_ms = e.ms * keep, e.waited_ms * keep, e.blocked_ms * keep
+            e.count = max(1, int(round(e.count - n)))
         taken += ms
         said = (f"less {n:.0f} faults ({ms:.2f} ms) the clean first pass did not take: warmprof's own (the op view's "
                 "event buffers, the instruments' tables), counted by the two processes' page faults")
         e.detail = f"{e.detail}; {said}" if e.detail else said
+    causes[:] = [c for c in causes if not ((c.cause, c.source) == _HOST_FAULTS and c.ms <= 0)]
     return taken
+
+
+def _other_net(other: dict[str, Any], clean: Clean) -> float:
+    """An other-shape pass's excess net of waits: its first pass less what it waited (for a CPU and off it)
+    against its own steady passes net of theirs, where the control read those; else against the clean steady
+    passes' median waits."""
+    first = other.get("first") or {}
+    if "steady_net_median_ms" in other and "run_delay_ms" in first:
+        return (float(other["first_pass_ms"]) - float(first["run_delay_ms"]) - float(first.get("off_cpu_ms", 0.0))
+                - float(other["steady_net_median_ms"]))
+    return float(other.get("excess_ms", 0.0)) - sum(_waits(first, clean.steady))
 
 
 def _booked_faults_ms(causes: list[Any], clean: Clean, other: dict[str, Any]) -> float:
@@ -394,7 +410,8 @@ def _booked_faults_ms(causes: list[Any], clean: Clean, other: dict[str, Any]) ->
     base = float(clean.steady.get("faults", 0.0))
     more = (float(clean.first["faults"]) - base) - max(0.0, float(ofirst["faults"]) - base)
     files = sum(e.count for e in causes if (e.cause, e.source) == (Name.RUNTIME_INIT, "file_pages"))
-    return max(0.0, more - files) * price
+    # at most the faults the entries booked (faults inside cause spans are those causes', not allocator_growth's)
+    return min(max(0.0, more - files), float(sum(e.count for e in host))) * price
 
 
 def _less(causes: list[Any], control: list[dict[str, Any]]) -> list[Any]:
