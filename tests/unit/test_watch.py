@@ -616,20 +616,27 @@ def test_prometheus_histogram_bounds_are_the_sketchs_bucket_edges():
     assert _upper_edge_s(7) == pytest.approx(256e-9)
 
 
-def test_a_cuda_graph_recording_bracketed_by_dynamos_callbacks_is_graph_capture_not_a_compile():
+def _records_a_cuda_graph(sleep_s: float = 0.0):
+    """A served function that, called with "record", brackets a CUDA graph recording with dynamo's callbacks
+    (as dynamo's cudagraph trees do on a shape's second call), sleeping `sleep_s` inside it."""
     from torch._dynamo.callback import CallbackArgs, CallbackTrigger
 
     from warmprof.serving.watch import sources
 
     def serve(x):
-        if x == "record":  # as dynamo's cudagraph trees do on a shape's second call
+        if x == "record":
             args = CallbackArgs(CallbackTrigger.CUDAGRAPH_RECORDING, "0/0")
             sources._on_start(args)
-            time.sleep(0.01)
+            if sleep_s:
+                time.sleep(sleep_s)
             sources._on_end(args)
         return x
 
-    w = watch(serve, key=lambda x: "one")
+    return serve
+
+
+def test_a_cuda_graph_recording_bracketed_by_dynamos_callbacks_is_graph_capture_not_a_compile():
+    w = watch(_records_a_cuda_graph(0.01), key=lambda x: "one")
     w("plain")
     w("record")  # the key's second call: kept because something fired during it
     w.close()
@@ -647,21 +654,10 @@ def test_a_recordings_end_is_stamped_on_the_calls_clock_not_clock_monotonic(monk
     milliseconds (a few ppm): a recording's end read on the first fell outside its call's window on the
     second, and its time was booked a compile (seen on torch 2.14.1, 7 minutes into the suite). Here
     CLOCK_MONOTONIC is put a second off: the recording must still be its call's."""
-    from torch._dynamo.callback import CallbackArgs, CallbackTrigger
-
-    from warmprof.serving.watch import sources
-
     real = _native.now_ns
     monkeypatch.setattr(_native, "now_ns", lambda: real() + 1_000_000_000)
 
-    def serve(x):
-        if x == "record":
-            args = CallbackArgs(CallbackTrigger.CUDAGRAPH_RECORDING, "0/0")
-            sources._on_start(args)
-            sources._on_end(args)
-        return x
-
-    w = watch(serve, key=lambda x: "one")
+    w = watch(_records_a_cuda_graph(), key=lambda x: "one")
     w("plain")
     w("record")
     w.close()
@@ -676,26 +672,14 @@ def test_a_recording_inside_a_call_is_its_call_s_when_the_call_started_late():
     key and reads getrusage; a preemption there (a loaded machine: CI saw it) put the call's window that much
     early, so a CUDA graph recording that ended inside the call fell past the window's end and was booked a
     compile. Here the clock source takes 50 ms, as a long preemption would: the recording is still the call's."""
-    import time as _time
-
-    from torch._dynamo.callback import CallbackArgs, CallbackTrigger
-
-    from warmprof.serving.watch import sources
 
     def slow_clock():
-        _time.sleep(0.05)
+        time.sleep(0.05)
         return (1.0, 1.0)
 
-    def serve(x):
-        if x == "record":
-            args = CallbackArgs(CallbackTrigger.CUDAGRAPH_RECORDING, "0/0")
-            sources._on_start(args)
-            sources._on_end(args)
-        return x
-
-    w = watch(serve, key=lambda x: "one", clock_source=slow_clock, idle_s=0.1)
+    w = watch(_records_a_cuda_graph(), key=lambda x: "one", clock_source=slow_clock, idle_s=0.1)
     w("plain")
-    _time.sleep(0.15)  # an idle gap: the next call reads the clock source before it starts
+    time.sleep(0.15)  # an idle gap: the next call reads the clock source before it starts
     w("record")
     w.close()
     (e,) = [e for e in w.events() if not e["first"]]
