@@ -44,6 +44,15 @@ class CauseEntry:
                 del d[k]
         return d
 
+    def scale(self, keep: float, said: str) -> None:
+        """Keep `keep` (0..1) of this entry, its waits inside it shrinking with it (never more than the
+        cause), and say why in its detail."""
+        keep = min(1.0, max(0.0, keep))
+        self.ms *= keep
+        self.waited_ms *= keep
+        self.blocked_ms *= keep
+        self.detail = f"{self.detail}; {said}" if self.detail else said
+
     def validate(self) -> None:
         if self.cause != "unattributed":
             non_negative(self.ms, f"{self.cause}/{self.source} ms")

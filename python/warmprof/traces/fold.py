@@ -369,18 +369,15 @@ def _take_own_faults(causes: list[Any], extra: int) -> float:
     taken = 0.0
     for e in entries:
         n = take * e.count / total
-        if n >= e.count - 0.5:  # all of it (a remainder under one fault is rounding)
-            n, ms = float(e.count), e.ms
-            e.ms, e.count, e.waited_ms, e.blocked_ms = 0.0, 0, 0.0, 0.0
-        else:
-            ms = e.ms * n / e.count
-            keep = max(0.0, e.ms - ms) / e.ms if e.ms > 0 else 0.0
-            e.ms, e.waited_ms, e.blocked_ms = e.ms * keep, e.waited_ms * keep, e.blocked_ms * keep
-            e.count = max(1, int(round(e.count - n)))
-        taken += ms
-        said = (f"less {n:.0f} faults ({ms:.2f} ms) the clean first pass did not take: warmprof's own (the op view's "
+        whole = n >= e.count - 0.5  # all of it (a remainder under one fault is rounding)
+        if whole:
+            n = float(e.count)
+        ms = e.ms * n / e.count
+        e.scale(0.0 if whole else 1.0 - n / e.count,
+                f"less {n:.0f} faults ({ms:.2f} ms) the clean first pass did not take: warmprof's own (the op view's "
                 "event buffers, the instruments' tables), counted by the two processes' page faults")
-        e.detail = f"{e.detail}; {said}" if e.detail else said
+        e.count = 0 if whole else max(1, int(round(e.count - n)))
+        taken += ms
     causes[:] = [c for c in causes if not ((c.cause, c.source) == _HOST_FAULTS and c.ms <= 0)]
     return taken
 
@@ -443,12 +440,8 @@ def _cut(entries: list[Any], take: float) -> float:
     cut = min(take, total)
     for e in entries:
         part = cut * e.ms / total
-        if e.ms > 0:
-            e.waited_ms = getattr(e, "waited_ms", 0.0) * (e.ms - part) / e.ms
-            e.blocked_ms = getattr(e, "blocked_ms", 0.0) * (e.ms - part) / e.ms
-        e.ms -= part
-        said = f"less {part:.2f} ms the warm control booked (warmprof's own first-call work)"
-        e.detail = f"{e.detail}; {said}" if e.detail else said
+        e.scale((e.ms - part) / e.ms if e.ms > 0 else 0.0,
+                f"less {part:.2f} ms the warm control booked (warmprof's own first-call work)")
     return cut
 
 

@@ -117,12 +117,8 @@ def step_entry(name: str, ms: float, causes: list[CauseEntry]) -> dict[str, Any]
     if attributed > ms + STEP_SLACK_MS and attributed > 0:
         keep = max(0.0, ms) / attributed
         for c in causes:
-            c.detail = (f"{c.detail}; " if c.detail else "") + (
-                f"scaled to {keep:.1%} with the step's other causes: together they came to {attributed:.3f} ms in "
-                f"a step of {ms:.3f} ms (an estimate past the step's time)")
-            c.ms *= keep
-            c.waited_ms *= keep  # the waits inside it shrink with it: never more than the cause
-            c.blocked_ms *= keep
+            c.scale(keep, f"scaled to {keep:.1%} with the step's other causes: together they came to {attributed:.3f} "
+                          f"ms in a step of {ms:.3f} ms (an estimate past the step's time)")
         attributed = sum(c.ms for c in causes)
     for c in causes:
         c.share = c.ms / ms if ms > 0 else 0.0
