@@ -1,11 +1,12 @@
 // _native.WatchCore: the per-call hot path of warmprof.watch as a CPython type whose instances are
-// called in place of the watched callable (python/warmprof/live/core.py subclasses it).
+// called in place of the watched callable (python/warmprof/serving/watch/core.py subclasses it).
 //
 // One call: the key (a key function's result, or each argument's shape and dtype), the idle gap
-// since the last call ended, getrusage(RUSAGE_THREAD) before and after (the thread's CPU time, page
-// faults, blocks read and involuntary switches: about 0.2 us each), the compiles counted so far (an
-// atomic the dynamo callbacks bump), two clock reads around the call, and the key's sketch under a
-// mutex. getrusage's CPU time is the scheduler's as of its last update, up to a tick behind, so a call
+// since the last call ended, the compiles counted so far (an atomic the dynamo callbacks bump), two
+// clock reads around the call, and the key's sketch under a mutex; getrusage(RUSAGE_THREAD) (the
+// thread's CPU time, page faults, blocks read and switches) around a sample of the thread's calls only
+// (ThreadCounters, below: a system call costs more than the rest of the call's bookkeeping) and
+// around every call known to be kept before it runs. getrusage's CPU time is the scheduler's as of its last update, up to a tick behind, so a call
 // whose time off the CPU is booked (a wait) has its CPU time read from the thread's CPU clock: at both
 // ends, with the run-queue delay from schedstat, for a call known to be kept before it runs (after an
 // idle gap, or at a new key: a mutex-held lookup); at its end only for another kept call (an outlier),
@@ -17,6 +18,7 @@
 // called before a call only after an idle gap.
 #include <Python.h>
 #include <structmember.h>
+#include <pthread.h>
 #include <sys/resource.h>
 #include <time.h>
 
@@ -25,6 +27,7 @@
 #include <cstdint>
 #include <algorithm>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -76,6 +79,9 @@ PyStructSequence_Field kCallFields[] = {
                          "(0: none yet)"},
     {"nvcsw", "the thread's voluntary context switches over the call: the times it blocked (a sleep, a lock, a read "
               "from storage)"},
+    {"counters_from_ns", "when the thread's counters (CPU time, faults, switches, blocks read) were read before the call, "
+                         "warmprof's clock: start_ns when the call read them itself, else up to 200 us before it (a call "
+                         "found to be kept only after it ran, whose thread's last read was then that far back)"},
     {nullptr, nullptr},
 };
 constexpr int kCallFieldCount = int(sizeof(kCallFields) / sizeof(kCallFields[0])) - 1;
@@ -294,6 +300,67 @@ inline int64_t run_delay_ns() {
 
 inline uint64_t now_ns() { return uint64_t(warmprof::clock::to_ns(warmprof::clock::ticks())); }
 
+// The calling thread's counters (getrusage: CPU time, faults, switches, blocks read), read at the start
+// of a sample of its calls, not each: a read is a system call, which costs more than all the rest of a
+// call's bookkeeping (0.2 us on a plain Linux host, 0.8 us in a gVisor sandbox). A call reads them at
+// both ends when it is known to be kept before it runs (a new key, after an idle gap). Otherwise it reads
+// them at its start when the thread's last read is older than kCountersMaxAgeNs, or the thread spent
+// more than kCountersMaxOutsideNs outside watched calls since, or a watched call since took longer than
+// kCountersMaxCallNs; and at its end only one such read in kEndReadEvery (the key's usual time off the
+// CPU is a sample's mean) or when it turns out to be kept. So back-to-back short calls make a read per
+// 200 us, and calls apart (a server's) or long ones a read each; an outlier found only after it ran has
+// counters that start at most 200 us before it, over at most 20 us of the thread's own work and watched
+// calls of at most 50 us each (its event says how far before the call they start: counters_from_ns).
+struct ThreadCounters {
+  bool valid = false;
+  uint64_t read_ns = 0;      // when `u` was read (warmprof's clock)
+  uint64_t outside_ns = 0;   // the thread's time outside watched calls since then
+  uint64_t last_end_ns = 0;  // when its last watched call ended
+  Usage u;
+};
+thread_local ThreadCounters t_counters;
+constexpr uint64_t kCountersMaxAgeNs = 200000;
+constexpr uint64_t kCountersMaxOutsideNs = 20000;
+constexpr uint64_t kCountersMaxCallNs = 50000;
+constexpr uint32_t kEndReadEvery = 8;
+thread_local uint32_t t_start_reads = 0;
+// A fork gives the child new counters (getrusage starts again at 0): a read from before it is not
+// comparable with one after. The child's handler below bumps this; a call spanning a fork reads none.
+std::atomic<uint64_t> g_forks{0};
+void counters_after_fork_in_child() {
+  t_counters.valid = false;
+  g_forks.fetch_add(1, std::memory_order_relaxed);
+}
+const bool g_counters_atfork = [] { return pthread_atfork(nullptr, nullptr, counters_after_fork_in_child) == 0; }();
+
+// A call that only made a coroutine, an async generator or a generator: its work runs later, where
+// watch does not see it. Said once, as the error of the call (watch() refuses the functions it can
+// tell apart beforehand; a partial, a lambda or a __call__ returning one it sees only here).
+PyObject* g_input_error = nullptr;  // warmprof.errors.InputError, set by Python (watch_set_input_error)
+bool lazy_result(PyObject* result) {
+  return PyCoro_CheckExact(result) || PyAsyncGen_CheckExact(result) || PyGen_CheckExact(result);
+}
+
+void refuse_lazy(PyObject* result) {
+  PyObject* closed = PyObject_CallMethod(result, "close", nullptr);  // no "never awaited" warning later
+  if (closed == nullptr) PyErr_Clear();
+  Py_XDECREF(closed);
+  const char* what = PyCoro_CheckExact(result) ? "a coroutine" : (PyAsyncGen_CheckExact(result) ? "an async generator" : "a generator");
+  PyErr_Format(g_input_error ? g_input_error : PyExc_TypeError,
+               "watch() times a call while it runs, and this call returned %s (%R): its work runs later, where "
+               "watch does not see it, so watch would time only its creation. Watch the synchronous function it "
+               "awaits or iterates (the model's forward), or the whole request in a plain function",
+               what, result);
+}
+
+// A saturating decrement: after a fork the child's count of calls in flight starts again at 0, and a call
+// the forking thread was inside when it forked then ends in the child.
+inline void leave(State* st) {
+  int64_t n = st->in_flight.load(std::memory_order_relaxed);
+  while (n > 0 && !st->in_flight.compare_exchange_weak(n, n - 1, std::memory_order_relaxed)) {
+  }
+}
+
 PyObject* call(PyObject* self_obj, PyObject* args, PyObject* kwargs) {
   WatchCore* self = reinterpret_cast<WatchCore*>(self_obj);
   State* st = self->st;
@@ -302,6 +369,8 @@ PyObject* call(PyObject* self_obj, PyObject* args, PyObject* kwargs) {
     return nullptr;
   }
   if (st->closed.load(std::memory_order_relaxed)) return PyObject_Call(self->fn, args, kwargs);
+  // w(x, **{}) is w(x): executors, thread targets and asyncio.to_thread pass an empty dict
+  if (kwargs != nullptr && PyDict_GET_SIZE(kwargs) == 0) kwargs = nullptr;
 
   uint64_t key = 0;
   PyObject* key_obj = nullptr;
@@ -325,7 +394,14 @@ PyObject* call(PyObject* self_obj, PyObject* args, PyObject* kwargs) {
   PyObject* clock = nullptr;
   if (self->clock_source != nullptr && gap != 0 && gap >= st->idle_ns) {
     clock = PyObject_CallNoArgs(self->clock_source);
-    if (clock == nullptr) {  // a clock that cannot be read is not the model's error
+    if (clock == nullptr) {
+      // a clock that cannot be read is not the model's error (said, and the call goes on); Ctrl-C,
+      // SystemExit and the like are the user's intent: they go up before the call, as from the plain call
+      if (!PyErr_ExceptionMatches(PyExc_Exception)) {
+        leave(st);
+        Py_XDECREF(key_obj);
+        return nullptr;
+      }
       PyErr_WriteUnraisable(self->clock_source);
     }
   }
@@ -345,32 +421,64 @@ PyObject* call(PyObject* self_obj, PyObject* args, PyObject* kwargs) {
   // ends (see the top of this file); where getrusage has no thread CPU time, always from the CPU clock.
   const bool kept_before = after_idle || new_key;
   const bool exact = kept_before || !kUsageCpuLags;
+  // The thread's counters: read now (a kept call, or the last read is stale), else the last read's
+  ThreadCounters& tc = t_counters;
+  if (tc.valid && start > tc.last_end_ns && tc.last_end_ns >= tc.read_ns) tc.outside_ns += start - tc.last_end_ns;
+  const bool sampled = kept_before || !tc.valid || start - tc.read_ns > kCountersMaxAgeNs ||
+                       tc.outside_ns > kCountersMaxOutsideNs;
+  const uint64_t forks0 = g_forks.load(std::memory_order_relaxed);
   // The run-queue delay and the CPU clock are read inside the wall-clock window, never outside it: a
   // preemption between a delay read and the wall clock's (getrusage is a natural point for one on a
   // loaded machine) would count a wait for a CPU that is not in the call's time, and take it off the
   // call's wait (seen: a 10 ms sleep read as 6 ms wait + 4 ms contention with a CPU hog per core). So
   // delay within wall, CPU time within delay; the reads' own few microseconds are in the call's time.
-  const Usage u0 = usage();
+  Usage u0 = sampled ? usage() : tc.u;
   const uint64_t t0 = warmprof::clock::ticks();
+  const uint64_t began = uint64_t(warmprof::clock::to_ns(t0));
+  uint64_t counters_from = sampled ? began : tc.read_ns;
   const int64_t delay0 = kept_before ? run_delay_ns() : -1;
-  const int64_t cpu0 = kUsageCpuLags && exact ? thread_cpu_ns() : u0.cpu_ns;
+  int64_t cpu0 = kUsageCpuLags && exact ? thread_cpu_ns() : u0.cpu_ns;
+  // read at the end too: a call kept before it ran, and one start read in kEndReadEvery (the key's usual
+  // time off the CPU is those calls' mean)
+  const bool end_read = kept_before || (sampled && ++t_start_reads % kEndReadEvery == 0);
   PyObject* result = PyObject_Call(self->fn, args, kwargs);
   int64_t cpu1 = kUsageCpuLags && exact ? thread_cpu_ns() : 0;
   const int64_t delay1 = kept_before ? run_delay_ns() : -1;
   const uint64_t t1 = warmprof::clock::ticks();
-  const Usage u1 = usage();
-  if (!kUsageCpuLags) cpu1 = u1.cpu_ns;
+  Usage u1;
+  if (end_read) u1 = usage();
+  if (!kUsageCpuLags && end_read) cpu1 = u1.cpu_ns;
   const uint64_t compiles = t_compiles - compiles0;
   const uint64_t end = uint64_t(warmprof::clock::to_ns(t1));
   // The call's window is [t0, t1], read around the call itself: `start` (its arrival, for the idle gap) comes
   // before the clock source, the key's admission and getrusage, and a preemption there (a loaded machine)
   // put the window milliseconds early, so a recording that ended inside the call fell past its end.
-  const uint64_t began = uint64_t(warmprof::clock::to_ns(t0));
   const uint64_t dur = end - began;
   const uint64_t compile_ns = std::min<uint64_t>(t_compile_ns - compile_ns0, dur);  // never more than the call
-  st->in_flight.fetch_sub(1, std::memory_order_relaxed);
+  leave(st);
   st->last_end.store(end, std::memory_order_relaxed);
   st->calls.fetch_add(1, std::memory_order_relaxed);
+  const bool forked = g_forks.load(std::memory_order_relaxed) != forks0;  // the counters' two ends are two processes'
+  if (end_read && !forked) {  // the next call's counters start at this call's end
+    tc.u = u1;
+    tc.read_ns = end;
+    tc.outside_ns = 0;
+    tc.valid = true;
+  } else {
+    if (sampled && !forked) {  // they start at this call's start
+      tc.u = u0;
+      tc.read_ns = began;
+      tc.outside_ns = 0;
+      tc.valid = true;
+    }
+    // a long call in the stretch: the next call reads its own (an outlier's counters never hold one)
+    if (dur > kCountersMaxCallNs) tc.valid = false;
+  }
+  tc.last_end_ns = end;
+  if (result != nullptr && lazy_result(result)) {
+    refuse_lazy(result);
+    Py_CLEAR(result);
+  }
   if (result == nullptr) {
     st->errors.fetch_add(1, std::memory_order_relaxed);
     Py_XDECREF(key_obj);
@@ -400,17 +508,25 @@ PyObject* call(PyObject* self_obj, PyObject* args, PyObject* kwargs) {
   bool keep = false;
   // the key's usual calls' time off the CPU: getrusage's figures for a call not read exactly (each may be
   // a tick out; the key's sum evens them out)
+  // (read only around a sampled call: see ThreadCounters)
   const int64_t usage_cpu = exact ? cpu1 - cpu0 : u1.cpu_ns - u0.cpu_ns;
   {
     std::lock_guard<std::mutex> lock(st->mu);
-    v = st->table.add(key, dur, st->rule, int64_t(dur) - usage_cpu);
+    v = st->table.add(key, dur, st->rule, int64_t(dur) - usage_cpu, end_read && !forked);
     // a compile is kept even at a key past max_keys: a new shape is what watch is for
     keep = compiles > 0 || one_time || (v.admitted && (v.first || v.outlier || after_idle));
     if (keep) st->table.mark_event(key);
   }
   if (keep && self->on_event != nullptr) {
-    // an outlier's CPU time ends on the CPU clock (its start is getrusage's: at most a tick low)
+    // an outlier's counters end now, its CPU time on the CPU clock (its start is getrusage's: at most a
+    // tick low); a call not sampled has them from the thread's last read, counters_from_ns before it
+    if (!end_read) u1 = usage();
     if (!exact) cpu1 = thread_cpu_ns();
+    if (forked) {  // read in two processes: no figure (no faults, no time off the CPU)
+      u0 = u1;
+      cpu0 = cpu1 - int64_t(dur);
+      counters_from = began;
+    }
     const bool delay_read = delay0 >= 0 && delay1 >= delay0;
     PyObject* delay = delay_read ? PyLong_FromLongLong(delay1 - delay0) : Py_None;
     // one WatchCall, its fields in kCallFields' order (declared there once)
@@ -424,7 +540,8 @@ PyObject* call(PyObject* self_obj, PyObject* args, PyObject* kwargs) {
         PyLong_FromUnsignedLongLong(compiles), PyLong_FromUnsignedLongLong(compile_ns),
         PyLong_FromUnsignedLongLong(v.calls), PyFloat_FromDouble(v.median_ns), booked ? booked : Py_None,
         PyLong_FromLongLong(u1.inblock - u0.inblock), delay, exact ? Py_True : Py_False,
-        PyFloat_FromDouble(v.usual_off_cpu_ns), PyLong_FromLongLong(u1.nvcsw - u0.nvcsw)};
+        PyFloat_FromDouble(v.usual_off_cpu_ns), PyLong_FromLongLong(u1.nvcsw - u0.nvcsw),
+        PyLong_FromUnsignedLongLong(counters_from)};
     // borrowed ones (objects the call already holds) get a reference of their own; SetItem steals one
     for (PyObject* borrowed : {key_obj ? key_obj : Py_None, args, kwargs ? kwargs : Py_None, v.first ? Py_True : Py_False,
                                v.outlier ? Py_True : Py_False, clock ? clock : Py_None, booked ? booked : Py_None,
@@ -606,7 +723,21 @@ PyObject* core_stats(PyObject* self_obj, PyObject*) {
                        "keys", keys);
 }
 
+// After a fork, in the child (warmprof.watch's at-fork handler calls it on every open Watcher): the
+// only thread left is the forking one, so no call of another thread is in flight, and the mutex is
+// made anew (another thread may have held it when the parent forked).
+PyObject* after_fork_in_child(PyObject* self_obj, PyObject*) {
+  WatchCore* self = reinterpret_cast<WatchCore*>(self_obj);
+  if (self->st != nullptr) {
+    self->st->in_flight.store(0, std::memory_order_relaxed);
+    new (&self->st->mu) std::mutex();
+  }
+  Py_RETURN_NONE;
+}
+
 PyMethodDef methods[] = {
+    {"_after_fork_in_child", after_fork_in_child, METH_NOARGS,
+     "In a forked child: no call of another thread in flight, the table's mutex made anew."},
     {"_set_on_event", set_on_event, METH_O, "Set the callable called with each event's tuple (None: none)."},
     {"_set_closed", set_closed, METH_O, "Closed: calls go straight to the watched callable, unrecorded."},
     {"_set_cupti", set_cupti, METH_O,
@@ -634,7 +765,20 @@ PyObject* sketch_edges(PyObject*, PyObject*) {
   return out;
 }
 
+PyObject* set_input_error(PyObject*, PyObject* cls) {
+  if (!PyType_Check(cls) || !PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(cls),
+                                              reinterpret_cast<PyTypeObject*>(PyExc_Exception))) {
+    PyErr_SetString(PyExc_TypeError, "an exception class");
+    return nullptr;
+  }
+  Py_INCREF(cls);
+  Py_XSETREF(g_input_error, cls);
+  Py_RETURN_NONE;
+}
+
 PyMethodDef module_methods[] = {
+    {"watch_set_input_error", set_input_error, METH_O,
+     "watch_set_input_error(cls) -> None\nThe exception a watched call that returned a coroutine or generator raises."},
     {"watch_note_compile", note_compile, METH_O,
      "watch_note_compile(ns) -> None\nCount one finished compile of `ns` on the calling thread (warmprof.watch's "
      "dynamo callback)."},

@@ -253,7 +253,9 @@ void start(size_t spare_buffers) {
     // its own un-faulted buffer for one of these (pick_buffer).
     for (auto& b : g_buffers) {
       if (ready >= spare_buffers) break;
-      if (is_free(*b, gen) && b->touched < b->capacity) {
+      if (is_free(*b, gen) && (b->records == nullptr || b->touched < b->capacity)) {
+        if (b->records == nullptr || b->capacity != g_capacity) remap(b.get(), g_capacity);  // given back by release()
+        if (b->records == nullptr) continue;
         prefault(b.get());
         ++ready;
       }
@@ -283,9 +285,19 @@ void begin_section(size_t sections_left) {
 void release() {
   std::lock_guard<std::mutex> lock(g_mu);
   for (auto& b : g_buffers) {
-    // Pages go back to the system; the mapping stays, so a thread that read g_enabled just before
-    // stop() and writes late only faults in a zero page of a generation nobody reads.
-    if (b->records) madvise(b->records, b->capacity * sizeof(Record), MADV_DONTNEED);
+    if (b->records && !b->owner_alive.load(std::memory_order_acquire)) {
+      // Its thread has exited (or never recorded since a fork): nobody can write into it, so the mapping
+      // itself goes back, not only its pages: a model that starts fresh threads on each call would
+      // otherwise keep 6 MiB of address space per thread it ever started. A thread that records later
+      // maps a buffer again (register_thread, or start() for a spare).
+      munmap(b->records, b->capacity * sizeof(Record));
+      b->records = nullptr;
+      b->capacity = 0;
+    } else if (b->records) {
+      // A live thread's: pages go back to the system; the mapping stays, so a thread that read g_enabled
+      // just before stop() and writes late only faults in a zero page of a generation nobody reads.
+      madvise(b->records, b->capacity * sizeof(Record), MADV_DONTNEED);
+    }
     b->touched = 0;
     b->count.store(0, std::memory_order_relaxed);
   }

@@ -26,9 +26,19 @@ double Sketch::mid_ns(int bucket) {
 }
 
 void Sketch::add(uint64_t ns) {
-  uint32_t& c = counts_[bucket_of(ns)];
-  if (c != UINT32_MAX) ++c;
+  const int b = bucket_of(ns);
+  uint32_t& c = counts_[b];
   ++count_;
+  if (c == UINT32_MAX) return;  // saturated: the total (and so the median) no longer moves with it
+  ++c;
+  ++total_;
+  if (b < median_bucket_) ++below_median_;
+  // quantile(0.5)'s rule: the first bucket where the running count reaches ceil(total / 2). One add moves
+  // the target by at most one count: a step or two over the buckets, not a walk over all of them.
+  const uint64_t want = (total_ + 1) / 2;
+  while (below_median_ + counts_[median_bucket_] < want && median_bucket_ + 1 < kBuckets)
+    below_median_ += counts_[median_bucket_++];
+  while (median_bucket_ > 0 && below_median_ >= want) below_median_ -= counts_[--median_bucket_];
 }
 
 double Sketch::quantile(double q) const {
@@ -44,7 +54,7 @@ double Sketch::quantile(double q) const {
   return mid_ns(kBuckets - 1);
 }
 
-Verdict Table::add(uint64_t key, uint64_t ns, const Rule& rule, int64_t off_cpu_ns) {
+Verdict Table::add(uint64_t key, uint64_t ns, const Rule& rule, int64_t off_cpu_ns, bool off_cpu_read) {
   Verdict v;
   auto it = keys_.find(key);
   if (it == keys_.end()) {
@@ -62,11 +72,11 @@ Verdict Table::add(uint64_t key, uint64_t ns, const Rule& rule, int64_t off_cpu_
   KeyState& k = it->second;
   v.calls = k.sketch.count();
   if (!v.first && v.calls >= rule.min_calls) {
-    v.median_ns = k.sketch.quantile(0.5);
+    v.median_ns = k.sketch.median();
     v.outlier = double(ns) > rule.factor * v.median_ns && double(ns) - v.median_ns >= double(rule.floor_ns);
   }
   if (k.usual_calls > 0 && k.usual_off_cpu_ns > 0) v.usual_off_cpu_ns = double(k.usual_off_cpu_ns) / double(k.usual_calls);
-  if (!v.first && !v.outlier) {
+  if (!v.first && !v.outlier && off_cpu_read) {
     k.usual_off_cpu_ns += off_cpu_ns;
     ++k.usual_calls;
   }

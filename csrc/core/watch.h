@@ -25,11 +25,17 @@ class Sketch {
   void add(uint64_t ns);
   uint64_t count() const { return count_; }
   double quantile(double q) const;  // 0 when empty
+  // quantile(0.5), kept up to date by add(): O(1) a call where quantile() walks the 128 buckets twice
+  // (the outlier rule reads it on every call of a key past min_calls).
+  double median() const { return total_ == 0 ? 0.0 : mid_ns(median_bucket_); }
   const std::array<uint32_t, kBuckets>& counts() const { return counts_; }
 
  private:
   std::array<uint32_t, kBuckets> counts_{};
   uint64_t count_ = 0;
+  uint64_t total_ = 0;         // the counts' sum (a bucket saturates at UINT32_MAX; count_ does not)
+  int median_bucket_ = 0;      // the first bucket where the counts so far reach half the total
+  uint64_t below_median_ = 0;  // the counts in the buckets below it
 };
 
 struct KeyState {
@@ -39,8 +45,8 @@ struct KeyState {
   uint64_t total_ns = 0;
   uint64_t events = 0;  // calls kept as events (first, outlier, or something fired)
   uint64_t order = 0;   // the order keys were first seen in
-  // Off-CPU time (wall less the thread's CPU time) summed over the key's usual calls, those neither its
-  // first nor outliers: what a call at this key waits anyway (a remote call it always makes), which an
+  // Off-CPU time (wall less the thread's CPU time) summed over the key's usual calls whose counters were
+  // read (a sample of them: see csrc/watch_type.cpp), those neither its first nor outliers: what a call at this key waits anyway (a remote call it always makes), which an
   // outlier's wait is counted beyond. Signed: a call's CPU time read through getrusage can be high by a
   // scheduler tick, and those errors cancel in the sum.
   int64_t usual_off_cpu_ns = 0;
@@ -70,9 +76,10 @@ class Table {
   bool known(uint64_t key) const { return keys_.count(key) != 0; }
   // A call at `key` now would be its first, and admitted (the table has room): kept, whatever it takes.
   bool new_admitted(uint64_t key) const { return keys_.size() < max_keys_ && keys_.count(key) == 0; }
-  // Add one call's duration at `key`, and its off-CPU time; says whether it is the first there or an
-  // outlier, and what the key's usual calls spent off the CPU.
-  Verdict add(uint64_t key, uint64_t ns, const Rule& rule, int64_t off_cpu_ns = 0);
+  // Add one call's duration at `key`, and its off-CPU time where it was read (`off_cpu_read`: the hot path
+  // reads a thread's counters around a sample of its calls, not each); says whether it is the first there
+  // or an outlier, and what the key's usual calls spent off the CPU.
+  Verdict add(uint64_t key, uint64_t ns, const Rule& rule, int64_t off_cpu_ns = 0, bool off_cpu_read = true);
   void mark_event(uint64_t key);
   size_t size() const { return keys_.size(); }
   uint64_t overflow_calls() const { return overflow_calls_; }

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from . import _native
-from . import render as _render  # noqa: F401  (sets the hook str(report) and str(comparison) render through)
+from .system.launch import quiet_start as _quiet_start
+
+_quiet_start()  # first: in warmprof's command line, Ctrl-C while it imports ends it in one line (exit 130)
+
+from . import _native  # noqa: E402
 from .errors import (
     BackendError,
     DeviceError,

@@ -37,18 +37,23 @@ def end(code: int) -> None:
         from .instruments.fd_capture import helper_pids
         from .system.supervise import stop_descendants
 
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                if stream is not None:
-                    stream.flush()
-            except (OSError, ValueError):
-                pass
+        _flush_streams()
         left = stop_descendants(own=helper_pids())
         if left:
             shown = ", ".join(left[:5]) + (f" and {len(left) - 5} more" if len(left) > 5 else "")
             _say(f"warmprof: stopped {len(left)} process{'es' if len(left) > 1 else ''} the model left running: {shown}")
         os._exit(code)
     sys.exit(code)
+
+
+def _flush_streams() -> None:
+    """stdout and stderr flushed before an os._exit, whatever happened to them."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):
+            pass
 
 
 def _say(line: str) -> None:
@@ -64,7 +69,7 @@ def _say(line: str) -> None:
 
 
 MAX_TIMEOUT_S = 7 * 24 * 3600.0  # --timeout: a week at most (a typo is not a week)
-COMMANDS = ("trace", "probe", "compare", "show", "watch", "buckets")
+COMMANDS = ("trace", "run", "probe", "compare", "show", "watch", "buckets")
 TRACEBACK_HELP = ("on an error, also print its traceback, with the exception it came from (the model's own, "
                   "when the model raised) on stderr")
 
@@ -91,6 +96,30 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .system.progress import stderr_or_null
+
+    stderr_or_null()  # `2>&-`: /dev/null at fd 2 first, so nothing meant for stderr reaches stdout
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:  # Ctrl-C anywhere, the imports included (before them: system/launch.py)
+        _say("warmprof: interrupted")
+        from .system.launch import INTERRUPTED, is_command_line
+
+        if is_command_line():
+            # Out now, 130: a KeyboardInterrupt that went through code exec() ran (dataclasses makes each
+            # class's methods so: Ctrl-C during an import) sets CPython's "unhandled KeyboardInterrupt" flag
+            # even when caught, and the interpreter would end itself with SIGINT after main() returned.
+            import os
+
+            _flush_streams()
+            os._exit(INTERRUPTED)
+        return INTERRUPTED
+
+
+def _main(argv: list[str] | None) -> int:
+    from .system.launch import started
+
+    started()  # from here on Ctrl-C is main()'s KeyboardInterrupt, said in one line
     from .system.output_paths import hold_stdout
     from .system.supervise import Deadline, deadline
 
@@ -116,9 +145,6 @@ def main(argv: list[str] | None = None) -> int:
         # One line, whatever the message quotes (a path or a name with control characters in it).
         print(f"warmprof: error: {safe_text(str(e))}", file=sys.stderr)
         return e.exit_code
-    except KeyboardInterrupt:
-        print("warmprof: interrupted", file=sys.stderr)
-        return 130
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -61,6 +61,9 @@ class DeviceKind:
     # "module:function", (op, library settings) -> what a per-shape probe verdict means on this kind's
     # eager backend (CUDA: a lazily loaded kernel, not a compile); None: nothing to add
     eager_shape_note: str | None = None
+    # device -> the device's free memory in bytes (every process's use taken off), None where none is read:
+    # the room for a second copy of a model (traces/controls.check_room)
+    free_bytes: Callable[[Any], "int | None"] | None = None
 
 
 # -- the kinds' functions (each kind's in one place, named by kind) ---------------------------------
@@ -160,6 +163,12 @@ def _cuda_reserved(device: Any) -> int | None:
     return int(torch.cuda.memory_reserved(device))
 
 
+def _cuda_free(device: Any) -> int | None:
+    import torch
+
+    return int(torch.cuda.mem_get_info(device)[0])
+
+
 def _cpu_title(fp: dict, board: str, mode: str) -> str:
     cores = f"{fp['cpu_count']} cores" if fp.get("cpu_count") else ""
     detail = ", ".join(x for x in (fp.get("apple_chip") or fp.get("cpu"), cores) if x)
@@ -203,7 +212,7 @@ KINDS: dict[str, DeviceKind] = {k.name: k for k in (
         advice_column="cuda_advice", gpu_index=True, title=_cuda_title,
         setup_instruments="warmprof.instruments.cuda_set:cuda_setup_instruments", cuda_graphs=True,
         library_settings="warmprof.instruments.torch_cuda:library_settings",
-        eager_shape_note="warmprof.probes.verdict:cuda_eager_note"),
+        eager_shape_note="warmprof.probes.verdict:cuda_eager_note", free_bytes=_cuda_free),
     DeviceKind(
         name="mps", label="MPS", spellings=("mps",), check=_mps_check, sync=_mps_sync,
         sync_how="torch.mps.synchronize() around every timed call", host=False,

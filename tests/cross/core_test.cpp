@@ -504,6 +504,19 @@ void test_watch_and_tap() {
   for (int i = 0; i < 100; ++i) s.add(1000);
   const double q = s.quantile(0.5);
   check(s.count() == 100 && q > 880 && q < 1120, "watch.sketch_median_within_12pct", "median %.1f", q);
+  // the running median is quantile(0.5) after every add, over spread, bimodal and sparse durations
+  {
+    Sketch m;
+    uint64_t x = 88172645463325252ull;
+    bool same = m.median() == 0.0;
+    for (int i = 0; i < 20000 && same; ++i) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;  // xorshift
+      const uint64_t ns = i % 3 == 0 ? 200 + x % 100 : (i % 3 == 1 ? 1000000 + x % 4000000 : uint64_t(1) << (x % 40));
+      m.add(ns);
+      same = m.median() == m.quantile(0.5);
+    }
+    check(same, "watch.running_median_is_quantile_half", "median %.1f quantile %.1f", m.median(), m.quantile(0.5));
+  }
   watch::Table table(1);
   watch::Rule rule;
   watch::Verdict v = table.add(1, 1000, rule);
@@ -515,6 +528,7 @@ void test_watch_and_tap() {
   waits.add(1, 1000, rule, 500);  // a first call: not a usual one
   for (int i = 0; i < 10; ++i) waits.add(1, 1000, rule, i % 2 ? 300 : 100);
   waits.add(1, 1000000, rule, 900000);  // an outlier: not a usual one either
+  waits.add(1, 1000, rule, 5000000, false);  // its counters not read: not in the usual calls' mean
   v = waits.add(1, 1000, rule, 0);
   check(v.usual_off_cpu_ns == 200.0, "watch.usual_off_cpu_is_the_usual_calls_mean", "%.1f", v.usual_off_cpu_ns);
   v = table.add(2, 1000, rule);

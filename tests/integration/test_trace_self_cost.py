@@ -84,7 +84,8 @@ def test_expensive_hooks_are_measured_on_the_model_not_on_identity():
     assert own.ms >= calls * r.protocol.calibration["hook_cost_ns"] / 1e6 * (1 - 1e-9)
     (again,) = [c for c in r.seen_rerun_causes if c.cause == "profiler_overhead"]
     if "capped at what this pass took" in again.detail:  # a re-run quicker than steady plus the figure
-        assert again.ms < own.ms
+        # Never below the calibrated floor, which both passes share: capped there, the two are equal.
+        assert again.ms <= own.ms * (1 + 1e-9)
     else:
         assert again.ms == pytest.approx(own.ms)
     # The clean steady passes keep their meaning: the instrumented ones are kept apart.

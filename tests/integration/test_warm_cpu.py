@@ -12,16 +12,16 @@ from warmprof.errors import DeviceError, InputError, ModelError, NotWarmError
 from warmprof.instruments.torch_compile import registered_callbacks
 from warmprof.serving.warmup import assert_warm, warmup
 
-from .helpers import Counting, FirstTouch, Leftovers, RaisesOnCall
+from .helpers import Counting, FirstTouch, Leftovers, RaisesOnCall, release_freed_heap
 
 
 class Leaky(nn.Module):
-    """Keeps `nbytes` of fresh, touched memory from every call: never warm. Above glibc's largest
-    mmap threshold (32 MiB), so each call maps pages the process never had, whatever earlier tests
-    freed into the heap (a smaller block can be served from memory already faulted in)."""
+    """Keeps `nbytes` of fresh, touched memory from every call: never warm. The freed heap is given
+    back first (release_freed_heap), so no call's block comes from pages earlier tests left resident."""
 
     def __init__(self, nbytes: int = 40 << 20) -> None:
         super().__init__()
+        release_freed_heap()
         self.nbytes = nbytes
         self.kept: list[torch.Tensor] = []
         self.lin = nn.Linear(8, 8)

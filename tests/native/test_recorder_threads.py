@@ -77,3 +77,64 @@ def test_a_reused_buffer_does_not_leak_the_previous_recording():
     index = int(np.unique(second.thread[mine])[0])
     assert second.os_tids[index] == tids[0]
     assert second.dropped == 0
+
+
+_FRESH_THREADS = r"""
+import threading
+from warmprof import timeline
+from warmprof.timeline import Recording
+
+def vm_kb():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmSize:"):
+            return int(line.split()[1])
+
+nid = timeline.name_id("test:fresh_thread")
+
+def one():
+    timeline.begin(timeline.STRUCTURE, nid)
+    timeline.end(timeline.STRUCTURE, nid)
+
+def tasks():
+    import os
+    return len(os.listdir("/proc/self/task"))
+
+def waves():
+    # a model that starts fresh threads on each call: each wave's threads record, then exit
+    base = tasks()
+    for _ in range(3):
+        ts = [threading.Thread(target=one) for _ in range(40)]
+        for t in ts: t.start()
+        for t in ts: t.join()
+    # join() returns before a thread's C++ thread-locals are destroyed (its buffer marked free): wait until
+    # the kernel has them gone, so the recording's end finds them exited (a loaded machine is slower)
+    import time
+    while tasks() > base:
+        time.sleep(0.01)
+
+with Recording():  # the first recording's own buffers (the caller's thread) in the baseline
+    pass
+before = vm_kb()
+for _ in range(2):
+    with Recording() as rec:
+        waves()
+    assert rec.timeline.threads >= 120, rec.timeline.threads
+after = vm_kb()
+print("grew_mib", (after - before) / 1024)
+"""
+
+
+def test_buffers_of_threads_that_exited_are_unmapped_when_the_recording_ends(tmp_path):
+    # 120 fresh threads a recording, each with its 6 MiB buffer: ~720 MiB of address space that used to stay
+    # mapped for the life of the process once the recording ended (only the pages were given back)
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "fresh.py"
+    script.write_text(_FRESH_THREADS)
+    env = dict(os.environ, MALLOC_ARENA_MAX="1")  # glibc's per-thread malloc arenas are not warmprof's
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=600)
+    assert p.returncode == 0, p.stderr
+    grew = float(p.stdout.split("grew_mib")[1])
+    assert grew < 100, f"the process's address space grew {grew:.0f} MiB over two recordings of 120 fresh threads"

@@ -17,7 +17,7 @@ PACKAGE = Path(warmprof.__file__).resolve().parent
 # itself alone (what `from warmprof import x` reads when x is no module).
 LAYERS = (
     ("cli", ("warmprof.cli", "warmprof.commands", "warmprof.__main__")),
-    ("protocols", ("warmprof.traces", "warmprof.probes", "warmprof.serving")),
+    ("protocols", ("warmprof.traces", "warmprof.probes", "warmprof.serving", "warmprof.runs")),
     ("engines", ("warmprof.instruments", "warmprof.attribution", "warmprof.render")),
     ("data", ("warmprof.report", "warmprof.timeline")),
     ("ground", ("warmprof.causes", "warmprof.devices", "warmprof.system", "warmprof.errors", "warmprof.stats",

@@ -122,6 +122,11 @@ def test_compare_reads_a_repeat_report_by_its_medians(tmp_path):
     assert any("the median of 3 runs" in w for w in c.warnings)
 
 
+def _json_of(argv):
+    """A run's --json path (given as --json=PATH: a path that starts with '-' stays a value)."""
+    return next(a for a in argv if a.startswith("--json=")).removeprefix("--json=")
+
+
 def test_the_runner_keeps_going_past_a_failed_run_and_lists_it(tmp_path):
     runs = iter(_runs())
     calls = []
@@ -130,12 +135,12 @@ def test_the_runner_keeps_going_past_a_failed_run_and_lists_it(tmp_path):
         calls.append(argv)
         if len(calls) == 2:
             return 3, "Traceback...\nwarmprof: error: the model raised on the first pass: boom\n"
-        next(runs).save(argv[argv.index("--json") + 1])
+        next(runs).save(_json_of(argv))
         return 0, ""
 
     r = run_repeats(["trace", "--demo", "--quiet"], 3, run=fake)
     assert len(r.runs) == 2 and r.failed == ["run 2: exit 3: warmprof: error: the model raised on the first pass: boom"]
-    assert len({a[a.index("--json") + 1] for a in calls}) == 3  # each run its own file
+    assert len({_json_of(a) for a in calls}) == 3  # each run its own file
     assert r.advice  # advice on the medians
 
     # the first run failing means every run would: its error at once, as the same kind (exit code)
@@ -160,8 +165,12 @@ def test_repeat_must_be_a_whole_number_of_runs(bad):
 
 def test_a_repeat_names_its_model_and_passes_the_options_on():
     assert cli_argv("demo", shape=(1, 64), threads=1, compile="default") == [
-        "trace", "--demo", "--shape", "1,64", "--device", "cpu", "--threads", "1", "--compile=default",
-        "--cache", "fresh", "--quiet"]
+        "trace", "--demo", "--shape=1,64", "--device=cpu", "--threads=1", "--compile=default",
+        "--cache=fresh", "--quiet"]
+    # a target goes last, after `--`: one (or a value) that starts with '-' is not read as an option
+    assert cli_argv("-m.py:make", shape="-1,4")[-3:] == ["--quiet", "--", "-m.py:make"]
+    # --repeat --no-control: each run holds the model once (it was dropped: every run had its control)
+    assert "--no-control" in cli_argv("demo", no_control=True) and "--no-control" not in cli_argv("demo")
     with pytest.raises(InputError, match="names its model"):
         cli_argv("resnet")
 
@@ -198,7 +207,7 @@ def test_a_timeout_keeps_the_runs_that_finished_and_says_so():
         if fake.calls == 2:
             raise Deadline("warmprof trace ran past --timeout 9 s and was stopped")
         fake.calls += 1
-        next(runs).save(argv[argv.index("--json") + 1])
+        next(runs).save(_json_of(argv))
         return 0, ""
 
     fake.calls = 0

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 NAME = "compare"
-HELP = "Compare saved reports (trace with trace, probe with probe): which cause or op moved."
+HELP = "Compare saved reports (trace with trace, probe with probe, run with run): which cause, op or phase moved."
 # The files a comparison can also be written to: option, output format (render/registry.py), help.
 OUTPUTS = (("--png", "png", "also draw the comparison as grouped bars into FILE"),
            ("--json", "json", "also write the comparison as JSON into FILE"))

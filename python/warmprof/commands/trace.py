@@ -15,9 +15,10 @@ from typing import Any
 
 from ..errors import InputError, TimedOut, WarmprofError
 from ..report.trace import RunContext
+from ..system.launch import option, positional, with_options
 from ..system.output_paths import check_output_path, save_and_print
 from ..traces import child, warm_process
-from ..traces.targets import call_target, check_inputs_spec, load_inputs, load_target
+from ..traces.targets import call_target, caller_folder, check_inputs_spec, load_inputs, load_target
 
 __all__ = ["HELP", "NAME", "load_target", "run", "setup"]
 
@@ -96,26 +97,27 @@ def setup(parser: argparse.ArgumentParser) -> None:
 
 
 def _child_argv(args: argparse.Namespace) -> list[str]:
+    """The traced process's command line: each value as --name=value and the target last, after `--`, so
+    a value or a target that starts with '-' reaches it as one (child.run_child adds its status file)."""
     argv = ["trace"]
-    if args.target:
-        argv.append(args.target)
     for flag in ("demo", "quiet", "op_view", "explain", "no_control"):
         if getattr(args, flag):
             argv.append(f"--{flag.replace('_', '-')}")
     if args.explain:
-        argv += ["--explain-top", str(args.explain_top)]
+        argv.append(option("explain-top", args.explain_top))
     for opt in ("shape", "inputs", "dtype", "model_dtype", "device", "json", "steady", "threads", "warm_shape",
                 "generate", "kv_cache"):
         v = getattr(args, opt)
         if v is not None:
             # a file is named from the child's folder too (a FILE.py:FACTORY resolves as the target does)
             path = opt == "json" or (opt == "inputs" and os.path.exists(v))
-            argv += [f"--{opt.replace('_', '-')}", str(os.path.abspath(v) if path else v)]
+            argv.append(option(opt.replace("_", "-"), os.path.abspath(v) if path else v))
     if getattr(args, "traceback", False):
         argv.append("--traceback")
     if args.compile is not None:
-        argv.append(f"--compile={args.compile}")
-    return argv + ["--in-process", "--fresh-process", "--cache", args.cache]
+        argv.append(option("compile", args.compile))
+    argv += ["--in-process", "--fresh-process", option("cache", args.cache)]
+    return positional(argv, *([args.target] if args.target else []))
 
 
 def _run_child(args: argparse.Namespace) -> int:
@@ -160,6 +162,9 @@ def _one_each(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # where a dotted MODULE:FACTORY (target or --inputs) is looked up first: the folder the command was run
+    # in, taken now, before the model's code can change it (traces/targets.imported)
+    args._caller_folder = caller_folder()
     _target_taken_by_compile(args)
     _one_each(args)
     if args.demo and args.target:
@@ -224,9 +229,9 @@ def _repeat(args: argparse.Namespace) -> int:
     child.require_torch()
     argv = cli_argv(args.target or "demo", shape=args.shape, dtype=args.dtype, device=args.device,
                     compile=args.compile, threads=args.threads, steady=args.steady, op_view=args.op_view,
-                    cache=args.cache, inputs=args.inputs, model_dtype=args.model_dtype)
+                    cache=args.cache, inputs=args.inputs, model_dtype=args.model_dtype, no_control=args.no_control)
     if getattr(args, "traceback", False):
-        argv.append("--traceback")
+        argv = with_options(argv, "--traceback")
     try:
         with sigterm_raises():
             report = run_repeats(argv, args.repeat, progress=not args.quiet)
@@ -244,17 +249,18 @@ def _repeat(args: argparse.Namespace) -> int:
 
 def _control_argv(args: argparse.Namespace) -> list[str]:
     """The control process's command line: the same model on the same inputs, nothing of the
-    trace's own outputs (controls.ControlProcess adds its pipes)."""
-    argv = ["trace"] + ([args.target] if args.target else ["--demo"])
+    trace's own outputs (controls.ControlProcess adds its pipes); values as --name=value, the target
+    last after `--` (as _child_argv)."""
+    argv = ["trace"] + ([] if args.target else ["--demo"])
     for opt in ("shape", "inputs", "dtype", "model_dtype", "device", "threads", "warm_shape", "generate", "kv_cache"):
         v = getattr(args, opt)
         if v is not None:
-            argv += [f"--{opt.replace('_', '-')}", str(os.path.abspath(v) if opt == "inputs" and os.path.exists(v) else v)]
+            argv.append(option(opt.replace("_", "-"), os.path.abspath(v) if opt == "inputs" and os.path.exists(v) else v))
     if args.compile is not None:
-        argv.append(f"--compile={args.compile}")
+        argv.append(option("compile", args.compile))
     if args.op_view or args.explain:
         argv.append("--op-view")
-    return argv + ["--in-process", "--quiet"]
+    return positional(argv + ["--in-process", "--quiet"], *([args.target] if args.target else []))
 
 
 def _serve_control(args: argparse.Namespace) -> int:
@@ -268,8 +274,8 @@ def _serve_control(args: argparse.Namespace) -> int:
 
             model = demo_model()
         else:
-            model = load_target(args.target)
-        return model, (load_inputs(args.inputs) if args.inputs is not None else None)
+            model = load_target(args.target, args._caller_folder)
+        return model, (load_inputs(args.inputs, folder=args._caller_folder) if args.inputs is not None else None)
 
     shape = args.shape
     if args.demo and shape is None and args.inputs is None:
@@ -342,7 +348,7 @@ def _cold_start(args: argparse.Namespace, status: child.Status) -> tuple[Any, An
 
             def import_module() -> None:
                 status.write("loading the model")
-                got["module"] = stack.enter_context(imported(where))
+                got["module"] = stack.enter_context(imported(where, args._caller_folder))
 
             def call_factory() -> None:
                 got["model"] = call_target(factory_of(got["module"], where, name), args.target)
@@ -369,7 +375,7 @@ def _trace_with(args: argparse.Namespace, status: child.Status, control: Any) ->
     inputs = None
     if args.inputs is not None:
         status.write("loading the inputs")
-        inputs = load_inputs(args.inputs)
+        inputs = load_inputs(args.inputs, folder=args._caller_folder)
     steady = args.steady if args.steady is not None else (5, 50)
     if args.warm_shape:
         status.write("running the model once at the warm-up shape")
@@ -417,11 +423,12 @@ def _run_context(args: argparse.Namespace) -> RunContext:
 
 
 def _warm_argv(args: argparse.Namespace) -> tuple[list[str], list[str]]:
-    """What --explain's warm processes are given of this command line: the target (or --demo), and
-    the options a trace of it keeps (traces/warm_process.py adds the shapes, the op view and --json)."""
-    target = [args.target] if args.target else ["--demo"]
-    options = ["--cache", args.cache, "--device", args.device]
+    """What --explain's warm processes are given of this command line: the target, to go last (after
+    `--`, or --demo), and the options a trace of it keeps, as --name=value (traces/warm_process.py adds
+    the shapes, the op view and --json)."""
+    target = ["--", args.target] if args.target else ["--demo"]
+    options = [option("cache", args.cache), option("device", args.device)]
     for opt in ("dtype", "model_dtype", "threads", "steady"):
         if getattr(args, opt) is not None:
-            options += [f"--{opt.replace('_', '-')}", str(getattr(args, opt))]
+            options.append(option(opt.replace("_", "-"), getattr(args, opt)))
     return target, options

@@ -33,17 +33,22 @@ def run(args: argparse.Namespace) -> int:
         check_output_path(args.json)
     from ..render.watch_text import event_line
     from ..serving.watch import watch
-    from ..serving.watch.demo import compiled_demo, replay, stream
-    from ..system.fileio import require_temp_folder
-
-    require_temp_folder("torch.compile's caches (the demo LM is compiled)")
+    from ..serving.watch.demo import compiled_demo, own_compile_cache, replay, stream
+    from ..system.supervise import Terminated, sigterm_raises
 
     lengths = stream(args.requests, seed=args.seed)
     say = (lambda e: None) if args.quiet else (lambda e: print(event_line(e), file=sys.stderr, flush=True))
     if not args.quiet:
         print(f"warmprof watch: {len(lengths)} requests over {len(set(lengths))} prompt lengths through the compiled "
               "demo LM (static shapes: each new length compiles, a few seconds each here)", file=sys.stderr)
-    model = compiled_demo()
-    with watch(model, label="demo LM (compiled, static shapes)", on_event=say) as w:
-        replay(w, lengths, idle_at=args.idle_at if args.idle_at >= 0 else None)
+    try:
+        # torch.compile's caches in a folder of the demo's own, removed however the stream ends (Ctrl-C,
+        # SIGTERM, an error): inductor's default one in TMPDIR would outlive the demo (about 160 MB)
+        with sigterm_raises(), own_compile_cache():
+            model = compiled_demo()
+            with watch(model, label="demo LM (compiled, static shapes)", on_event=say) as w:
+                replay(w, lengths, idle_at=args.idle_at if args.idle_at >= 0 else None)
+    except Terminated as t:
+        print("warmprof: terminated", file=sys.stderr)
+        return 128 + t.signum
     return save_and_print(w.report(), args.json)

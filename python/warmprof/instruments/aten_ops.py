@@ -40,6 +40,10 @@ PREFIX = "op:"
 COLD_PROBE_OPS = ("sinh", "cosh", "expm1", "log1p", "erfc", "asinh", "frac", "trunc", "sgn", "rad2deg", "deg2rad",
                   "erfinv", "lgamma", "digamma", "sinc", "logit", "exp2", "i0", "atanh", "acosh")
 # kineto prints two lines on stderr at every profiler start and stop unless its log level is past them.
+# Set only while the op view runs: the caller's value (or its absence) is put back on exit, also when
+# the model raised or the profiler would not start, so a later torch.profiler (or a process started
+# after the trace) gets the caller's environment, and the trace's environment check (ProcessState)
+# does not blame torch or the model for warmprof's own setting.
 _KINETO_QUIET = ("KINETO_LOG_LEVEL", "6")
 
 
@@ -49,6 +53,7 @@ class AtenOps(Instrument):
     def __init__(self, *, compiled: bool = False) -> None:
         super().__init__()
         self._session: Session | None = None
+        self._kineto_set = False  # KINETO_LOG_LEVEL is warmprof's, to be taken off on exit
         self._anchors = Anchors()
         self._windows: list[tuple[str, int, int]] = []  # (pass, index of its start anchor, of its end anchor)
         self._open: dict[str, int] = {}
@@ -74,15 +79,35 @@ class AtenOps(Instrument):
             self.reason = ("torch's profiler is already on in this process: the op view reads that profiler's op "
                            "events and cannot share it (stop it, or trace without the op view)")
             return self
-        if _KINETO_QUIET[0] not in os.environ:  # read when kineto starts: effective only before its first use
-            os.environ[_KINETO_QUIET[0]] = _KINETO_QUIET[1]
+        self._quiet_kineto()
         try:
             self._session = Session.start()
         except RuntimeError as e:
+            self._restore_env()
             self.reason = f"torch's profiler would not start: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
             return self
+        except BaseException:
+            self._restore_env()
+            raise
         self._anchors.take()
         return self
+
+    def _quiet_kineto(self) -> None:
+        """KINETO_LOG_LEVEL set for the op view, where the caller set none (kineto reads it when it
+        starts: effective only before its first use in the process); _restore_env undoes it."""
+        name, value = _KINETO_QUIET
+        if name not in os.environ:
+            os.environ[name] = value
+            self._kineto_set = True
+
+    def _restore_env(self) -> None:
+        """The caller's KINETO_LOG_LEVEL back: unset again, unless something else changed it meanwhile."""
+        ours, self._kineto_set = self._kineto_set, False
+        if not ours:
+            return
+        name, value = _KINETO_QUIET
+        if os.environ.get(name) == value:
+            os.environ.pop(name, None)
 
     def mark_pass(self, name: str) -> None:
         super().mark_pass(name)
@@ -97,9 +122,13 @@ class AtenOps(Instrument):
     def __exit__(self, *exc: Any) -> None:
         session, self._session = self._session, None
         if session is None:
+            self._restore_env()
             return
-        self._anchors.take()
-        result = session.stop()
+        try:
+            self._anchors.take()
+            result = session.stop()
+        finally:
+            self._restore_env()
         if result is None:
             self.notes.append("torch's profiler gave no events back: no op spans")
             return

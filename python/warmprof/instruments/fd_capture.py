@@ -22,24 +22,49 @@ the tap (a DataLoader worker, a subprocess) inherited it as its fd 1. Then, afte
 the read end goes to a helper process (`cat`, in a session of its own) that forwards that
 process's later output to the real stdout, after warmprof and even this process are gone.
 
+Other threads' output stays in order and whole across the hand-back. Until fd 1 is back, their
+writes go into the pipe; right after, straight to stdout. Bytes still in the pipe then (up to its
+1 MiB: the reader reads every few ms) would reach stdout after later ones, a line cut where its
+thread's buffer was flushed. So the hand-back runs while this thread keeps the GIL (_gil_kept): no
+other Python thread can begin a write. A thread may have let go of the GIL for a write it has not
+yet made (one at most each): so the pipe is drained first, fd 1 still the pipe, then fd 1 given
+back, then the pipe drained again (that write, if it went in meanwhile). Each drain writes tokens
+into the pipe and waits, after each, until the pipe is empty (FIONREAD on a read end of our own),
+all through ctypes.PyDLL, whose calls keep the GIL: once the reader has read a token that was alone
+in the pipe, it has written out everything before the token ahead of it, and nothing else was
+there. So each thread's writes reach stdout in the order it made them. Threads that hold no GIL
+(C threads) are ordered only as far as the kernel orders their writes; on a Python without a GIL
+the drains still run, and a thread's write may then come out ahead of one still in the pipe.
+
 The reader's stream logic in Python, the reference the native one is tested against, is in
 tests/unit/splitter_reference.py.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import secrets
+import select
 import subprocess
 import sys
-from typing import Any, Callable, Mapping
+import termios
+import time
+from typing import Any, Callable, Iterator, Mapping
 
 from .. import _native
 
 MARK_TIMEOUT_S = 60.0  # a safety net only: the reader reaches a mark as soon as stdout takes the bytes
 GRACE_S = 0.5  # after fd 1 is back, the pipe ends at once unless another process still holds it
 BUSY_S = 5.0  # how long stop() waits for a reader stuck on a stdout that does not take bytes
+# The hand-back (stop): how long this thread may keep the GIL while the pipe drains (a stdout that
+# takes no bytes: past this, the order of what was left in the pipe is not kept), and the switch
+# interval meanwhile, longer than that, so no waiting thread forces the GIL away.
+DRAIN_S = 0.25
+HELD_SWITCH_S = 1.0
+DRAIN_ROUNDS = 4  # tokens at most: two suffice unless another thread's write was still under way
+FIONREAD = getattr(termios, "FIONREAD", 0x541B)  # how many bytes a pipe holds
 _helpers: list[subprocess.Popen] = []  # forwarders started by stop(): kept, so they are reaped, not warned about
 
 _libc = None
@@ -81,8 +106,11 @@ class StdoutTap:
         self._keep = keep
         self._on_line = on_line
         self._saved: int | None = None  # the real stdout, while fd 1 is the pipe
+        self._peek: int | None = None  # a read end of the pipe: how much it holds (the hand-back's drain)
+        self._wr: int | None = None  # a write end of the pipe: the hand-back's tokens
         self._pipe: int | None = None  # the pipe's inode: fd 1 is still ours only while it matches
         self._sent = 0  # marks written
+        self._failed = False  # the reader failed: it passes everything through as it is, tokens too
         self._pid = os.getpid()  # a process forked during the tap shares the pipe: it must not mark or stop
 
     def start(self) -> str:
@@ -92,27 +120,29 @@ class StdoutTap:
         except OSError as e:
             return f"stdout (fd 1) is not open: {e.strerror}"
         flush_stdio()  # what was printed before goes out before the pipe takes over
-        r = w = saved = out = None
-        try:
-            r, w = os.pipe()
-            _enlarge(w)
-            saved, out = os.dup(1), os.dup(1)
-        except OSError as e:
-            _close(r, w, saved, out)
-            return f"cannot capture stdout: {e.strerror}"
-        why = _native.tap_start(r, out, self._prefixes, self.token, self._keep)  # the reader owns r and out
+        with _std_holes_filled():  # nothing of the tap's (the native reader's wake pipe too) becomes fd 0-2
+            r = w = saved = out = peek = wr = None
+            try:
+                r, w = os.pipe()
+                _enlarge(w)
+                saved, out = _dup(1), _dup(1)
+                peek, wr = _dup(r), _dup(w)  # the hand-back's: the pipe's fill, and its tokens (stop)
+            except OSError as e:
+                _close(r, w, saved, out, peek, wr)
+                return f"cannot capture stdout: {e.strerror}"
+            why = _native.tap_start(r, out, self._prefixes, self.token, self._keep)  # the reader owns r and out
         if why:
-            _close(w, saved)
+            _close(w, saved, peek, wr)
             return f"cannot capture stdout: {why}"
         try:
             os.dup2(w, 1)
         except OSError as e:
-            _close(w, saved)  # no writer left: the reader ends
+            _close(w, saved, peek, wr)  # no writer left: the reader ends
             _native.tap_stop(GRACE_S, BUSY_S)
             return f"cannot redirect stdout: {e.strerror}"
         self._pipe = os.fstat(w).st_ino
         os.close(w)
-        self._saved = saved
+        self._saved, self._peek, self._wr = saved, peek, wr
         return ""
 
     def mark(self) -> bool:
@@ -141,13 +171,10 @@ class StdoutTap:
         if saved is None or os.getpid() != self._pid:
             return
         try:
-            self.mark()  # all our output is through: what is printed after goes straight out, in order
+            self.mark()  # what was printed so far is through, and its tapped lines handed over
         finally:
             flush_stdio()
-            try:
-                os.dup2(saved, 1)
-            except OSError as e:  # pragma: no cover - dup2 of a descriptor we hold does not fail
-                self.notes.append(f"could not restore stdout: {e.strerror}")
+            self._hand_back(saved)  # fd 1 back, and the pipe drained before another thread writes
             self._saved = None
             try:
                 stopped, fd = _native.tap_stop(GRACE_S, BUSY_S)  # without the GIL
@@ -167,6 +194,40 @@ class StdoutTap:
                               "(20000 lines or 16 MiB between pass boundaries) were not read")
         if state["failure"]:
             self.notes.append(f"stdout reader failed ({state['failure']}); output passed through unfiltered")
+
+    def _hand_back(self, saved: int) -> None:
+        """fd 1 back to `saved`, with what other threads wrote into the pipe out before anything they
+        write after it (the module's docstring). Never raises but KeyboardInterrupt, fd 1 restored."""
+        peek, wr = self._peek, self._wr
+        self._peek = self._wr = None
+        libc = _held_libc()
+        restored = drained = False
+        try:
+            # a reader that failed passes everything through, tokens too: fd 1 is simply given back
+            if libc is not None and peek is not None and wr is not None and not self._failed:
+                with _gil_kept():
+                    deadline = time.monotonic() + DRAIN_S
+                    # fd 1 still the pipe: what was written so far goes out, and a write another thread
+                    # had begun before this one took the GIL goes in behind it
+                    drained, tokens = _drain(libc, wr, peek, self.token, deadline)
+                    self._sent += tokens
+                    restored = libc.dup2(saved, 1) == 1
+                    if restored:  # a write that entered the pipe since, out before another one is begun
+                        after, tokens = _drain(libc, wr, peek, self.token, deadline)
+                        drained, self._sent = drained and after, self._sent + tokens
+                    libc.close(wr)
+                    wr = None
+                if restored and not drained:
+                    self.notes.append(f"the stdout reader had not drained the pipe {DRAIN_S:g} s after stdout was "
+                                      "given back (a stdout that takes bytes slowly): what other threads printed "
+                                      "around the end of the trace may be out of order")
+        finally:
+            _close(wr, peek)
+            if not restored:  # no PyDLL, or interrupted before its dup2
+                try:
+                    os.dup2(saved, 1)
+                except OSError as e:  # pragma: no cover - dup2 of a descriptor we hold does not fail
+                    self.notes.append(f"could not restore stdout: {e.strerror}")
 
     def _hand_off(self, fd: int, saved: int) -> None:
         """A process started during the tap still holds the pipe as its stdout: a helper that
@@ -189,6 +250,7 @@ class StdoutTap:
     def _deliver(self) -> Mapping[str, Any]:
         """Hand the stored lines to on_line; the reader's state."""
         taken = _native.tap_take()
+        self._failed = self._failed or bool(taken["failure"])
         for line, marks in zip(taken["lines"], taken["segments"]):
             try:
                 self._on_line(line, marks)
@@ -207,11 +269,113 @@ def _forward_here(fd: int, saved: int) -> str:
     """Forward fd to the real stdout from a native thread of ours (until this process exits); the
     reason if even that fails (fd is closed then)."""
     try:
-        out = os.dup(saved)
+        out = _dup(saved)
     except OSError as e:
         _close(fd)
         return e.strerror or str(e)
     return _native.tap_forward(fd, out)  # takes both
+
+
+def _dup(fd: int) -> int:
+    """A non-inheritable duplicate numbered 3 or more: with stdin or stderr closed (`2>&-`), os.dup
+    would fill that hole, and C libraries' writes to stderr would land in our stdout."""
+    import fcntl
+
+    return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+
+
+@contextlib.contextmanager
+def _std_holes_filled() -> Iterator[None]:
+    """Closed descriptors among 0-2 (`2>&-`) held on /dev/null for the block, closed again after: a
+    descriptor opened meanwhile (a pipe, the native reader's own) cannot take their number, and with
+    it what is written to stderr. The caller's table is as it was after."""
+    held: list[int] = []
+    try:
+        while True:  # open() takes the lowest free number: the holes first
+            try:
+                fd = os.open(os.devnull, os.O_RDWR)
+            except OSError:  # no /dev/null here: the holes stay (best effort)
+                break
+            if fd > 2:
+                os.close(fd)
+                break
+            held.append(fd)
+        yield
+    finally:
+        _close(*held)
+
+
+_pylibc: Any = None
+
+
+def _held_libc() -> Any:
+    """libc through ctypes.PyDLL: its calls keep the GIL (CDLL's release it). None where it cannot load."""
+    global _pylibc
+    if _pylibc is None:
+        try:
+            lib = ctypes.PyDLL(None, use_errno=True)
+            lib.dup2.argtypes = [ctypes.c_int, ctypes.c_int]
+            lib.close.argtypes = [ctypes.c_int]
+            lib.write.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]
+            lib.write.restype = ctypes.c_ssize_t
+            lib.ioctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p]
+            lib.usleep.argtypes = [ctypes.c_uint]
+            lib.poll.argtypes = [ctypes.c_void_p, ctypes.c_ulong, ctypes.c_int]
+        except Exception:
+            return None
+        _pylibc = lib
+    return _pylibc
+
+
+@contextlib.contextmanager
+def _gil_kept() -> Iterator[None]:
+    """For the block (no call in it may release the GIL: ctypes.PyDLL's only), no other Python thread
+    runs. A thread waiting for the GIL asks for it after the switch interval, and the holder gives it
+    up at its next bytecode: the interval is raised past the block's length, and before the block
+    the GIL is let go for longer than the old interval, so no wait timed with the old one is left.
+    The caller's interval comes back after. Taking the GIL back may then wait up to HELD_SWITCH_S
+    for a thread that computes without releasing it."""
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(max(before, HELD_SWITCH_S))
+    try:
+        time.sleep(before + 0.001)
+        yield
+    finally:
+        sys.setswitchinterval(before)
+
+
+class _PollFd(ctypes.Structure):
+    _fields_ = [("fd", ctypes.c_int), ("events", ctypes.c_short), ("revents", ctypes.c_short)]
+
+
+def _drain(libc: Any, wr: int, peek: int, token: bytes, deadline: float) -> tuple[bool, int]:
+    """Tokens into the pipe, each waited for until the pipe is empty (the reader has read it), until
+    one of them, after the first, was alone in it: the reader reads in order and writes out a read's
+    bytes before its next read, so everything before the last token is then out. GIL kept
+    throughout (libc is PyDLL; nothing is imported here: an import reads files), so nothing here
+    may block: a token is written only where the pipe has room. Returns (drained, tokens written)."""
+    held = ctypes.c_int(0)
+    room = _PollFd(wr, select.POLLOUT, 0)
+
+    def pending() -> int:
+        return held.value if libc.ioctl(peek, FIONREAD, ctypes.byref(held)) == 0 else -1
+
+    tokens = 0
+    for _ in range(DRAIN_ROUNDS):
+        # POLLOUT: a write of up to PIPE_BUF bytes goes in at once (a full pipe: the reader is stuck)
+        if libc.poll(ctypes.byref(room), 1, 0) != 1 or not room.revents & select.POLLOUT:
+            return False, tokens
+        if libc.write(wr, token, len(token)) != len(token):  # under PIPE_BUF bytes: whole or none
+            return False, tokens
+        tokens += 1
+        alone = pending() == len(token)  # 0 if the reader took it at once: not known, one more round
+        while (n := pending()) != 0:
+            if n < 0 or time.monotonic() > deadline:
+                return False, tokens
+            libc.usleep(100)
+        if alone and tokens >= 2:
+            return True, tokens
+    return True, tokens  # a writer still under way (a blocked large write): what is out is in order
 
 
 PIPE_BYTES = 1 << 20  # the tap's pipe, where the kernel lets us: the reader paces its reads (fd_tap.cpp)

@@ -27,6 +27,7 @@ from ..errors import InputError, ReportError
 from ..report.op_probe import OpProbeReport, OpResult
 from ..report.trace import warm_left_ms
 from ..system.fileio import temp_folder
+from ..system.launch import python_argv
 from ..system.platform import cuda_index, fingerprint
 from ..system.progress import progress_printer
 from .aten_table import call_for, split_names
@@ -238,7 +239,7 @@ class _Child:
         self._ready_ns: int | None = None
         self._ready_fd: int | None = read_end
         try:
-            self.proc = subprocess.Popen([sys.executable, "-m", CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            self.proc = subprocess.Popen(python_argv(CHILD), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                          stderr=subprocess.PIPE, env=env, cwd=self._tmp.name, pass_fds=(write_end,))
         except BaseException:
             os.close(read_end)

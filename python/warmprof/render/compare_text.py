@@ -34,7 +34,13 @@ class CompareTextRenderer(Renderer):
             lines += ["", "platform and settings: identical"]
         if c.warnings:
             lines += [""] + [f"warning: {w}" for w in c.warnings]
-        if c.kind in ("trace", "watch"):
+        if c.kind == "run":  # phases by process role, then the causes on the path to ready
+            lines += [""] + _summary_table(c.summary, letters)
+            shown = c.rows[:RUN_ROWS]
+            lines += [""] + _summary_table(shown, letters, "process: phase, or a cause on the path (largest change first)")
+            if len(c.rows) > len(shown):
+                lines.append(f"  ({len(c.rows) - len(shown)} rows with smaller changes not shown; --json has them all)")
+        elif c.kind in ("trace", "watch"):
             lines += [""] + _summary_table(c.summary, letters)
             lines += [""] + _cause_table(c.rows, letters)
             lines += _compile_lines(getattr(c, "compile", []), letters)
@@ -134,8 +140,11 @@ def _ratio_cols(row: Any, i: int) -> list[str]:
     return [] if i == 0 else [fmt_ratio(row.ratios[i], row.cells[i].ms, base)]
 
 
-def _summary_table(rows: list[Any], letters: list[str]) -> list[str]:
-    header = [""]
+RUN_ROWS = 25  # a run comparison's rows shown in text
+
+
+def _summary_table(rows: list[Any], letters: list[str], title: str = "") -> list[str]:
+    header = [title]
     for i, letter in enumerate(letters):
         header += [f"{letter} ms"] + ([f"{letter}/{letters[0]}"] if i else [])
     body = []

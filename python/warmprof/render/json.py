@@ -11,7 +11,7 @@ from .registry import register
 @register
 class JsonRenderer(Renderer):
     format = "json"
-    kinds = ("trace", "probe", "op_probe", "trace_repeat", "watch", "warmup", "buckets", "comparison")
+    kinds = ("trace", "probe", "op_probe", "trace_repeat", "watch", "warmup", "buckets", "run", "comparison")
     extension = ".json"
     about = "the saved format itself"
 

@@ -21,7 +21,7 @@ from .base import Renderer
 
 # The modules that register the built-in renderers when imported; formats are listed in this order.
 _MODULES = ("text", "probe_text", "op_probe_text", "repeat_text", "watch_text", "warmup_text", "buckets_text",
-            "compare_text", "json", "chrome", "png")
+            "run_text", "compare_text", "json", "chrome", "run_chrome", "png")
 _load_lock = threading.RLock()  # re-entrant: a renderer module's own import may look a format up
 
 

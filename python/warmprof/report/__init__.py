@@ -5,8 +5,9 @@ from .buckets import BucketPlan
 from .op_probe import OpProbeReport
 from .probe import ProbeReport
 from .repeat import RepeatReport
+from .run import RunReport
 from .trace import CauseEntry, CounterSample, Report, Span
 from .warmup import WarmRow, WarmupResult
 from .watch import WatchReport
 
-__all__ = ["SCHEMA_VERSION", "BucketPlan", "CauseEntry", "CounterSample", "OpProbeReport", "ProbeReport", "RepeatReport", "Report", "ReportBase", "WatchReport", "Span", "WarmRow", "WarmupResult", "load"]
+__all__ = ["SCHEMA_VERSION", "BucketPlan", "CauseEntry", "CounterSample", "OpProbeReport", "ProbeReport", "RepeatReport", "Report", "RunReport", "ReportBase", "WatchReport", "Span", "WarmRow", "WarmupResult", "load"]

@@ -45,8 +45,15 @@ def set_text_renderer(render: Callable[[Any], str]) -> None:
 
 
 def as_text(obj: Any) -> str:
-    """A report or a comparison as text: what str() of either returns."""
-    if _text_renderer is None:  # warmprof.render not imported (cannot happen through `import warmprof`)
+    """A report or a comparison as text: what str() of either returns. The render layer registers its
+    text renderer when it is imported; `import warmprof` does not import it (a process `warmprof run`
+    records loads warmprof at start-up, and must not pay for the renderers), so the first str() does,
+    by name: the report layer never imports the layer above it in code."""
+    if _text_renderer is None:
+        import importlib
+
+        importlib.import_module(__name__.rsplit(".", 2)[0] + ".render")
+    if _text_renderer is None:  # pragma: no cover - warmprof.render always sets it
         return repr(obj)
     return _text_renderer(obj)
 

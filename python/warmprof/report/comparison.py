@@ -146,8 +146,8 @@ def compare(*reports: ReportBase | str | os.PathLike, labels: list[str] | None =
         named = ", ".join(f"{lab}: {k}" for lab, k in zip(labels, kinds))
         raise ReportError(f"cannot compare reports of different kinds ({named}); compare trace with trace, probe with probe")
     kind = kinds[0]
-    if kind not in ("trace", "probe", "watch"):
-        raise ReportError(f"cannot compare {kind!r} reports (only trace, probe and watch reports)")
+    if kind not in ("trace", "probe", "watch", "run"):
+        raise ReportError(f"cannot compare {kind!r} reports (only trace, probe, watch and run reports)")
     predictions: list[PredictionRow]
     if kind == "trace":
         summary = [_row(name, [Cell(float(getattr(r, key))) for r in loaded]) for name, key in _SUMMARY]
@@ -171,6 +171,9 @@ def compare(*reports: ReportBase | str | os.PathLike, labels: list[str] | None =
     elif kind == "watch":
         summary = [_row(name, [Cell(fn(r)) for r in loaded]) for name, fn in _WATCH_SUMMARY]
         rows, predictions = _watch_cause_rows(loaded), []
+    elif kind == "run":
+        summary = [_row(name, [Cell(fn(r)) for r in loaded]) for name, fn in _RUN_SUMMARY]
+        rows, predictions = _run_rows(loaded), []
     else:
         dicts = [r.to_dict() for r in loaded]  # read through the probe report's JSON contract
         summary, rows, predictions = [], _op_rows(dicts), _prediction_rows(dicts)
@@ -178,12 +181,54 @@ def compare(*reports: ReportBase | str | os.PathLike, labels: list[str] | None =
                "`warmprof show` of that report" for lab, n in repeated]
     return Comparison(
         kind=kind, labels=list(labels), sources=sources,
-        devices=[describe_device(r.platform or {}, r.device or "cpu") for r in loaded],
+        devices=[describe_device(r.platform or {}, getattr(r, "device", "") or "cpu") for r in loaded],
         differs=_differs(loaded, kind), warnings=medians + _warnings(loaded, labels, kind),
         summary=summary, rows=rows, predictions=predictions, reports=loaded,
         settings=_setting_rows(loaded) if kind == "trace" else [],
         compile=[compile_detail(r) for r in loaded] if kind == "trace" else [],
     )
+
+
+_RUN_SUMMARY = (
+    ("start to ready", lambda r: (r.to_ready or {}).get("ms")),
+    ("start to first response", lambda r: (r.to_first_response or {}).get("ms")),
+    ("the whole run", lambda r: r.duration_ms),
+)
+
+
+def _run_rows(reports: list[Any]) -> list[Row]:
+    """Run reports: each (process role: phase)'s time, summed over the processes of that role, then each
+    cause's time on the path to ready; largest change first."""
+    def phases(r: Any) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for p in r.processes:
+            for ph in p["phases"]:
+                key = f"{p['role']}: {ph['name']}"
+                out[key] = out.get(key, 0.0) + ph["ms"]
+        return out
+
+    tables = [phases(r) for r in reports]
+    keys = list(dict.fromkeys(k for t in tables for k in t))
+    rows = [_row(k, [Cell(t.get(k)) for t in tables]) for k in keys]
+    paths = [(r.to_ready or {}).get("by_cause", {}) for r in reports]
+    causes = list(dict.fromkeys(c for p in paths for c in p))
+    rows += [_row(f"on the path to ready: {c}", [Cell(p.get(c)) for p in paths]) for c in causes]
+    return _by_largest_change(rows)
+
+
+def run_details(reports: list[Any]) -> list[tuple[str, list[str]]]:
+    """What an engine said of each report's phases that differs (vLLM's compile cache across its warm-up)."""
+    def said(r: Any) -> dict[str, str]:
+        return {f"{p['role']}: {ph['name']}": ph["detail"] for p in r.processes for ph in p["phases"]
+                if ph.get("source") == "vllm" and ph.get("detail")}
+
+    tables = [said(r) for r in reports]
+    out = []
+    for key in dict.fromkeys(k for t in tables for k in t):
+        values = [t.get(key, "-") for t in tables]
+        if len(set(values)) > 1:
+            out.append((key, values))
+    return out
 
 
 def compile_detail(r: Any) -> dict[str, Any] | None:
@@ -356,13 +401,14 @@ def _setting_rows(reports: list[Any]) -> list[SettingRow]:
 def _differs(reports: list[Any], kind: str) -> list[tuple[str, list[str]]]:
     """A probe's or watch's settings, then platform keys: each whose values are not all equal (a trace's
     settings are its SettingRows; the platform keys they cover are left to them)."""
-    settings = () if kind == "trace" else _PROBE_SETTINGS if kind == "probe" else ("model",)
+    settings = () if kind == "trace" else _PROBE_SETTINGS if kind == "probe" else ("command",) if kind == "run" \
+        else ("model",)
     fields = [{k: getattr(r, k, None) for k in settings} for r in reports]
     platforms = [r.platform or {} for r in reports]
     sources = [(key, fields) for key in settings]
     covered = _PLATFORM_IN_SETTINGS if kind == "trace" else ()
     sources += [(key, platforms) for key in dict.fromkeys(k for p in platforms for k in p) if key not in covered]
-    out: list[tuple[str, list[str]]] = []
+    out: list[tuple[str, list[str]]] = run_details(reports) if kind == "run" else []
     for key, where in sources:
         values = [_show(w.get(key)) for w in where]
         if len(set(values)) > 1:

@@ -20,7 +20,8 @@ _EVENT = S.Obj({"index": S.NON_NEGATIVE_INT, "key": S.STR, "t_s": S.NUM, "ms": S
                 "outlier": S.BOOL, "causes": S.ListOf(_CAUSE)},
                {"after_idle": S.BOOL, "median_ms": S.Nullable(S.NUM), "calls_before": S.NON_NEGATIVE_INT,
                 "excess_ms": S.Nullable(S.NUM), "unattributed_ms": S.Nullable(S.NUM),
-                "recompile_reasons": S.ListOf(S.STR), "clock_mhz": S.Nullable(S.ListOf(S.NUM))})
+                "recompile_reasons": S.ListOf(S.STR), "clock_mhz": S.Nullable(S.ListOf(S.NUM)),
+                "counters_before_us": S.NUM})
 SCHEMA = S.Obj(
     {"model": S.STR, "calls": S.NON_NEGATIVE_INT, "keys": S.ListOf(_KEY), "events": S.ListOf(_EVENT)},
     {"errors": S.NON_NEGATIVE_INT, "overflow_calls": S.NON_NEGATIVE_INT,

@@ -1,9 +1,11 @@
 """Child processes that never outlive their parent, and waits that end: a parent-death signal set
-before exec, SIGTERM and SIGHUP raised like Ctrl-C so cleanup runs, a stop that reaches every process
-the child started (SIGTERM, then SIGKILL after GRACE_S), a command's --timeout (deadline), and, in
+before exec, SIGTERM, SIGHUP and the other signals that would end the process (ENDING) raised like
+Ctrl-C so cleanup runs, a stop that reaches every process the child started (SIGTERM, then SIGKILL
+after GRACE_S), a command's --timeout (deadline), and, in
 warmprof's own processes, the model's helpers stopped at the end (adopt_orphans, stop_descendants).
 Used by `warmprof trace`'s fresh process (traces/child.py), its control (traces/controls.py),
-repeated traces (traces/repeat.py) and --explain's warm process (traces/warm_process.py)."""
+repeated traces (traces/repeat.py) and --explain's warm process (traces/warm_process.py), each started
+by system/launch.python_argv (without the current folder on sys.path)."""
 
 from __future__ import annotations
 
@@ -22,10 +24,17 @@ OUTPUT_GRACE_S = 2.0  # a child's stderr pipe, after the child exited: a helper 
 
 
 STOPPING = (signal.SIGTERM, signal.SIGHUP)  # each stops the child and cleans up, as Ctrl-C does
+# Signals whose default action ends the process where it stands (SIGQUIT and SIGXCPU with a core), which
+# would leave the trace's temp folder and its child behind: while nobody handles them (their action is
+# SIG_DFL), they stop the child and clean up too, in warmprof's own command line only: in a program that
+# called warmprof they are the program's (a handler installed from C reads as SIG_DFL from Python).
+ENDING = tuple(getattr(signal, name) for name in ("SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGVTALRM",
+                                                  "SIGPROF", "SIGXCPU") if hasattr(signal, name))
 
 
 class Terminated(BaseException):
-    """SIGTERM or SIGHUP, raised like KeyboardInterrupt so the cleanup on the way out runs."""
+    """SIGTERM, SIGHUP or another signal that would end the process (ENDING), raised like
+    KeyboardInterrupt so the cleanup on the way out runs."""
 
     def __init__(self, signum: int = signal.SIGTERM) -> None:
         super().__init__(signum)
@@ -241,18 +250,27 @@ def _signal_all(processes: list[tuple[int, int]], sig: int) -> None:
 
 @contextlib.contextmanager
 def sigterm_raises() -> Iterator[None]:
-    """SIGTERM raises Terminated while the block runs (once: a second one must not cut the cleanup
-    short); the previous handler comes back afterwards. Signals can only be set in the main thread."""
+    """SIGTERM and SIGHUP raise Terminated while the block runs, and so does each of ENDING whose
+    action is the default (it would end this process and leave its folder); once: a second signal must
+    not cut the cleanup short. Each handler before comes back afterwards. Signals can only be set in
+    the main thread."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    # ENDING only in warmprof's own command line: in a program that called warmprof, a handler installed
+    # from C (faulthandler.register(SIGUSR1), a profiler's SIGPROF) reads as SIG_DFL here, and taking it
+    # over would lose it (it would come back as SIG_DFL)
+    from .launch import is_command_line
+
+    ending = ENDING if is_command_line() else ()
+    taken = [*STOPPING, *(sig for sig in ending if signal.getsignal(sig) == signal.SIG_DFL)]
 
     def handler(signum: int, frame: Any) -> None:
-        for sig in STOPPING:
+        for sig in taken:
             signal.signal(sig, signal.SIG_IGN)
         raise Terminated(signum)
 
-    previous = {sig: signal.signal(sig, handler) for sig in STOPPING}
+    previous = {sig: signal.signal(sig, handler) for sig in taken}
     try:
         yield
     finally:
@@ -262,8 +280,8 @@ def sigterm_raises() -> Iterator[None]:
 
 @contextlib.contextmanager
 def signals_held() -> Iterator[None]:
-    """SIGINT and SIGTERM wait until the block is done, then act as usual."""
-    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, *STOPPING})
+    """SIGINT, SIGTERM and the rest (STOPPING, ENDING) wait until the block is done, then act as usual."""
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, *STOPPING, *ENDING})
     try:
         yield
     finally:

@@ -43,6 +43,8 @@ from .inputs import (
     cast_model,
     check_model,
     dtype_mismatch_hint,
+    forget_as_made,
+    input_change_note,
     make_inputs,
     parse_device,
     parse_model_dtype,
@@ -226,6 +228,7 @@ def _traced(torch: Any, model: Any, o: TraceOptions, cold_start: Any, undo: cont
     kind = devices.of(dev)
     say("set-up: the model to the device and its inputs (instruments on)")
     model, (args, kwargs, input_desc), setup = _setup(torch, model, kind, dev, o)
+    undo.callback(forget_as_made, args, kwargs)  # the inputs' copies as made (put back after each pass) go
     input_shapes = _input_shapes(args, kwargs) if o.inputs is not None else None
     if input_shapes is not None:
         input_desc = f"{input_desc}: {inputs_label(input_shapes)}"
@@ -370,7 +373,8 @@ def _traced(torch: Any, model: Any, o: TraceOptions, cold_start: Any, undo: cont
         warm_reasons=warm,
         protocol_notes=([self_cost_skipped] if self_cost_skipped else [])
         + ([CUDAGRAPH_NOTE.format(mode=compile_label(o.compile), n=per_pass)] if per_pass > 1 else [])
-        + ([skips_note(skipped)] if skipped > 0 else []),
+        + ([skips_note(skipped)] if skipped > 0 else [])
+        + [n for n in [input_change_note(args, kwargs)] if n],
         calls_per_pass=per_pass,
         setup=setup_att,
         platform=fingerprint(gpu_index=cuda_index(str(dev))),

@@ -148,7 +148,11 @@ def file_page_cost(nbytes: int = FILE_BYTES, trials: int = FILE_TRIALS, path: st
             f.flush()
         per_byte, faults_per_byte = [], []
         for _ in range(trials if nbytes >= ps else 0):
-            with mmap.mmap(f.fileno(), nbytes, access=mmap.ACCESS_READ) as m:
+            try:
+                mapped = mmap.mmap(f.fileno(), nbytes, access=mmap.ACCESS_READ)
+            except OSError:  # no address space left for it (an address-space limit): fewer trials, or none
+                break
+            with mapped as m:
                 view = np.frombuffer(m, dtype=np.uint8)
                 f0 = sum(_native.faults())
                 c0 = time.thread_time_ns()

@@ -1,8 +1,9 @@
 """The fresh process `warmprof trace` runs its trace in, and how a command's output ends.
 
 The parent makes one temp folder, points every cache torch, Triton and CUDA use into it (unless
---cache keep), runs `python -m warmprof trace ... --in-process` there and removes the folder
-afterwards, also on Ctrl-C and SIGTERM. The child writes its current phase to a status file in
+--cache keep), runs `python -m warmprof trace ... --in-process` there (without the current folder on
+sys.path: system/launch.py) and removes the folder afterwards, also on Ctrl-C, SIGTERM and the other
+signals that would end it (supervise.ENDING). The child writes its current phase to a status file in
 that folder, so a child that dies or exits without its report is an error that says where.
 """
 
@@ -21,6 +22,7 @@ from typing import Any, Callable, Mapping
 
 from ..errors import ModelError, TimedOut, WarmprofError
 from ..system.fileio import classify, make_temp_folder, stream_fd
+from ..system.launch import option, python_argv, with_options
 from ..system.progress import say_on_stderr
 from ..system.supervise import GRACE_S, STOPPING, Deadline, Terminated  # noqa: F401  (part of this module's interface)
 from ..system.supervise import die_with as _die_with
@@ -152,9 +154,11 @@ def fds_named(path: str | None) -> tuple[int, ...]:
 
 
 def run_child(argv: list[str], cache: str, quiet: bool, pass_fds: tuple[int, ...] = ()) -> int:
-    """Run `python -m warmprof <argv>` in a fresh process; its exit code, or a ModelError saying
-    how it died. SIGTERM or SIGHUP here stops it (and what it started) and ends with 128 + the
-    signal, as Ctrl-C ends with 130; if this process is killed outright, the child gets SIGTERM."""
+    """Run `python -m warmprof <argv>` in a fresh process (without the current folder on sys.path:
+    system/launch.py); its exit code, or a ModelError saying how it died. SIGTERM, SIGHUP or another
+    signal that would end this process (supervise.ENDING: SIGQUIT, SIGUSR1, SIGALRM, ...) stops it (and
+    what it started), removes the folder and ends with 128 + the signal, as Ctrl-C ends with 130; if this
+    process is killed outright, the child gets SIGTERM."""
     if cache == "keep" and not quiet:
         _say_kept()
     try:
@@ -205,7 +209,7 @@ def _spawn_and_wait(argv: list[str], tmp: str, cache: str, pass_fds: tuple[int, 
         # the parent), with a parent-death signal, so a parent killed outright (SIGKILL) does not
         # leave it running; stopping it stops what the model started too (_stop).
         parent = os.getpid()
-        proc = subprocess.Popen([sys.executable, "-m", "warmprof", *argv, "--status-file", status], env=env,
+        proc = subprocess.Popen(python_argv("warmprof", with_options(argv, option("status-file", status))), env=env,
                                 pass_fds=pass_fds, preexec_fn=lambda: _die_with(parent))
         rc = _wait_for_exit(proc, status)
     except Deadline as e:  # --timeout: say where it was, and that nothing was written

@@ -1,6 +1,7 @@
 """The control process's side of a fresh-process trace (`warmprof trace ... --control-fds R,W`): it
 builds the same model as the trace's process, then runs what the trace's process asks for, one JSON
-message each: the clean first pass and steady passes (no instrument but the pass timer), the other-shape
+message each: the clean first pass and steady passes (no instrument but the pass timer; with them, what
+its copy of the model holds, memory_held, for the trace's process to check its own fits), the other-shape
 pass, warm passes after a short pause, and the warm control (the trace's own protocol on the model
 already warm). The trace's side is controls.py; folding the figures into the report is fold.py.
 """
@@ -105,7 +106,12 @@ def serve(fds: str, load: Any, *, device: str, threads: int | None, shape: Any, 
         # right after the build, as in a plain script (a pass after a pause pays 1-3 ms more on a small
         # model), and no pass of either process runs beside the other's work: what a pass waited for a CPU
         # (measured) is the machine's other work, not warmprof's.
-        send({"clean": clean_run()})
+        # What this process holds once its clean phase is done (the model, its inputs, what its passes left
+        # allocated) goes with the clean figures: the trace's process checks that its own copy fits beside it
+        # (controls.check_room) before it builds it. Taken after the clean phase, not before: nothing but
+        # the build comes before the clean first pass, and the trace's process waits for these figures anyway.
+        clean = clean_run()
+        send({"clean": {**clean, "held": memory_held(torch, model, dev)}})
         for line in incoming:
             msg = json.loads(line)
             if msg.get("do") == "warm":
@@ -118,6 +124,39 @@ def serve(fds: str, load: Any, *, device: str, threads: int | None, shape: Any, 
         with contextlib.suppress(Exception):
             send({"error": f"{type(e).__name__}: {e}"})
         return 1
+
+
+def memory_held(torch: Any, model: Any, dev: Any) -> dict[str, Any]:
+    """What this process holds with the model built and run: its parameters and buffers (bytes, a tensor
+    shared by several counted once; those on a device other than the host too), this process's own
+    resident memory (RssAnon), and the device's free memory with this process's share in use (where the
+    device table reads it: CUDA)."""
+    from .. import devices
+    from ..system.memory import process_bytes
+
+    seen: set[tuple[str, int]] = set()
+    total = on_device = 0
+    if isinstance(model, torch.nn.Module):
+        for t in (*model.parameters(), *model.buffers()):
+            if t.is_meta:  # no storage
+                continue
+            key = (str(t.device), t.data_ptr())
+            if key in seen:
+                continue
+            seen.add(key)
+            n = t.numel() * t.element_size()
+            total += n
+            kind = devices.find(t.device)
+            if kind is None or not kind.host:
+                on_device += n
+    out: dict[str, Any] = {"model_bytes": total, "process_bytes": process_bytes()}
+    kind = devices.find(dev)
+    if on_device and kind is not None and kind.free_bytes is not None:
+        with contextlib.suppress(Exception):
+            free = kind.free_bytes(dev)
+            if free is not None:
+                out.update(device=str(dev), device_model_bytes=on_device, device_free_bytes=int(free))
+    return out
 
 
 def _thread_usage() -> dict[str, float] | None:
@@ -164,6 +203,7 @@ def _timed(runner: Any, args: tuple, kwargs: dict, sync: Any) -> tuple[float, di
     """One pass with nothing but the pass timer: (ms, its _off_cpu split, the output). The thread's
     run-queue delay and rusage are read around the pass, outside it."""
     from .. import _native
+    from .inputs import put_back
     from .passes import run_delay_ns
 
     f0 = sum(_native.faults())
@@ -174,6 +214,7 @@ def _timed(runner: Any, args: tuple, kwargs: dict, sync: Any) -> tuple[float, di
     t1 = _native.now_ns()
     d1, u1 = run_delay_ns(), _thread_usage()
     faults = sum(_native.faults()) - f0  # the process's page faults over the pass, as the trace's recorder counts them
+    put_back(args, kwargs)  # an input the pass changed in place, as made again (inputs.py)
     return (t1 - t0) / 1e6, dict(_off_cpu(t0, t1, d0, d1, u0, u1), faults=faults), out
 
 
@@ -287,4 +328,4 @@ def _warm(api: Any, model: Any, args: tuple, kwargs: dict, device: str, compile:
 
 
 
-__all__ = ["other_inputs", "serve"]
+__all__ = ["memory_held", "other_inputs", "serve"]

@@ -15,6 +15,13 @@ runs beside the other's work, and what a pass waited for a CPU is the machine's 
     control:  the warm control: the trace's instrumented passes on the model already run at this
               shape, with instruments fresh in that process, attributed at the trace's calibration
 
+The control keeps its copy of the model for the warm control, so a default trace holds the model twice
+at once. With its clean figures the control says what it holds (control_serve.memory_held: the model's
+bytes, its own resident memory), and the trace's process, before it imports torch and builds its own
+copy, checks that a second copy fits in what is left (check_room): where it does not, the trace stops there
+with an error that names --no-control (one copy), rather than swapping or being killed halfway
+(docs/how-it-measures.md, "Two copies of the model").
+
 The headline is the clean first pass less its steady median (the model's own excess, what a user
 without warmprof pays); the model's causes are what the instrumented cold pass booked less what
 the warm control booked (warmprof's own first-call work looks like causes there: its buffers'
@@ -50,8 +57,9 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from ..causes import Name
-from ..errors import InputError
+from ..errors import InputError, WarmprofError
 from ..stats import median
+from ..system.launch import option, python_argv, with_options
 from ..system.supervise import die_with, stop
 
 # How long the control may take to import torch, build the model and run its clean phase (the first pass,
@@ -159,6 +167,7 @@ class ControlProcess:
 
     def __init__(self, argv: list[str], env: dict[str, str] | None = None) -> None:
         self.failed = ""
+        self.held: dict[str, Any] | None = None  # what the control holds after its clean phase (control_serve.memory_held)
         self.clean: Clean | None = None
         self.warm: WarmControl | None = None
         self._proc: subprocess.Popen | None = None
@@ -171,11 +180,17 @@ class ControlProcess:
             # Started before this process imports torch (one thread: preexec_fn is safe), with a
             # parent-death signal: it never outlives the trace's process, however that one ends.
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "warmprof", *argv, "--control-fds", f"{to_child_r},{from_child_w}"],
+                python_argv("warmprof", with_options(argv, option("control-fds", f"{to_child_r},{from_child_w}"))),
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._err, env=env,
                 pass_fds=(to_child_r, from_child_w), preexec_fn=lambda: die_with(me))
         except OSError as e:
             self.failed = f"the control process could not start ({e})"
+        except BaseException:  # Ctrl-C, SIGTERM while it starts: nothing of it stays open
+            for fd in (self._to_child, self._from_child):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            self._err.close()
+            raise
         finally:
             os.close(to_child_r)
             os.close(from_child_w)
@@ -185,8 +200,13 @@ class ControlProcess:
         """Wait, asleep, while the control imports torch, builds the model and runs its clean first pass,
         steady passes, other-shape passes and after-pause passes (it does all that as soon as it starts);
         its figures, or None (self.failed says why). The trace's process calls this before its own
-        set-up, so the two never work side by side."""
+        set-up, so the two never work side by side. Then the check that the traced process's copy of
+        the model fits beside the control's (check_room: a WarmprofError naming --no-control where it
+        does not), on what the control held after its clean phase (sent with the figures)."""
         got = self._get("clean", timeout_s)
+        if got is not None and isinstance(got.get("held"), dict):
+            self.held = dict(got["held"])
+            check_room(self.held)
         if got is not None:
             self.clean = Clean(float(got["first_pass_ms"]), [float(t) for t in got["steady_ms"]],
                                dict(got.get("first", {})), dict(got.get("steady", {})), got.get("other_shape"),
@@ -274,6 +294,35 @@ class ControlProcess:
             stop(self._proc)
 
 
+def check_room(held: dict[str, Any], available: tuple[int, str] | None = None) -> None:
+    """Before the traced process builds its copy of the model: a default trace holds it twice at once
+    (the control's copy, built first and kept for the warm control, beside the traced one). Where the
+    second copy does not fit (the host: the memory available now, the control's copy already in use,
+    against what the control process holds of its own, at least the model's parameters and buffers;
+    a CUDA device: its free memory against the model's bytes there), a WarmprofError that names
+    --no-control, before the traced process builds anything. `available`: (bytes, where from), read
+    here when None (system/memory.available_bytes)."""
+    from ..system.memory import available_bytes, gib
+
+    model = int(held.get("model_bytes") or 0)
+    need = max(model, int(held.get("process_bytes") or 0))
+    if available is None:
+        available = available_bytes()
+    advice = ("trace with --no-control to hold one copy (no clean control process: the excess is then the "
+              "instrumented pass's less an estimate of warmprof's own cost), or free memory")
+    if available is not None and need > available[0]:
+        what = (f"the model's parameters and buffers {gib(model)}, that process {gib(need)} in all" if model
+                else f"that process {gib(need)}")
+        raise WarmprofError(f"not enough memory for a second copy of the model: a trace holds it twice at once, "
+                            f"and the control process holds its copy ({what}), while {gib(available[0])} is "
+                            f"available ({available[1]}); {advice}")
+    free, on_device = held.get("device_free_bytes"), int(held.get("device_model_bytes") or 0)
+    if free is not None and on_device > int(free):
+        raise WarmprofError(f"not enough memory on {held.get('device', 'the device')} for a second copy of the "
+                            f"model: a trace holds it twice at once, and the control process holds its copy there "
+                            f"({gib(on_device)} of parameters and buffers), while {gib(int(free))} is free; {advice}")
+
+
 @contextlib.contextmanager
 def attached(control: "ControlProcess | str") -> Iterator[None]:
     """warmprof.trace() inside the block drives `control` (the CLI's fresh-process trace), or, given a
@@ -328,5 +377,6 @@ def _stderr_file() -> Any:
 
 
 __all__ = ["AFTER_PAUSE_PASSES", "AFTER_PAUSE_S", "CLEAN_STEADY", "CONTROL_STEADY", "Clean", "ControlProcess",
+           "check_room",
            "NOTE_PREFIX", "OTHER_SHAPES", "OTHER_STEADY", "WarmControl", "attached", "control_env", "current",
            "in_warm_control", "why_none"]

@@ -1,8 +1,9 @@
-"""Turning (shape, dtype, inputs) into the model's arguments, and refusing bad ones clearly."""
+"""Turning (shape, dtype, inputs) into the model's arguments, and refusing bad ones clearly; and
+putting them back as they were made when a pass changed them in place (put_back)."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from .. import devices
 from ..errors import InputError, WarmprofError
@@ -185,7 +186,9 @@ def make_inputs(model: Any, shape: Any, dtype: Any, inputs: Any, device) -> tupl
             made = inputs
         args, kwargs = _as_call(made)
         _check_call(model, made, args, kwargs)
-        return _to(args, device), {k: _to(v, device) for k, v in kwargs.items()}, "caller's inputs"
+        args, kwargs = _to(args, device), {k: _to(v, device) for k, v in kwargs.items()}
+        keep_as_made(args, kwargs)
+        return args, kwargs, "caller's inputs"
     if shape is None:
         raise InputError("give a shape, e.g. trace(model, (1, 128)), or inputs=...")
     dims = parse_shape(shape)
@@ -219,6 +222,7 @@ def make_inputs(model: Any, shape: Any, dtype: Any, inputs: Any, device) -> tupl
             raise InputError(f"warmprof cannot make a random {name} input ({type(e).__name__}: "
                              f"{str(e).splitlines()[0]}); pass your own tensors with inputs=") from e
         desc = f"token ids {list(dims)} in [0, {high})"
+    keep_as_made((x,), {})
     return (x,), {}, desc
 
 
@@ -269,6 +273,169 @@ def _to(x: Any, device) -> Any:
     if isinstance(x, torch.Tensor) and x.device != device:
         return x.to(device)
     return x
+
+
+# ---- inputs a pass changed in place -------------------------------------------------------------
+#
+# A model may change its input in place (x.unsqueeze_(0), x.resize_(...), x.add_(1) in forward). A
+# service gives each request a fresh tensor; a trace that handed the same tensor to every pass would
+# time its passes over different shapes (or values), and its header would show the last pass's shape.
+# So each input tensor is kept once more as it was made (make_inputs, in the set-up step), and after
+# every pass (passes.py, the control process's passes) one whose version counter moved is put back
+# in place: the same tensor object, its shape, strides and values as made. Every pass then runs on
+# the inputs asked for, the report says the model changed them (input_change_note), and the caller's
+# own tensors (inputs=) end the trace as they were given. The cost: the inputs' memory once more, and
+# a look at each input's version counter between passes (outside the timed windows).
+
+
+class _AsMade:
+    """One input tensor's copy as made, the tensor's version when it last matched it, and what the
+    passes did to it."""
+
+    __slots__ = ("copy", "version", "changes", "what", "failed")
+
+    def __init__(self, copy: Any, version: int) -> None:
+        self.copy = copy
+        self.version = version
+        self.changes = 0  # passes after which it was put back
+        self.what = ""  # the first change, in words
+        self.failed = ""  # why it could not be put back (then it is left as the model made it)
+
+
+_as_made_by_id: Any = None  # tensor -> _AsMade, by identity, each entry going with its tensor (_kept())
+
+
+def _kept() -> Any:
+    """The kept copies: torch's WeakIdKeyDictionary (a WeakKeyDictionary would compare tensors with ==,
+    element by element, on a hash collision)."""
+    global _as_made_by_id
+    if _as_made_by_id is None:
+        from torch.utils.weak import WeakIdKeyDictionary
+
+        _as_made_by_id = WeakIdKeyDictionary()
+    return _as_made_by_id
+
+
+def _labelled(args: tuple, kwargs: dict) -> Iterator[tuple[str, Any]]:
+    """(where, tensor) for each tensor in the arguments, nested ones too (as _tensors finds them)."""
+    import torch
+
+    def walk(label: str, x: Any, depth: int) -> Iterator[tuple[str, Any]]:
+        if isinstance(x, torch.Tensor):
+            yield label, x
+        elif depth <= 4 and isinstance(x, dict):
+            for k, v in x.items():
+                yield from walk(f"{label}[{k!r}]", v, depth + 1)
+        elif depth <= 4 and isinstance(x, (tuple, list)):
+            for i, v in enumerate(x):
+                yield from walk(f"{label}[{i}]", v, depth + 1)
+
+    for i, a in enumerate(args):
+        yield from walk(f"argument {i}", a, 1)
+    for k, v in kwargs.items():
+        yield from walk(f"{k}=", v, 1)
+
+
+def keep_as_made(args: tuple, kwargs: dict) -> None:
+    """Keep a copy of each input tensor as it is now, for put_back (a tensor kept already keeps its
+    first copy: the warm control traces the same tensors again). One that cannot be copied (a
+    subclass without clone) is not kept, and not put back."""
+    import torch
+
+    kept = _kept()
+    for _, t in _labelled(args, kwargs):
+        try:
+            if t in kept:
+                continue
+            with torch.no_grad():
+                # on the host, whatever the input's device: no device memory taken (the caching allocator's
+                # reserve before the first pass would be warmprof's, not the model's), none held twice there
+                copy = t.detach().to("cpu", copy=True)
+            kept[t] = _AsMade(copy, t._version)
+        except Exception:
+            continue
+
+
+def put_back(args: tuple, kwargs: dict) -> None:
+    """After a pass: each input tensor the pass changed in place (its version counter moved) is put
+    back as it was made, in place. Never raises: one that cannot be put back is left, and said."""
+    if _as_made_by_id is None:
+        return
+    for label, t in _labelled(args, kwargs):
+        kept = _as_made_by_id.get(t)
+        if kept is None or kept.failed or t._version == kept.version:
+            continue
+        kept.what = kept.what or f"{label}: {_change(t, kept.copy)}"
+        try:
+            _restore(t, kept.copy)
+        except Exception as e:
+            kept.failed = f"{type(e).__name__}: {str(e).splitlines()[0]}" if str(e) else type(e).__name__
+            continue
+        kept.version = t._version
+        kept.changes += 1
+
+
+def _change(t: Any, copy: Any) -> str:
+    """What became of t, in words."""
+    try:
+        return _changed(t, copy)
+    except Exception:
+        return "changed"
+
+
+def _changed(t: Any, copy: Any) -> str:
+    if tuple(t.shape) != tuple(copy.shape):
+        return f"shape {list(copy.shape)} became {list(t.shape)}"
+    if t.dtype != copy.dtype:
+        return f"dtype {str(copy.dtype).removeprefix('torch.')} became {str(t.dtype).removeprefix('torch.')}"
+    if t.stride() != copy.stride():
+        return f"strides {list(copy.stride())} became {list(t.stride())}"
+    return "its values changed"
+
+
+def _restore(t: Any, copy: Any) -> None:
+    """t as copy again, the same tensor object: values copied where its layout is the copy's, else a
+    fresh copy's storage set in (resize_, unsqueeze_, t_ changed its shape or strides)."""
+    import torch
+
+    with torch.no_grad():
+        if tuple(t.shape) == tuple(copy.shape) and t.stride() == copy.stride() and t.dtype == copy.dtype:
+            t.copy_(copy)
+        else:
+            t.set_(copy.to(t.device, copy=True))
+    from .. import devices
+
+    kind = devices.find(t.device)
+    if kind is not None and not kind.host:  # the copy's device time done now, not inside the next pass
+        kind.sync(t.device)()
+
+
+def forget_as_made(args: tuple, kwargs: dict) -> None:
+    """The trace is over: the copies go (a caller's tensor given as inputs= would keep its copy alive)."""
+    if _as_made_by_id is None:
+        return
+    for _, t in _labelled(args, kwargs):
+        _as_made_by_id.pop(t, None)
+
+
+def input_change_note(args: tuple, kwargs: dict) -> str:
+    """The report's note when passes changed the inputs in place ("" when none did)."""
+    if _as_made_by_id is None:
+        return ""
+    kept = [k for _, t in _labelled(args, kwargs)
+            if (k := _as_made_by_id.get(t)) is not None and (k.changes or k.failed)]
+    if not kept:
+        return ""
+    what = "; ".join(k.what for k in kept)
+    failed = [k for k in kept if k.failed]
+    if failed:
+        return (f"the model changed its inputs in place ({what}) and warmprof could not put them back "
+                f"({failed[0].failed}): the passes after the first ran on the changed inputs, so the figures mix "
+                "inputs; give the model a copy (inputs=lambda: x.clone()) or keep the forward from changing its input")
+    passes = max(k.changes for k in kept)
+    return (f"the model changed its inputs in place ({what}; in {passes} pass{'es' if passes > 1 else ''}): "
+            "warmprof put them back as they were made after each pass, so every pass ran on the inputs asked "
+            "for, as each request of a service brings a fresh tensor")
 
 
 def check_model(model: Any) -> Callable:

@@ -21,6 +21,7 @@ from ..instruments.host import HostCounters, blocked_ns, thread_times
 from ..instruments.modules import ModuleHooks
 from ..instruments.python_imports import PythonImports
 from ..timeline import BEGIN, STRUCTURE, Recording, Timeline, begin, begin_section, end, name_id
+from .inputs import put_back
 
 PASSES = ("first", "seen_rerun")  # the instrumented passes, in order
 SPARE_BUFFERS = 4  # recording buffers pre-faulted for threads that start recording inside a pass
@@ -94,6 +95,7 @@ def run_pass(model: Any, args: tuple, kwargs: dict, pass_name: str, instruments:
         end(STRUCTURE, nid)
         for i in instruments:
             i.end_pass(pass_name)
+        put_back(args, kwargs)  # an input the pass changed in place, as made again for the next (inputs.py)
     check_output(out)
     return t0, t1
 
@@ -162,6 +164,7 @@ def steady(model: Any, args: tuple, kwargs: dict, sync: Any, min_passes: int, ma
         waited = _waited_ms(d0, d1, t1 - t0, c1 - c0)
         if waited is not None:
             waits.append(waited)
+        put_back(args, kwargs)
         if len(times) >= min_passes and time.monotonic() > deadline:
             break
     return times, faults, waits if len(waits) == len(times) else [], [b for b in blocked if b is not None]

@@ -10,13 +10,13 @@ from __future__ import annotations
 import datetime
 import os
 import subprocess
-import sys
 from typing import TYPE_CHECKING, Any, Callable, cast
 
 from .. import errors
 from ..errors import InputError, ModelError, TimedOut, WarmprofError
 from ..report.base import load
 from ..report.repeat import RepeatReport
+from ..system.launch import option, positional, python_argv, with_options
 from ..system.progress import progress_printer, say_on_stderr
 from ..system.supervise import Deadline, die_with, stop, wait_output
 from ..system.fileio import temp_folder
@@ -38,25 +38,29 @@ def check_repeat(repeat: Any) -> int:
 def cli_argv(target: str, *, shape: Any = None, dtype: str | None = None, device: str = "cpu",
              compile: str | None = None, threads: int | None = None, steady: int | None = None,
              op_view: bool = False, cache: str = "fresh", inputs: str | None = None,
-             model_dtype: str | None = None) -> list[str]:
-    """`warmprof trace` arguments for one run (without --json)."""
+             model_dtype: str | None = None, no_control: bool = False) -> list[str]:
+    """`warmprof trace` arguments for one run (without --json): each value as --name=value and the
+    target last, after `--`, so a value or a target that starts with '-' stays one (system/launch.py);
+    add options with launch.with_options."""
     if not isinstance(target, str) or (target != DEMO and ":" not in target):
         raise InputError(f"a repeated trace names its model: MODULE:FACTORY, path/to/file.py:FACTORY or "
                          f"{DEMO!r}, got {target!r}")
-    argv = ["trace", "--demo"] if target == DEMO else ["trace", target]
+    argv = ["trace", "--demo"] if target == DEMO else ["trace"]
     if shape is not None:
-        argv += ["--shape", shape if isinstance(shape, str) else ",".join(str(int(d)) for d in shape)]
+        argv.append(option("shape", shape if isinstance(shape, str) else ",".join(str(int(d)) for d in shape)))
     if inputs is not None:
-        argv += ["--inputs", os.path.abspath(inputs) if os.path.exists(inputs) else inputs]
-    for flag, value in (("--dtype", dtype), ("--model-dtype", model_dtype), ("--device", device),
-                        ("--threads", threads), ("--steady", steady)):
+        argv.append(option("inputs", os.path.abspath(inputs) if os.path.exists(inputs) else inputs))
+    for name, value in (("dtype", dtype), ("model-dtype", model_dtype), ("device", device),
+                        ("threads", threads), ("steady", steady)):
         if value is not None:
-            argv += [flag, str(value)]
+            argv.append(option(name, value))
     if compile:
-        argv.append(f"--compile={compile}")
+        argv.append(option("compile", compile))
     if op_view:
         argv.append("--op-view")
-    return argv + ["--cache", cache, "--quiet"]
+    if no_control:  # each run holds the model once (no control process beside it)
+        argv.append("--no-control")
+    return positional([*argv, option("cache", cache), "--quiet"], *([] if target == DEMO else [target]))
 
 
 def run_repeats(argv: list[str], repeat: int, *, progress: Any = None,
@@ -76,7 +80,7 @@ def run_repeats(argv: list[str], repeat: int, *, progress: Any = None,
             say(f"run {k}/{repeat}: a fresh process")
             out = os.path.join(tmp, f"run{k}.json")
             try:
-                rc, err = (run or _run)([*argv, "--json", out])
+                rc, err = (run or _run)(with_options(argv, option("json", out)))
             except Deadline as d:  # --timeout: the running one was stopped (_run); the finished ones stand
                 stopped = f"{d} during run {k} of {repeat}"
                 failed.append(f"run {k}: stopped by --timeout" + (f"; {_runs_after(k, repeat)} not started" if k < repeat else ""))
@@ -123,10 +127,11 @@ def _error_for(rc: int) -> type[WarmprofError]:
 
 
 def _run(argv: list[str]) -> tuple[int, str]:
-    """One run: `python -m warmprof <argv>`, its stdout dropped, its stderr kept. It gets SIGTERM if
+    """One run: `python -m warmprof <argv>` (without the current folder on sys.path: system/launch.py),
+    its stdout dropped, its stderr kept. It gets SIGTERM if
     this process dies (die_with), and is stopped with what it started if this one is interrupted."""
     parent = os.getpid()
-    proc = subprocess.Popen([sys.executable, "-m", "warmprof", *argv], stdout=subprocess.DEVNULL,
+    proc = subprocess.Popen(python_argv("warmprof", argv), stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True, errors="replace", preexec_fn=lambda: die_with(parent))
     try:
         return wait_output(proc)  # bounded: a helper holding its stderr does not hold this wait

@@ -74,7 +74,7 @@ class SetupRun:
         steps: list[dict[str, Any]] = []
         for name, a, b in self.steps:
             ms = (b - a) / 1e6
-            step = step_entry(name, ms, _in_step(att.parts, name, ms))
+            step = step_entry(name, ms, in_step(att.parts, name, ms))
             note = self.notes.get(name, "")
             if imports is not None and imports != "on" and name.startswith("import "):
                 note = "; ".join(x for x in (note, IMPORTS_OFF.format(state=imports)) if x)
@@ -86,7 +86,7 @@ class SetupRun:
                               how=HOW.format(instruments=", ".join(f"{n} {v}" for n, v in on.items())))
 
 
-def _in_step(parts: list[Part], step: str, step_ms: float) -> list[CauseEntry]:
+def in_step(parts: list[Part], step: str, step_ms: float) -> list[CauseEntry]:
     """The cause entries of one step: each part's time in the step's module span (Part.by_module), its
     count and the waits it holds (Part's *_ns figures besides its time) in the same proportion. A part that
     fell in several steps says which share of it this step's is. warmprof's own cost is not a cause."""

@@ -33,11 +33,31 @@ def split_target(target: str) -> tuple[str, str]:
     return where, name
 
 
+def caller_folder() -> str | None:
+    """The current folder, where a dotted MODULE:FACTORY is looked up first (None where it is gone)."""
+    try:
+        return os.getcwd()
+    except OSError:
+        return None
+
+
+def _on_path(folder: str) -> bool:
+    """sys.path already looks in `folder` ('' is the current folder)."""
+    try:
+        return any(os.path.abspath(p or os.curdir) == folder for p in sys.path if isinstance(p, str))
+    except OSError:  # the current folder is gone: '' finds nothing
+        return folder in sys.path
+
+
 @contextlib.contextmanager
-def imported(where: str) -> Iterator[ModuleType]:
+def imported(where: str, folder: str | None = None) -> Iterator[ModuleType]:
     """The module `where` names (a dotted name, or a .py file). A file's folder is on sys.path while
     it loads and while the caller uses it (its factory runs here, so it can import the modules next
-    to it), and taken off again afterwards."""
+    to it), and taken off again afterwards. A dotted name is looked up in `folder` first (the caller's
+    folder, where `warmprof trace` was run: caller_folder() when None), as `python -m` run there would
+    have, on sys.path for as long. Nothing else is looked up there: warmprof's own processes start
+    without the current folder on sys.path (system/launch.py), so a secrets.py or typing.py in it does
+    not run inside them, while the target next to it is still found."""
     added = None
     try:
         try:
@@ -52,6 +72,10 @@ def imported(where: str) -> Iterator[ModuleType]:
                 sys.path.insert(0, added)
                 spec.loader.exec_module(module)
             else:
+                folder = caller_folder() if folder is None else os.path.abspath(folder)
+                if folder and not _on_path(folder):
+                    added = folder
+                    sys.path.insert(0, added)
                 module = importlib.import_module(where)
         except WarmprofError:
             raise
@@ -90,10 +114,11 @@ def factory_of(module: ModuleType, where: str, name: str, role: str = "") -> Cal
     raise InputError(f"{role}{where!r} {what}; {offer}")
 
 
-def load_target(target: str) -> Any:
-    """MODULE:FACTORY or FILE.py:FACTORY -> the model the factory returns."""
+def load_target(target: str, folder: str | None = None) -> Any:
+    """MODULE:FACTORY or FILE.py:FACTORY -> the model the factory returns (a MODULE looked up in
+    `folder` first: imported())."""
     where, name = split_target(target)
-    with imported(where) as module:
+    with imported(where, folder) as module:
         return call_target(factory_of(module, where, name), target)
 
 
@@ -122,7 +147,7 @@ def check_inputs_spec(spec: str) -> None:
         raise InputError(f"--inputs {spec}: no such file: {where}")
 
 
-def load_inputs(spec: str, say: Callable[[str], None] | None = None) -> Any:
+def load_inputs(spec: str, say: Callable[[str], None] | None = None, folder: str | None = None) -> Any:
     """--inputs FILE.pt (torch.load) or MODULE:FACTORY (its return value) -> what trace(inputs=) takes,
     checked: a tensor, a tuple/list of arguments or a dict of keyword arguments, holding a tensor."""
     check_inputs_spec(spec)
@@ -131,7 +156,7 @@ def load_inputs(spec: str, say: Callable[[str], None] | None = None) -> Any:
         origin = f"--inputs {spec}: the file holds"
     else:
         where, name = split_target(spec)
-        with imported(where) as module:
+        with imported(where, folder) as module:
             fn = factory_of(module, where, name, role=f"--inputs {spec}: ")
             try:
                 value = fn()

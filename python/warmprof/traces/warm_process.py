@@ -1,18 +1,19 @@
 """A model run before its trace: --warm-shape's one pass in this process (warm_run), and --explain's
 one more fresh process, tracing the model after one such pass at another shape (warm_processes),
 folded into the report by explain.fold_warm_processes. `warmprof trace` (commands/trace.py) reads the command
-line and calls these; the warm processes are that command again, in a child interpreter.
+line and calls these; the warm processes are that command again, in a child interpreter (started
+without the current folder on sys.path: system/launch.py).
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from typing import Any, Callable
 
 from .. import devices
 from ..errors import InputError, WarmprofError
+from ..system.launch import option, python_argv
 from ..system.supervise import stop, wait_output
 from ..system.fileio import temp_folder
 
@@ -47,8 +48,8 @@ def warm_processes(report: Any, target_argv: list[str], option_argv: list[str], 
     out, with a note saying which. warmprof's own first-pass cost needs no run of its own here: the
     trace's control process measured it on the model warm (traces/controls.py).
 
-    target_argv: the trace's target on the command line (["pkg.mod:make"] or ["--demo"]);
-    option_argv: the options the warm trace keeps (--cache, --device, --dtype, ...)."""
+    target_argv: the trace's target on the command line, put last (["--", "pkg.mod:make"] or ["--demo"]);
+    option_argv: the options the warm trace keeps (--cache=..., --device=..., --dtype=..., ...)."""
     from .explain import fold_warm_processes, other_shape
 
     if (getattr(report, "clean", None) or {}).get("other_shape"):
@@ -80,9 +81,11 @@ def traced_after_warm_up(target_argv: list[str], option_argv: list[str], shape: 
 
     with temp_folder("warmprof-warm-", "--explain's warm process") as tmp:
         out = os.path.join(tmp, "warm.json")
-        argv = [sys.executable, "-m", "warmprof", "trace", *target_argv,
-                "--shape", shape, "--warm-shape", warm_shape, "--op-view", "--json", out, "--quiet", "--no-control", *option_argv]
-        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, errors="replace")
+        # each value as --name=value, the target last (after `--`): one that starts with '-' stays a value
+        argv = ["trace", option("shape", shape), option("warm-shape", warm_shape), "--op-view", option("json", out),
+                "--quiet", "--no-control", *option_argv, *target_argv]
+        proc = subprocess.Popen(python_argv("warmprof", argv), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                text=True, errors="replace")
         try:
             rc, err = wait_output(proc, timeout_s)  # bounded: a helper holding its stderr does not hold it
         except subprocess.TimeoutExpired:

@@ -2,10 +2,13 @@
 
 `watch(model)` returns a Watcher, called in the model's place. Its call is native
 (csrc/watch_type.cpp): a key (each argument's shape and dtype, or `key(*args, **kwargs)`), two clock
-reads, getrusage of the calling thread before and after, and the key's latency sketch under a mutex:
-about 0.8-0.9 us a call here (bench/watch_overhead.py). A call known before it runs to be kept (after an
-idle gap, at a new key) also reads the thread's CPU clock and run-queue delay, so its time off the CPU
-(a wait) is exact. A call comes back to Python only when it is kept
+reads, and the key's latency sketch under a mutex: about 0.3 us a call here made back to back
+(bench/watch_overhead.py; perf_counter and a prometheus_client observe cost 0.8 us). The thread's
+counters (getrusage, a system call) are read around a sample of its calls: back to back, one read per
+200 us; calls made apart or long ones read at their start. A call known before it runs to be kept (after
+an idle gap, at a new key) reads them at both ends, with the thread's CPU clock and run-queue delay, so
+its time off the CPU (a wait) is exact; an outlier found after it ran has them from the thread's last
+read, at most 200 us before it (its event says how far). A call comes back to Python only when it is kept
 as an event: the first at its key, an outlier against its key's median (`factor` x and at least
 `floor_ms` over, once the key has `min_calls` calls), the first after an idle gap (`idle_s`), or one
 during which dynamo compiled. events.py gives each event its causes, with evidence.
@@ -29,10 +32,12 @@ from __future__ import annotations
 import collections
 import functools
 import inspect
+import os
 import sys
 import threading
 import time
 import types
+import weakref
 from typing import Any, Callable
 
 from ... import _native
@@ -46,6 +51,36 @@ MAX_EVENTS = 2000
 MAX_KEYS_LIMIT = 10_000_000
 MAX_EVENTS_LIMIT = 10_000_000
 MIN_CALLS_LIMIT = 10**12  # "never an outlier" is a use: any count a process can reach
+
+# A call that returned a coroutine or generator raises this (the hot path sees it only after the call).
+_native.watch_set_input_error(InputError)
+
+# Open watchers, for the at-fork handler: a fork copies the locks as they were, and a lock another
+# thread held (inside an event's slow path) would be held for ever in the child, whose first new key
+# then blocks.
+_open: "weakref.WeakSet[Watcher]" = weakref.WeakSet()
+
+
+def _reinit(lock: Any) -> Any:
+    reinit = getattr(lock, "_at_fork_reinit", None)  # CPython's own at-fork reset of a lock (3.9+)
+    if reinit is not None:
+        reinit()
+        return lock
+    return type(lock)()
+
+
+def _after_fork_in_child() -> None:
+    """In a forked child: every open watcher's locks free and no other thread's call in flight (only the
+    forking thread is left)."""
+    for w in list(_open):
+        w._lock = _reinit(w._lock)
+        w._after_fork_in_child()
+    sources._lock = _reinit(sources._lock)
+    export._taken_lock = _reinit(export._taken_lock)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class Watcher(_native.WatchCore):
@@ -93,6 +128,7 @@ class Watcher(_native.WatchCore):
         self._tapped = sources.acquire_compile_tap()
         self._dynamo = sources.DynamoState() if self._tapped else None
         self._set_on_event(self._on_event)
+        _open.add(self)
         functools.update_wrapper(self, fn, updated=())
 
     # -- the slow path: one kept call -----------------------------------------------------------

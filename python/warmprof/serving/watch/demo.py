@@ -4,12 +4,18 @@ The LM is compiled with static shapes (torch.compile(dynamic=False)), as a servi
 fixed lengths or captures CUDA graphs would run it: each new length compiles, each seen length does
 not. Dynamo's recompile limit is raised for the stream (it would fall back to eager after 8
 lengths), and put back afterwards. A quiet spell (`idle_at`) shows an after-idle call.
+
+`warmprof watch --demo` compiles into a cache folder of its own (own_compile_cache), removed at the
+end, also on Ctrl-C, SIGTERM or an error: inductor's default cache is a folder in TMPDIR that
+outlives the process (about 160 MB after the demo's 12 lengths on a CPU).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import random
+import shutil
 import time
 from typing import Any, Callable, Iterator
 
@@ -38,6 +44,56 @@ def recompile_limit(n: int) -> Iterator[None]:
         yield
 
 
+# What places torch.compile's files on disk, pointed into the demo's own folder for the demo only:
+# inductor's cache and Triton's kernels (where a GPU compiles) by their variables, and the temp folder
+# (inductor puts its precompiled headers under tempfile.gettempdir() whatever its cache variable
+# says; its compile workers are processes and read TMPDIR).
+CACHE_VARS = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TMPDIR", "TEMP", "TMP")
+
+
+@contextlib.contextmanager
+def own_compile_cache() -> Iterator[str]:
+    """torch.compile's caches and temp files in a fresh temp folder for the block (its path),
+    removed afterwards however the block ends; CACHE_VARS and tempfile's folder put back as they
+    were (set or not: inductor sets TORCHINDUCTOR_CACHE_DIR itself on its first compile). The
+    caches warmprof or the user had are neither read nor filled: every length compiles cold, as the
+    demo means it to. For a process of its own (`warmprof watch --demo`): the temp folder is the
+    whole process's meanwhile."""
+    import tempfile
+
+    from ...probes.compile_env import restored_env
+    from ...system.fileio import make_temp_folder
+
+    folder = make_temp_folder("warmprof-watch-demo-", "torch.compile's caches (the demo LM is compiled)")
+    tempdir_before = tempfile.tempdir
+    try:
+        with restored_env(CACHE_VARS):
+            tmp = os.path.join(folder, "tmp")
+            os.mkdir(tmp)
+            os.environ.update(TORCHINDUCTOR_CACHE_DIR=os.path.join(folder, "inductor"),
+                              TRITON_CACHE_DIR=os.path.join(folder, "triton"), TMPDIR=tmp, TEMP=tmp, TMP=tmp)
+            tempfile.tempdir = tmp
+            _clear_inductor_caches()  # what inductor remembered of the cache folder it used before
+            yield folder
+    finally:
+        tempfile.tempdir = tempdir_before
+        _clear_inductor_caches()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _clear_inductor_caches() -> None:
+    """inductor's in-memory caches keyed on its cache folder, cleared where this torch has them (and
+    only where inductor is loaded already: importing it is seconds)."""
+    import sys
+
+    if "torch._inductor.utils" not in sys.modules:
+        return
+    with contextlib.suppress(Exception):
+        from torch._inductor.utils import clear_caches
+
+        clear_caches()
+
+
 def compiled_demo() -> Any:
     import torch
 
@@ -63,4 +119,5 @@ def replay(watched: Callable, lengths: list[int], *, idle_at: int | None = None,
             watched(ids)
 
 
-__all__ = ["LENGTHS", "SMALL", "compiled_demo", "recompile_limit", "replay", "stream"]
+__all__ = ["CACHE_VARS", "LENGTHS", "SMALL", "compiled_demo", "own_compile_cache", "recompile_limit", "replay",
+           "stream"]

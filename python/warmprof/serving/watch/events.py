@@ -117,8 +117,11 @@ def facts(call: Any, *, idle_ns: int, side: list[tuple] | None = None,
     gap = int(call.gap_ns)
     rows = cupti_rows_by_name(call.cupti) if call.cupti else {}
     cuda = {name: CudaCalls(row["calls"], row["ns"], row["bytes"]) for name, row in rows.items() if name in CUPTI_CAUSES}
+    # counters read before the call began (its thread's last read, at most 200 us back): the stretch before it
+    # is taken as all on the CPU, so the window's time off the CPU is all the call's (at most what it was)
+    before = counters_before_ns(call)
     return CallFacts(ns=dur, bracketed=tuple(bracketed), faults=int(call.minflt) + int(call.majflt),
-                     cuda_reserved_bytes=cuda_reserved_bytes, cpu_ns=int(call.cpu_ns),
+                     cuda_reserved_bytes=cuda_reserved_bytes, cpu_ns=max(0, int(call.cpu_ns) - before),
                      involuntary_switches=int(call.nivcsw), cuda_calls=cuda,
                      # a record made before these fields (a test's, a recorded one) has None: not read
                      run_delay_ns=None if call.run_delay_ns is None else int(call.run_delay_ns),
@@ -129,6 +132,18 @@ def facts(call: Any, *, idle_ns: int, side: list[tuple] | None = None,
                      excess_ns=float(dur - median) if call.outlier and median > 0 else None,
                      after_idle_s=gap / 1e9 if gap >= idle_ns and gap > 0 and call.outlier else None,
                      clock_mhz=_clock(call.clock))
+
+
+def counters_before_ns(call: Any) -> int:
+    """How long before the call its thread's counters (CPU time, faults, switches, blocks read) were read:
+    0 when the call read them itself; up to 200 us for a call kept only after it ran (csrc/watch_type.cpp
+    reads them around a sample of a thread's calls, not each: a read is a system call)."""
+    start = getattr(call, "counters_from_ns", None)  # None: a record made before the field
+    return max(0, int(call.start_ns) - int(start)) if start is not None else 0
+
+
+# the causes read from the thread's counters, whose figures a read before the call widens
+_COUNTED = (SOURCES["faults"], SOURCES["files"], SOURCES["off_cpu"], SOURCES["blocked"])
 
 
 def build(call: Any, *, index: int, key: str, start_ns: int, idle_ns: int, dynamo: Any, costs: CallCosts,
@@ -145,8 +160,13 @@ def build(call: Any, *, index: int, key: str, start_ns: int, idle_ns: int, dynam
     excess = f.excess_ns / 1e6 if f.excess_ns is not None else None
     reasons: list[str] = []
     causes: list[dict[str, Any]] = []
+    before = counters_before_ns(call)
     for part in parts:
         detail = _detail(part, f, gap, grown)
+        if before and part.source in _COUNTED:
+            detail += (f"; counted from {before / 1e3:.0f} us before the call began, its thread's last read of its "
+                       "counters (read around a sample of the calls, not each: a read is a system call): what the "
+                       "thread did in that stretch, taken as on its CPU, is in the figure")
         if part.cause == Name.JIT_COMPILE and part.source == SOURCES["compiles"]:
             reasons = dynamo.recompile_reasons() if dynamo is not None else []
             cache = dynamo.cache().text() if dynamo is not None else ""
@@ -166,6 +186,8 @@ def build(call: Any, *, index: int, key: str, start_ns: int, idle_ns: int, dynam
         "recompile_reasons": reasons,
         "cuda_calls": cuda_calls,
         "clock_mhz": list(f.clock_mhz) if f.clock_mhz is not None else None,
+        # only where the call's counters start before it (the thread's last read): absent, they are its own
+        **({"counters_before_us": before / 1e3} if before else {}),
     }
 
 
@@ -272,4 +294,4 @@ def _clock(reading: Any) -> tuple[float, float] | None:
     return (mhz, top) if math.isfinite(mhz) and math.isfinite(top) and top > 0 else None
 
 
-__all__ = ["CUPTI_CAUSES", "CallCosts", "build", "cupti_cause_mask", "describe", "facts"]
+__all__ = ["CUPTI_CAUSES", "CallCosts", "build", "counters_before_ns", "cupti_cause_mask", "describe", "facts"]

@@ -4,7 +4,9 @@ Neither package is a dependency: each path is taken only when its package is ins
 Prometheus: a collector read at scrape time (no cost per call), registered with
 `prometheus_metrics(watcher)`: calls, events and outliers by key, events and seconds by cause, the
 outliers' unattributed seconds and the first call's latency by key, and a latency histogram per key
-built from the watcher's sketch (boundaries one per octave, 64 ns to 275 s).
+built from the watcher's sketch (boundaries one per octave, 64 ns to 275 s). At most `top_keys` (50)
+keys have series of their own, fixed for the watcher's life (_Shown); the rest are summed in one
+"(other keys)" series, so that every counter only grows from one scrape to the next (docs/watch.md).
 
 OpenTelemetry: while a span is recording on the calling thread (the request's own), each event is
 added to it as a span event `warmprof.event`, with its key, duration, why it was kept and its causes,
@@ -51,9 +53,46 @@ def _cumulative(buckets: list[int]) -> list[tuple[str, int]]:
     return out
 
 
+class _Shown:
+    """Which keys of one watcher have series of their own (at one `top_keys` bound), for the life of the
+    watcher: the first `limit` keys scrapes see, most called first among those one scrape sees first.
+    The set only grows; once it is full every other key (and every key after it) is in "(other keys)"
+    for good, so no count ever moves from one series to another and every counter only grows (a key
+    moving between the two would take its counts out of one series: a counter reset to Prometheus)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.keys: dict[int, None] = {}  # key hashes with series of their own, in the order they got them
+        self.barred: set[int] = set()  # keys already counted in "(other keys)" while the set had room
+
+    def update(self, rows: list) -> None:
+        """Take in the keys of this scrape's rows (the core's: (key, order, calls, ...)) while there is room."""
+        room = self.limit - len(self.keys)
+        if room <= 0:
+            return
+        new = [r for r in rows if r[0] not in self.keys and r[0] not in self.barred]
+        new.sort(key=lambda r: (-r[2], r[1]))  # most called first; among equals, the first seen
+        for r in new[:room]:
+            self.keys[r[0]] = None
+        if len(self.keys) >= self.limit:
+            self.barred.clear()  # full: nothing more gets in, so nothing needs barring
+
+    def bar(self, key: int | None) -> None:
+        """`key`'s counts went into "(other keys)" while there was room: it never gets series of its own."""
+        if key is not None and len(self.keys) < self.limit:
+            self.barred.add(key)
+
+
+def _shown(watcher: Any, limit: int) -> _Shown:
+    with _taken_lock:
+        by_limit = _shown_by_watcher.setdefault(watcher, {})
+        return by_limit.setdefault(limit, _Shown(limit))
+
+
 class WatchCollector:
-    """A prometheus_client collector over one Watcher, read at each scrape. Per-key series for the
-    `top_keys` most called keys; the rest (and calls past max_keys) in one "(other keys)" series."""
+    """A prometheus_client collector over one Watcher, read at each scrape. Per-key series for at most
+    `top_keys` keys, the most called ones when first scraped, kept for the watcher's life; the rest
+    (and calls past max_keys) in one "(other keys)" series, for good (_Shown: counters only grow)."""
 
     def __init__(self, watcher: Any, prefix: str = "warmprof_watch", top_keys: int = 50) -> None:
         self.watcher, self.prefix, self.top_keys = watcher, prefix, top_keys
@@ -66,7 +105,6 @@ class WatchCollector:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
         w, p = self.watcher, self.prefix
-        stats = w.stats()
         model = self.model
         calls = CounterMetricFamily(f"{p}_calls", "Calls through the watched model, by key", labels=["model", "key"])
         kept = CounterMetricFamily(f"{p}_events", "Calls kept as events (first at a key, outliers, after idle, "
@@ -83,18 +121,41 @@ class WatchCollector:
                                   "costs included)", labels=["model", "key"])
         hist = HistogramMetricFamily(f"{p}_latency_seconds", "Call latency by key (from a sketch: within 12%)",
                                      labels=["model", "key"])
-        rows = sorted((w._core_stats() or {"keys": []})["keys"], key=lambda r: -r[2])
-        names = dict(w._names)
-        other_calls, other_events, other_ns = stats["overflow_calls"], 0, 0
+        shown = _shown(w, self.top_keys)
+        # The events' counts (by key name) are read before the core's rows: a key an event named is in the
+        # rows then (the core adds a call to its key before the event is made), unless it is past max_keys.
+        with w._lock:
+            names = dict(w._names)
+            counts = dict(w._cause_counts)
+            out_counts = dict(w._outlier_counts)
+            residual = dict(w._unattributed_ms)
+        core = w._core_stats() or {"keys": [], "overflow_calls": 0}
+        rows = core["keys"]
+        hash_of = {name: key for key, name in names.items()}
+        with w._lock:  # one scrape at a time decides (two registries, two scrape threads)
+            shown.update(rows)
+            own = dict(shown.keys)
+            admitted = {r[0] for r in rows}
+            for name in list(counts) + list(out_counts) + list(residual):
+                key = hash_of.get(name[0] if isinstance(name, tuple) else name)
+                if key not in own and key not in admitted:
+                    shown.bar(key)  # a key past max_keys (its compiles): in "(other keys)"
+
+        def label(key: int | None) -> str:
+            if key is None or key not in own:
+                return OTHER
+            return names.get(key, f"#{key & 0xffffffff:08x}")  # its event not made yet: named at the next scrape
+
+        other_calls, other_events, other_ns = core["overflow_calls"], 0, 0
         other_buckets = [0] * len(rows[0][7]) if rows else []
-        for rank, (key, _, n, first_ns, _, total_ns, events, buckets) in enumerate(rows):
-            if rank >= self.top_keys:  # series per key for the most called keys only: the rest in one
+        for key, order, n, first_ns, _, total_ns, events, buckets in sorted(rows, key=lambda r: (-r[2], r[1])):
+            if key not in own:
                 other_calls += n
                 other_events += events
                 other_ns += total_ns
                 other_buckets = [a + b for a, b in zip(other_buckets, buckets)]
                 continue
-            name = names.get(key, f"#{key & 0xffffffff:08x}")
+            name = label(key)
             calls.add_metric([model, name], n)
             kept.add_metric([model, name], events)
             first.add_metric([model, name], first_ns / 1e9)
@@ -104,17 +165,22 @@ class WatchCollector:
             kept.add_metric([model, OTHER], other_events)
         if any(other_buckets):
             hist.add_metric([model, OTHER], _cumulative(other_buckets), other_ns / 1e9)
-        with w._lock:
-            counts = dict(w._cause_counts)
-            out_counts = dict(w._outlier_counts)
-            residual = dict(w._unattributed_ms)
+        # By key and cause, outliers, unattributed: summed by label (every key outside the set into one)
+        cause_rows: dict[tuple[str, str], list] = {}
         for (name, cause), (n, ms) in counts.items():
+            row = cause_rows.setdefault((label(hash_of.get(name)), cause), [0, 0.0])
+            row[0] += n
+            row[1] += ms
+        for (name, cause), (n, ms) in sorted(cause_rows.items()):
             by_cause.add_metric([model, name, cause], n)
             cause_s.add_metric([model, name, cause], ms / 1e3)
-        for name, n in out_counts.items():
-            outliers.add_metric([model, name], n)
-        for name, ms in residual.items():
-            unattributed.add_metric([model, name], ms / 1e3)
+        for family, by_name, scale in ((outliers, out_counts, 1), (unattributed, residual, 1e3)):
+            summed: dict[str, float] = {}
+            for name, v in by_name.items():
+                shown_as = label(hash_of.get(name))
+                summed[shown_as] = summed.get(shown_as, 0) + v
+            for name, v in sorted(summed.items()):
+                family.add_metric([model, name], v / scale)
         yield from (calls, kept, outliers, by_cause, cause_s, unattributed, first, hist)
 
 
@@ -140,7 +206,9 @@ def prometheus_metrics(watcher: Any, registry: Any = None) -> WatchCollector:
 
 
 _taken: "weakref.WeakKeyDictionary[Any, weakref.WeakSet]" = weakref.WeakKeyDictionary()  # registry -> collectors
-_taken_lock = threading.Lock()
+_taken_lock = threading.Lock()  # also guards _shown_by_watcher
+# watcher -> {top_keys: the keys with series of their own}: for the watcher's life, whatever collectors come and go
+_shown_by_watcher: "weakref.WeakKeyDictionary[Any, dict[int, _Shown]]" = weakref.WeakKeyDictionary()
 
 
 def otel_available() -> bool:

