@@ -29,11 +29,13 @@ std::vector<std::string> g_names;
 std::unordered_map<std::string, uint32_t> g_name_ids;
 std::atomic<uint32_t> g_thinned_name{UINT32_MAX};
 
-// Marks the buffer free for reuse when its thread exits.
+void owner_exited(ThreadBuffer* tb);
+
+// Marks the buffer free for reuse when its thread exits, and gives back what of it nobody will read.
 struct OwnerGuard {
   ThreadBuffer* tb = nullptr;
   ~OwnerGuard() {
-    if (tb) tb->owner_alive.store(false, std::memory_order_release);
+    if (tb) owner_exited(tb);
   }
 };
 thread_local OwnerGuard t_guard;
@@ -62,8 +64,11 @@ Record* map_records(size_t n) {
 // A buffer of another size: the old mapping's pages are given back but the mapping itself is
 // never unmapped, so a thread that read g_enabled just before stop() and writes late cannot
 // crash (set_capacity is a between-recordings, test-time setting: the address space is cheap).
-void remap(ThreadBuffer* b, size_t n) {
-  if (b->records) madvise(b->records, b->capacity * sizeof(Record), MADV_DONTNEED);
+// A buffer whose thread exited (unmap_old) has no late writer: its old mapping goes back whole (it may
+// be the few pages owner_exited kept).
+void remap(ThreadBuffer* b, size_t n, bool unmap_old = false) {
+  if (b->records && unmap_old) munmap(b->records, b->capacity * sizeof(Record));
+  else if (b->records) madvise(b->records, b->capacity * sizeof(Record), MADV_DONTNEED);
   b->records = map_records(n);
   b->capacity = b->records ? n : 0;
   b->touched = 0;
@@ -83,6 +88,30 @@ ThreadBuffer* new_buffer() {  // under g_mu
   remap(b.get(), g_capacity);
   g_buffers.push_back(std::move(b));
   return g_buffers.back().get();
+}
+
+// The buffer's thread is exiting: nothing writes into it again (its owner is its only writer). Its
+// records of this generation are still to be drained, so the pages that hold them stay; the rest of
+// the mapping goes back now, not at the recording's end (release): a model that starts 100 fresh
+// threads on every call would otherwise reserve 6 MiB of address space per thread per pass within one
+// recording, and under an address-space limit (ulimit -v) its next thread could not get a stack.
+// Records of an older generation were drained already: the whole mapping goes.
+void owner_exited(ThreadBuffer* tb) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (tb->records != nullptr) {
+    const bool current = tb->generation.load(std::memory_order_relaxed) == g_generation.load(std::memory_order_relaxed);
+    const size_t keep_pages = current ? pages_of(tb->count.load(std::memory_order_relaxed)) : 0;
+    const size_t mapped_pages = pages_of(tb->capacity);
+    if (keep_pages < mapped_pages) {
+      char* base = reinterpret_cast<char*>(tb->records);
+      munmap(base + keep_pages * page_bytes(), (mapped_pages - keep_pages) * page_bytes());
+      // Whole records inside the pages kept (a late record is then dropped, never written outside).
+      tb->capacity = keep_pages * page_bytes() / sizeof(Record);
+      if (keep_pages == 0) tb->records = nullptr;
+      tb->touched = std::min(tb->touched, tb->capacity);
+    }
+  }
+  tb->owner_alive.store(false, std::memory_order_release);
 }
 
 bool is_free(const ThreadBuffer& b, uint64_t gen) {
@@ -147,12 +176,15 @@ ThreadBuffer* register_thread() {
   std::lock_guard<std::mutex> lock(g_mu);
   const uint64_t gen = g_generation.load(std::memory_order_relaxed);
   ThreadBuffer* tb = t_guard.tb;
+  bool taken_over = false;  // a free buffer of a thread that exited: nobody writes into its old mapping
   if (tb == nullptr || tb->generation.load(std::memory_order_relaxed) != gen) {
-    tb = pick_buffer(tb, gen);
+    ThreadBuffer* picked = pick_buffer(tb, gen);
+    taken_over = picked != tb;
+    tb = picked;
     tb->owner_alive.store(true, std::memory_order_release);
     t_guard.tb = tb;
   }
-  if (tb->records == nullptr || tb->capacity != g_capacity) remap(tb, g_capacity);  // e.g. after a fork
+  if (tb->records == nullptr || tb->capacity != g_capacity) remap(tb, g_capacity, taken_over);  // e.g. after a fork
   if (tb->generation.load(std::memory_order_relaxed) != gen) {
     tb->count.store(0, std::memory_order_relaxed);
     tb->dropped.store(0, std::memory_order_relaxed);
@@ -254,7 +286,7 @@ void start(size_t spare_buffers) {
     for (auto& b : g_buffers) {
       if (ready >= spare_buffers) break;
       if (is_free(*b, gen) && (b->records == nullptr || b->touched < b->capacity)) {
-        if (b->records == nullptr || b->capacity != g_capacity) remap(b.get(), g_capacity);  // given back by release()
+        if (b->records == nullptr || b->capacity != g_capacity) remap(b.get(), g_capacity, true);  // given back
         if (b->records == nullptr) continue;
         prefault(b.get());
         ++ready;
