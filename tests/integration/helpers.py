@@ -161,8 +161,8 @@ class Leftovers:
         assert os.environ.get("ONEDNN_VERBOSE_TIMESTAMP") == self.env, "oneDNN env flag not restored"
         # The model's own imports may add finders (inductor does); warmprof's must be gone, and
         # every finder that was there must still be there, in order.
-        from warmprof.instruments.python_imports import _ImportFinder
+        from warmprof.import_spans import ImportFinder
 
-        assert not any(isinstance(f, _ImportFinder) for f in sys.meta_path), "import finder left on sys.meta_path"
+        assert not any(isinstance(f, ImportFinder) for f in sys.meta_path), "import finder left on sys.meta_path"
         kept = [id(f) for f in sys.meta_path if id(f) in set(self.finders)]
         assert kept == self.finders, "sys.meta_path's finders changed"

@@ -6,8 +6,8 @@ runs: the standard library and warmprof._native only (the attribution code and t
 `warmprof run` process, never here), so a process that never imports torch is not made to. Writing the
 record at the end imports numpy (the recorder's drain gives numpy arrays), after the recorded end. What it records:
 - the native recorder on for the process's life: each Python import a span `python_import:<module>`
-  (runtime_init, measured, the names and nesting instruments/python_imports.py gives a trace; a finder
-  of its own here, because that instrument's module loads numpy), dynamo's compiles (jit_compile,
+  (runtime_init, measured: import_spans' finder, the one the trace's python_imports instrument puts on
+  for its passes, light to import), dynamo's compiles (jit_compile,
   measured, from dynamo's own start/end callbacks, registered when torch._dynamo.callback is imported);
 - a sampler thread (every WARMPROF_RUN_SAMPLE_MS, 20 ms by default): the process's fault and memory
   counters, and the main thread's CPU time, run-queue delay, voluntary switches, storage reads and major
@@ -32,6 +32,7 @@ import time
 from typing import Any, Callable
 
 from .. import _native
+from ..import_spans import SOURCE as IMPORT_SOURCE, ImportFinder
 from .procfs import clk_tck, comm_name, mp_name, process_start_ns, process_title, read_file, shapes_key, thread_clocks
 
 ENV_DIR = "WARMPROF_RUN_DIR"
@@ -45,9 +46,8 @@ CHECKPOINT_S = 10.0  # how often a running process writes its record so far
 CHECKPOINT_END = "still running at its last checkpoint (killed, or never ended)"
 
 # Cause ids (causes.py's table, which is light to import) and the counter names the engine reads.
-from ..causes import JIT_COMPILE, PROFILER_OVERHEAD, RUNTIME_INIT, STRUCTURE  # noqa: E402
+from ..causes import JIT_COMPILE, PROFILER_OVERHEAD, STRUCTURE  # noqa: E402
 
-IMPORT_SOURCE = "python_import"
 MAIN_THREAD_COUNTERS = {  # timeline.py's names for the pass thread's clocks (a unit test checks they agree)
     "cpu_ns": "host:thread_cpu_ns",
     "run_delay_ns": "host:run_delay_ns",
@@ -66,72 +66,6 @@ TIMED = "_warmprof_run_timed"  # set on the functions the agent wrapped (a decor
 COMPILE_SPAN = "dynamo"  # the source the trace's TorchCompile names its dynamo compiles by
 
 _agent: "Agent | None" = None
-
-
-class _TimedLoader:
-    """One import's loader, wrapped: its module's execution (and an extension's creation) is a span."""
-
-    def __init__(self, loader: Any, nid: int, agent: "Agent", fullname: str) -> None:
-        self.loader = loader
-        self.nid = nid
-        self.agent = agent
-        self.fullname = fullname
-
-    def __getattr__(self, attr: str) -> Any:
-        return getattr(self.loader, attr)
-
-    def create_module(self, spec: Any) -> Any:
-        create = getattr(self.loader, "create_module", None)
-        if create is None:
-            return None
-        _native.begin(RUNTIME_INIT, self.nid)
-        try:
-            return create(spec)
-        finally:
-            _native.end(RUNTIME_INIT, self.nid)
-
-    def exec_module(self, module: Any) -> None:
-        # the module sees its real loader, as it would without warmprof
-        try:
-            if getattr(module, "__loader__", None) is self:
-                module.__loader__ = self.loader
-            spec = getattr(module, "__spec__", None)
-            if spec is not None and getattr(spec, "loader", None) is self:
-                spec.loader = self.loader
-        except (AttributeError, TypeError):
-            pass
-        _native.begin(RUNTIME_INIT, self.nid)
-        try:
-            self.loader.exec_module(module)
-        finally:
-            _native.end(RUNTIME_INIT, self.nid)
-            self.agent.imported(self.fullname, module)
-
-
-class _Finder:
-    """First on sys.meta_path: finds through the finders after it and wraps the spec's loader."""
-
-    def __init__(self, agent: "Agent") -> None:
-        self.agent = agent
-
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
-        after = list(sys.meta_path)
-        after = after[next((i for i, f in enumerate(after) if f is self), -1) + 1:]
-        for finder in after:
-            find = getattr(finder, "find_spec", None)
-            if find is None:
-                continue
-            spec = find(fullname, path, target)
-            if spec is None:
-                continue
-            loader = spec.loader
-            if loader is not None and hasattr(loader, "exec_module") and not isinstance(loader, _TimedLoader):
-                import copy
-
-                spec = copy.copy(spec)
-                spec.loader = _TimedLoader(loader, _native.intern(f"{IMPORT_SOURCE}:{fullname}"), self.agent, fullname)
-            return spec
-        return None
 
 
 class Agent:
@@ -164,7 +98,7 @@ class Agent:
         self.dumped = False
         self.stop = threading.Event()
         self.sampler: threading.Thread | None = None
-        self.finder: _Finder | None = None
+        self.finder: ImportFinder | None = None
         self.hooks: dict[str, list[Callable[[Any], None]]] = {}
         self.watched: set[int] = set()
         self.calls_done_written = False
@@ -184,7 +118,7 @@ class Agent:
         _native.start(2)
         _native.begin(PROFILER_OVERHEAD, self.own_nid)
         try:
-            self.finder = _Finder(self)
+            self.finder = ImportFinder(on_executed=self.imported)
             sys.meta_path.insert(0, self.finder)
             self.on_import("logging", self._attach_logging)
             self.on_import("torch._dynamo.callback", self._attach_dynamo)
