@@ -4,14 +4,20 @@
 # it runs on the CPU). Where that install fails (no such Python, the download refused), the run falls
 # back to Python 3.11, whose torch 2.14.1 lies on this machine's disk, and says so: torch 2.14.1 is
 # tested either way.
-#   bash .ci/second_torch.sh [PYTHON_VERSION]      default 3.12
+#   bash .ci/second_torch.sh [PYTHON_VERSION]      default 3.12: install, then the suite
+#   bash .ci/second_torch.sh install DIR [PYTHON_VERSION]; bash .ci/second_torch.sh test DIR
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 TORCH=2.14.1
-want=${1:-3.12}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+phase=all
+if [ "${1:-}" = install ] || [ "${1:-}" = test ]; then
+  phase=$1; work=$2; want=${3:-3.12}  # the caller's folder, kept
+else
+  want=${1:-3.12}
+  work=$(mktemp -d)
+  trap 'rm -rf "$work"' EXIT
+fi
 
 find_python() {
   for cand in "python$1" "$HOME/.pyenv/versions/$1"*/bin/python3; do
@@ -32,16 +38,20 @@ install() {  # $1: python version; a venv with torch $TORCH and the package with
     "$work/venv/bin/python" -m pip install --quiet "$ROOT[test]"
 }
 
-start=$(date +%s)
-used=$want
-if ! install "$want"; then
-  echo "second torch: torch $TORCH on python$want could not be installed; falling back to python3.11"
-  used=3.11
-  install 3.11
-fi
+# install and test apart: .ci/run installs while the main suite runs
 vpy="$work/venv/bin/python"
-echo "second torch: installed in $(( $(date +%s) - start )) s: $("$vpy" -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__)')"
-start=$(date +%s)
-# from the tree, so the tests' own helpers (tests/) import; the package is the venv's installed one
-"$vpy" -m pytest -q -p no:cacheprovider
-echo "second torch: the whole suite passed on python$used, torch $TORCH in $(( $(date +%s) - start )) s"
+if [ "$phase" != test ]; then
+  start=$(date +%s)
+  if ! install "$want"; then
+    echo "second torch: torch $TORCH on python$want could not be installed; falling back to python3.11"
+    install 3.11
+  fi
+  echo "second torch: installed in $(( $(date +%s) - start )) s: $("$vpy" -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__)')"
+fi
+if [ "$phase" != install ]; then
+  start=$(date +%s)
+  used=$("$vpy" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+  # from the tree, so the tests' own helpers (tests/) import; the package is the venv's installed one
+  "$vpy" -m pytest -q -p no:cacheprovider
+  echo "second torch: the whole suite passed on python$used, torch $TORCH in $(( $(date +%s) - start )) s"
+fi
