@@ -216,13 +216,19 @@ def test_compiled_model_jit_is_top_and_matches_torch_own_figure():
     # Time the pass's thread spent ready but without a core (a busy machine) is cpu_contention now; the
     # allowance below stays for what the steady passes' own waits leave of it.
     waited_ms = waits["seen-shape re-run"] - waits["first pass"]
-    # the largest of the model's own causes (on a busy machine its wait for a CPU, the machine's, can be larger)
-    top = max((c for c in r.causes if c.cause != "cpu_contention"), key=lambda c: c.ms)
-    assert top.cause == "jit_compile" and top.evidence == "measured"
     # torch's timers count wall time: a wait for a CPU inside the compile spans is in them and in the
     # compile's figure (its waited_ms); a disk read inside them warmprof books as disk_read (storage_in:<source>)
     jit_sources = {f"storage_in:{c.source}" for c in r.causes if c.cause == "jit_compile"}
     jit_ms = sum(c.ms for c in r.causes if c.cause == "jit_compile" or c.source in jit_sources)
+    # the largest of the model's own causes, the compile with the disk reads inside it (with a cold page
+    # cache and a busy disk the compile's reads of inductor's files, 1 s and more, outweighed its CPU part:
+    # the suite failed there while three venvs installed beside it); its wait for a CPU, the machine's, aside
+    others: dict[str, float] = {}
+    for c in r.causes:
+        if c.cause not in ("jit_compile", "cpu_contention") and c.source not in jit_sources:
+            others[c.cause] = others.get(c.cause, 0.0) + c.ms
+    assert jit_ms > max(others.values(), default=0.0), (jit_ms, others)
+    assert {c.evidence for c in r.causes if c.cause == "jit_compile"} == {"measured"}
     torch_ms = r.instruments["torch_compile"]["torch_reported_compile_ms"]
     assert torch_ms > 0 and abs(jit_ms - torch_ms) <= 0.10 * torch_ms, (jit_ms, torch_ms)
     assert not [c for c in r.seen_rerun_causes if c.cause == "jit_compile"]
