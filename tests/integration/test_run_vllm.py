@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -25,13 +27,25 @@ if importlib.util.find_spec("vllm") is None:
     pytest.skip("vLLM is not installed (pip install \".[vllm]\")", allow_module_level=True)
 
 
+def _errors(text: str) -> str:
+    """The lines of the command's output that say what went wrong (vLLM's errors come long before the end)."""
+    return "\n".join(line for line in text.splitlines() if "Error" in line or "error:" in line)[-4000:]
+
+
 def test_vllm_offline_under_warmprof_run(tmp_path):
-    env = dict(os.environ, TMPDIR=str(tmp_path), VLLM_CACHE_ROOT=str(tmp_path / "vllm-cache"))
+    # vLLM's processes talk over unix sockets named in VLLM_RPC_BASE_PATH (TMPDIR by default) plus a uuid: a
+    # socket path has at most 107 bytes, and pytest's tmp_path under a CI job's own TMPDIR is longer than the
+    # 70 left (zmq: "File name too long", the engine never starts). The sockets get a short folder of their own.
+    rpc = tempfile.mkdtemp(prefix="wv", dir="/tmp" if os.path.isdir("/tmp") else None)
+    env = dict(os.environ, TMPDIR=str(tmp_path), VLLM_CACHE_ROOT=str(tmp_path / "vllm-cache"), VLLM_RPC_BASE_PATH=rpc)
     out = tmp_path / "run.json"
-    p = subprocess.run([sys.executable, "-m", "warmprof", "run", "--quiet", "--json", str(out), "--",
-                        sys.executable, str(EXAMPLE), "--requests", "3", "--model-dir", str(tmp_path / "model")],
-                       env=env, capture_output=True, text=True, timeout=1200)
-    assert p.returncode == 0, (p.stdout[-3000:], p.stderr[-3000:])
+    try:
+        p = subprocess.run([sys.executable, "-m", "warmprof", "run", "--quiet", "--json", str(out), "--",
+                            sys.executable, str(EXAMPLE), "--requests", "3", "--model-dir", str(tmp_path / "model")],
+                           env=env, capture_output=True, text=True, timeout=1200)
+    finally:
+        shutil.rmtree(rpc, ignore_errors=True)
+    assert p.returncode == 0, (_errors(p.stderr) or _errors(p.stdout), p.stderr[-2000:])
     r = RunReport.load(out)
     roles = {q["role"] for q in r.processes}
     assert {"main: vllm_offline.py", "VLLM::EngineCore", "VLLM::Worker"} <= roles, roles
