@@ -235,6 +235,18 @@ def _trace(r: dict) -> list[str]:
                                          for c in rerun[:4]) or "nothing over 0.05 ms")]
 
 
+def _run_cuda(r: dict) -> list[str]:
+    cupti = r.get("cupti") or {}
+    state = (f"CUPTI on ({cupti.get('callbacks', '?')} callbacks, subscribe {_num(cupti.get('subscribe_ms'))} ms)"
+             if cupti.get("on") else f"CUPTI off: {cupti.get('reason', '?')}")
+    init = r.get("cuda_init") or {}
+    causes = ", ".join(f"{c.get('cause')} {_num(c.get('ms'))} ms" for c in init.get("causes", [])[:4])
+    by = ", ".join(f"{k} {_num(v)} ms" for k, v in sorted((r.get("cupti_ms_by_cause") or {}).items()))
+    return [f"  rc {r.get('rc')}; {state}",
+            f"  cuda init {_num(init.get('ms'))} ms: {causes or 'no causes'}; unattributed {_num(init.get('unattributed_ms'))} ms",
+            f"  CUPTI's spans in the process: {by or 'none'}"]
+
+
 def _gpu_check(r: dict) -> list[str]:
     rows = [x for x in r.get("rows", []) if isinstance(x, dict)]
     counts = {k: sum(x.get("result") == k for x in rows) for k in ("PASS", "FAIL", "N/A", "INFO")}
@@ -247,7 +259,7 @@ def _gpu_check(r: dict) -> list[str]:
 
 DIGESTS: dict[str, Callable[[dict], list[str]]] = {
     "facts": _facts, "build": _build, "seq": _seq, "kineto": _kineto, "ab": _ab,
-    "trace_eager": _trace, "trace_compile": _trace, "trace_ro": _trace, "gpu_check": _gpu_check,
+    "trace_eager": _trace, "trace_compile": _trace, "trace_ro": _trace, "gpu_check": _gpu_check, "run_cuda": _run_cuda,
 }
 
 

@@ -14,6 +14,8 @@ Phases, in this order, each a fresh process group cut at its deadline:
   trace_eager, trace_compile, trace_ro
                  warmprof trace --demo --device cuda [--compile [reduce-overhead]]
   gpu_check      bench/gpu_check.py's table: its op phases, the two traces above as its eager and compiled
+  run_cuda       warmprof run -- python (a CUDA start, matmul, 256 MiB, a graph capture): the cuda init
+                 phase, CUPTI on or why not, CUPTI's time per cause (run_cuda.py; issue 41's CUDA phases)
 
 The budget: phase i must end by START_S + the sum of (cap + MARGIN_S) of phases 1..i, so a phase may
 use what the phases before it left unused and never what the ones after it are owed; FINISH_S is
@@ -108,7 +110,7 @@ def _gpu_check(d: Path, limit: float) -> list[str]:
 PHASES: tuple[Phase, ...] = (
     Phase("facts", 20, "uname, clocks, versions, the libcupti torch maps, the allocator backend", _script("facts.py"),
           needs_gpu=False),
-    Phase("build", 100, "pip install --no-build-isolation --no-deps .", _script("build.py")),
+    Phase("build", 75, "pip install --no-build-isolation --no-deps .", _script("build.py")),
     Phase("seq", 45, "raw CUPTI callback sequences per operation (ctypes, no warmprof code), then warmprof's",
           _script("seq_probe.py")),
     Phase("kineto", 50, "torch.profiler (kineto) and warmprof's subscriber, each first", _script("kineto_interplay.py")),
@@ -120,6 +122,8 @@ PHASES: tuple[Phase, ...] = (
           _trace("--compile", "reduce-overhead")),
     Phase("gpu_check", 70, "bench/gpu_check.py's table (the traces above as its eager and compiled)", _gpu_check,
           ok_rcs=(0, 1)),  # 1: it ran and some rows FAILED (the digest lists them)
+    Phase("run_cuda", 25, "warmprof run on a CUDA script (no vLLM): cuda init phase, CUPTI's causes",
+          _script("run_cuda.py")),
 )
 
 

@@ -364,3 +364,82 @@ def test_calls_end_a_command_that_ignores_sigint_with_sigterm(tmp_path):
     assert r.root()["end"] == "SIGTERM"
     assert time.monotonic() - started < TIMEOUT
     _nothing_left(tmp_path, marker)
+
+
+def _driver_ids() -> dict[str, int]:
+    """The CUDA driver's callback ids, parsed from this machine's toolkit headers (tests/native/cupti_calls.py);
+    skips where the CUPTI backend is not built."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "native"))
+    try:
+        import cupti_calls
+    finally:
+        sys.path.pop(0)
+    cupti_calls.skip_without_cupti()
+    return {n: cupti_calls.DRIVER[n] for n in ("cuDevicePrimaryCtxRetain", "cuModuleLoadData", "cuMemAlloc_v2")}
+
+
+def test_cuda_phases_are_wired_through_the_cupti_handler(tmp_path):
+    """CUDA on paper (issue 41): torch.cuda's lazy init is a phase of its own ("cuda: init (context
+    creation)"), CUPTI is subscribed at its start (here it cannot be: no driver, and the phase says why),
+    and the driver calls CUPTI delivers land in the phase that made them with the trace's causes: fed here
+    through the real handler (synthetic callbacks, each lasting as long as the work it stands for) inside
+    a function timed with --phase."""
+    ids = _driver_ids()
+    helper = f"gpustart_{uuid.uuid4().hex[:8]}"  # a module: --phase names a function by the module it is imported from
+    (tmp_path / f"{helper}.py").write_text(textwrap.dedent(f"""
+        import time
+        from warmprof import _native
+
+        D = 1  # CUPTI_CB_DOMAIN_DRIVER_API
+        IDS = {ids!r}
+
+        def driver_call(name, ms, value=0):
+            _native._testing.cupti_inject(D, IDS[name], True, _native.now_ticks(), value)
+            t = time.perf_counter() + ms / 1000.0
+            while time.perf_counter() < t:
+                pass
+            _native._testing.cupti_inject(D, IDS[name], False, _native.now_ticks(), value)
+
+        def start_gpu():
+            driver_call("cuDevicePrimaryCtxRetain", 60)          # the context: runtime_init
+            driver_call("cuModuleLoadData", 40)                  # a module image: runtime_init
+            driver_call("cuMemAlloc_v2", 30, value=1 << 30)      # 1 GiB: allocator_growth
+    """))
+    marker = _script(tmp_path, "cudaphases", f"""
+        import torch
+        from {helper} import start_gpu
+
+        try:
+            torch.cuda._lazy_init()  # on this CPU build it raises; timed as the CUDA init phase all the same
+        except Exception as e:
+            print("no CUDA here:", type(e).__name__, flush=True)
+        start_gpu()
+        print("done", flush=True)
+    """)
+    out = tmp_path / "run.json"
+    p = _warmprof(tmp_path, "--json", str(out), "--phase", f"{helper}:start_gpu=gpu start-up", "--",
+                  sys.executable, f"{marker}.py")
+    assert p.returncode == 0, p.stderr[-3000:]
+    r = RunReport.load(out)
+    main = r.root()
+    by_name = {ph["name"]: ph for ph in main["phases"]}
+    init = by_name["cuda: init (context creation)"]
+    assert init["source"] == "cuda" and init["detail"].startswith("CUPTI off: ")
+    assert main["cupti"]["on"] is False and main["cupti"]["reason"]
+    assert "CUPTI off: " in p.stdout  # the process's line says it
+    gpu = by_name["gpu start-up"]
+    assert gpu["source"] == "--phase" and gpu["ms"] >= 120.0
+    booked: dict[tuple[str, str], float] = {}
+    for c in gpu["causes"]:
+        booked[(c["cause"], c["source"])] = booked.get((c["cause"], c["source"]), 0.0) + c["ms"]
+    init_ms = booked.get(("runtime_init", "cupti"), 0.0)  # the context and the module load
+    alloc = booked.get(("allocator_growth", "cupti"), 0.0)
+    # each at least the time it was made to last (a wait for a CPU inside it is in it too), within the phase
+    assert init_ms >= 100.0 and alloc >= 30.0, booked
+    assert init_ms + alloc <= gpu["ms"] + 0.01, (booked, gpu["ms"])
+    _nothing_left(tmp_path, marker)
+
+
+def test_a_phase_option_that_names_no_function_is_one_line(tmp_path):
+    p = _warmprof(tmp_path, "--phase", "not a function", "--", sys.executable, "-c", "pass")
+    assert p.returncode == 2 and p.stderr.strip().splitlines()[-1].startswith("warmprof: error: --phase 'not a function'")

@@ -46,7 +46,7 @@ def test_the_phase_caps_and_margins_fit_one_device_call(prove):
 
 def test_the_phases_come_in_the_issues_order(prove):
     assert [p.name for p in prove.PHASES] == ["facts", "build", "seq", "kineto", "ab", "trace_eager",
-                                              "trace_compile", "trace_ro", "gpu_check"]
+                                              "trace_compile", "trace_ro", "gpu_check", "run_cuda"]
     assert [p.name for p in prove.PHASES if not p.needs_gpu] == ["facts"]
 
 

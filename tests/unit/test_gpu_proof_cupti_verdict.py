@@ -80,7 +80,7 @@ def test_raw_failing_while_warmprofs_works_is_not_called_a_refusal(d):
 
 
 @pytest.mark.parametrize("name", ["facts", "build", "seq", "kineto", "ab", "trace_eager", "trace_compile",
-                                  "trace_ro", "gpu_check"])
+                                  "trace_ro", "gpu_check", "run_cuda"])
 @pytest.mark.parametrize("result", [{}, {"error": "boom"}, {"no_gpu": "none"}, {"runs": "x", "steps": 3, "rows": [1]},
                                     {"gpu": None, "torch": [], "causes": [None], "import": "x"}])
 def test_a_digest_never_raises(d, name, result):
@@ -100,3 +100,22 @@ def test_the_digests_say_what_settles_each_question(d):
                        "expect": "jit_compile > 0", "note": ""}, {"result": "PASS"}]}
     lines = d.digest("gpu_check", check)
     assert lines[0] == "PASS 1, FAIL 1, N/A 0, INFO 0" and "jiterator" in lines[1]
+
+
+def test_the_run_cuda_digest_keeps_the_cuda_init_phase_and_cuptis_time_per_cause(d):
+    spec = importlib.util.spec_from_file_location("gpu_proof_run_cuda", PROOF / "run_cuda.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    report = {"processes": [{"pid": 1, "parent": None, "cupti": {"on": True, "subscribe_ms": 80.0, "callbacks": 412},
+                             "phases": [
+                                 {"name": "import torch", "ms": 900.0, "causes": [{"cause": "runtime_init", "source": "python_import", "ms": 880.0}]},
+                                 {"name": "cuda: init (context creation)", "ms": 310.0, "unattributed_ms": 20.0,
+                                  "causes": [{"cause": "runtime_init", "source": "cupti", "ms": 290.0}]},
+                                 {"name": "(unnamed code)", "ms": 50.0, "unattributed_ms": 1.0,
+                                  "causes": [{"cause": "allocator_growth", "source": "cupti", "ms": 4.0},
+                                             {"cause": "graph_capture", "source": "cupti", "ms": 45.0}]}]}]}
+    got = mod.digest_report(report)
+    assert got["cuda_init"]["ms"] == 310.0 and got["cupti"]["callbacks"] == 412
+    assert got["cupti_ms_by_cause"] == {"runtime_init": 290.0, "allocator_growth": 4.0, "graph_capture": 45.0}
+    text = "\n".join(d.digest("run_cuda", {"rc": 0, **got}))
+    assert "CUPTI on (412 callbacks" in text and "cuda init 310.00 ms: runtime_init 290.00 ms" in text

@@ -37,7 +37,7 @@ def test_the_proof_says_no_gpu_per_phase_and_ends_within_a_minute(tmp_path):
     assert took < 60
     summary = json.loads((out / "summary.json").read_text())
     names = [r["name"] for r in summary["phases"]]
-    assert names == ["facts", "build", "seq", "kineto", "ab", "trace_eager", "trace_compile", "trace_ro", "gpu_check"]
+    assert names == ["facts", "build", "seq", "kineto", "ab", "trace_eager", "trace_compile", "trace_ro", "gpu_check", "run_cuda"]
     assert all(r["status"] == "NO GPU" for r in summary["phases"]), summary["phases"]
     text = (out / "summary.txt").read_text()
     assert all(f"phase {n}: NO GPU" in text for n in names)

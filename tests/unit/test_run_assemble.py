@@ -187,3 +187,11 @@ def test_samples_that_find_the_main_thread_asleep_count_as_blocks_on_both_sides(
 def test_the_agents_process_counter_names_are_the_timelines():
     assert A.HOST_COUNTER_NAMES == (timeline.MINOR_FAULTS_COUNTER, timeline.MAJOR_FAULTS_COUNTER,
                                     timeline.RSS_COUNTER, timeline.FILE_COUNTER, timeline.THREAD_COUNTER)
+    assert A.CUPTI_CALLBACKS == timeline.CUPTI_CALLBACKS
+
+
+def test_phase_options_are_parsed_or_refused():
+    assert A.parse_phase("pkg.mod:load") == ("pkg.mod", None, "load", "load")
+    assert A.parse_phase("pkg.mod:Loader.load_weights=weights") == ("pkg.mod", "Loader", "load_weights", "weights")
+    for bad in ("load", "pkg mod:load", "pkg:", "pkg:a.b.c", "pkg:1x", ":load", "my-script:main"):
+        assert A.parse_phase(bad) is None, bad

@@ -27,6 +27,12 @@ def setup(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sample-ms", type=float, default=20.0, metavar="MS",
                         help="how often each process's clocks and memory are sampled (default 20)")
     parser.add_argument("--no-engines", action="store_true", help="do not recognise engines (vLLM): generic phases only")
+    parser.add_argument("--phase", action="append", default=[], metavar="MODULE:FUNC[=NAME]",
+                        help="time a function (module:function or module:Class.method) as a phase, named NAME (default "
+                             "the function's name), in every process that imports its module; repeatable")
+    parser.add_argument("--no-cupti", action="store_true",
+                        help="do not subscribe CUPTI in a process that imports torch.cuda (CUDA's context creation, "
+                             "module loads, allocations and graph capture are then not named)")
     parser.add_argument("--timeout", dest="run_timeout", type=float, default=None, metavar="S",
                         help="end the command (SIGINT) after S seconds; the report covers what ran")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
@@ -60,11 +66,17 @@ def run(args: argparse.Namespace) -> int:
     for w in args.watch:
         if not w.replace(":", "").replace(".", "").replace("_", "").isalnum():
             raise InputError(f"--watch {w!r}: give a class name (Name or module:Name)")
+    from ..runs.agent import parse_phase
+
+    for ph in args.phase:
+        if parse_phase(ph) is None:
+            raise InputError(f"--phase {ph!r}: give module:function or module:Class.method, optionally =NAME")
     if args.json is not None:
         check_output_path(args.json)
     say = (lambda line: None) if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     opts = Options(watch=list(args.watch), calls=args.calls, ready_after=args.ready_after, sample_ms=args.sample_ms,
-                   engines=not args.no_engines, timeout_s=args.run_timeout)
+                   engines=not args.no_engines, timeout_s=args.run_timeout, phases=list(args.phase),
+                   cupti=not args.no_cupti)
     say(f"warmprof run: {' '.join(argv)}")
     out = run_command(argv, opts, say)
     try:

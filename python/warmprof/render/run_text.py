@@ -88,7 +88,7 @@ class RunTextRenderer(Renderer):
                 continue
             out += ["", f"{pad}{one_line(p['role'])} (pid {p['pid']}{', parent ' + str(p['parent']) if p.get('parent') else ''}): "
                         f"{_ms(p['start_ms'])} .. {_ms(p['end_ms'])}, ended by {one_line(p.get('end', ''))}; "
-                        f"warmprof's own {_ms(p.get('own_ms', 0.0))}"]
+                        f"warmprof's own {_ms(p.get('own_ms', 0.0))}" + _cupti_said(p.get("cupti"))]
             phases = p["phases"]
             shown = sorted(phases, key=lambda ph: -ph["ms"])[:SHOWN_PHASES]
             keep = {id(ph) for ph in shown}
@@ -153,3 +153,13 @@ def _depth(r: Any, p: dict[str, Any]) -> int:
         at = pids[at["parent"]]
         d += 1
     return d
+
+
+def _cupti_said(state: Any) -> str:
+    """The process's CUPTI, where CUDA started in it: on (its callbacks), or off and why."""
+    if not state:
+        return ""
+    if state.get("subscribe_ms") is not None:
+        n = state.get("callbacks")
+        return f"; CUPTI on ({n} callbacks)" if n is not None else "; CUPTI on"
+    return f"; CUPTI off: {one_line(str(state.get('reason', '')))}"

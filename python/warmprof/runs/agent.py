@@ -41,12 +41,17 @@ ENV_CALLS = "WARMPROF_RUN_CALLS"  # the run ends after this many watched calls i
 ENV_READY = "WARMPROF_RUN_READY"  # "first-call" or "log:REGEX"
 ENV_SAMPLE_MS = "WARMPROF_RUN_SAMPLE_MS"
 ENV_ENGINES = "WARMPROF_RUN_ENGINES"  # "auto" (default) or "none"
+ENV_PHASES = "WARMPROF_RUN_PHASES"  # ";"-separated module:function[=NAME] or module:Class.method[=NAME]
+ENV_CUPTI = "WARMPROF_RUN_CUPTI"  # "auto" (default: subscribed at torch.cuda's lazy init) or "off"
+CUDA_INIT = "cuda: init (context creation)"  # torch.cuda's lazy init, timed as a phase where torch is
 SAMPLE_MS = 20.0
 CHECKPOINT_S = 10.0  # how often a running process writes its record so far
 CHECKPOINT_END = "still running at its last checkpoint (killed, or never ended)"
 
 # Cause ids (causes.py's table, which is light to import) and the counter names the engine reads.
 from ..causes import JIT_COMPILE, PROFILER_OVERHEAD, STRUCTURE  # noqa: E402
+
+CUPTI_CALLBACKS = "cupti:callbacks"  # timeline.py's counter of CUPTI's callbacks (a unit test checks they agree)
 
 MAIN_THREAD_COUNTERS = {  # timeline.py's names for the pass thread's clocks (a unit test checks they agree)
     "cpu_ns": "host:thread_cpu_ns",
@@ -94,6 +99,7 @@ class Agent:
         self.marks: list[dict[str, Any]] = []  # engine-told instants: ready, first request
         self.fn_phases: list[dict[str, Any]] = []  # an engine's functions timed as phases (engines.py)
         self.engine: str = ""
+        self.cupti: dict[str, Any] | None = None  # set at torch.cuda's lazy init: {"on", "reason" | "subscribe_ms", ...}
         self.lock = threading.RLock()  # re-entrant: SIGTERM's dump may come while this thread holds it
         self.dumped = False
         self.stop = threading.Event()
@@ -125,6 +131,12 @@ class Agent:
             self.on_import("torch._dynamo.aot_compile", self._attach_aot_compile)
             if self.watch:
                 self.on_import("torch.nn.modules.module", self._attach_module_watch)
+            self.on_import("torch.cuda", self._attach_cuda)
+            for spec in os.environ.get(ENV_PHASES, "").split(";"):
+                got = parse_phase(spec)
+                if got is not None:
+                    module, cls, attr, name = got
+                    self.on_import(module, self._user_phase(cls, attr, name))
             if self.engines:
                 from . import engines
 
@@ -382,10 +394,77 @@ class Agent:
         watched.__doc__ = getattr(fn, "__doc__", None)
         return watched
 
-    def phase_fn(self, owner: Any, attr: str, name: str, around: Callable[[], Callable[[], str]] | None = None) -> None:
+    def _user_phase(self, cls: str | None, attr: str, name: str) -> Callable[[Any], None]:
+        def hook(module: Any) -> None:
+            owner = getattr(module, cls, None) if cls else module
+            if owner is not None:
+                self.phase_fn(owner, attr, name, source="--phase")
+        return hook
+
+    # ---- CUDA: torch.cuda's lazy init as a phase, CUPTI subscribed at its start -------------------------
+    def _attach_cuda(self, module: Any) -> None:
+        """torch.cuda imported: its lazy init (the process's CUDA context, created on its first CUDA use) is timed
+        as a phase, and CUPTI is subscribed at that init's start, before the context exists, so the context's
+        creation, lazy module loads (a cubin's runtime_init, a PTX's jit_compile), cuMemAlloc (allocator_growth),
+        stream capture and graph instantiation (graph_capture) are spans with causes from then on, written by
+        the native handler the trace's CUPTI instrument uses. A process that never initialises CUDA (vLLM's
+        main process queries the device without a context) never loads CUPTI."""
+        initialized = getattr(module, "is_initialized", None)
+        self.phase_fn(module, "_lazy_init", CUDA_INIT, around=self._cuda_starting,
+                      skip=(lambda: bool(initialized())) if callable(initialized) else None, source="cuda")
+
+    def _cuda_starting(self) -> Callable[[], str]:
+        state = self.cupti = self.cupti if self.cupti is not None else self._subscribe_cupti()
+        return lambda: "" if state.get("on") else f"CUPTI off: {state.get('reason', '')}"
+
+    def _subscribe_cupti(self) -> dict[str, Any]:
+        if os.environ.get(ENV_CUPTI, "auto") == "off":
+            return {"on": False, "reason": "--no-cupti"}
+        from ..system import cuda_paths
+
+        cuda_paths.install()
+        entry: dict[str, Any] = dict(_native.backends().get("cupti", {}))
+        if not entry.get("compiled") or (not entry.get("available") and not entry.get("path")):
+            return {"on": False, "reason": str(entry.get("reason", "not built"))}
+        why = _native.cupti_start()
+        if why:
+            return {"on": False, "reason": why}
+        stats = _native.cupti_stats()
+        t1 = _native.now_ns()
+        sub = int(stats["subscribe_ns"])
+        nid = _native.intern("cupti:subscribe")
+        _native.record_at(0, PROFILER_OVERHEAD, nid, 0, _native.ns_to_ticks(t1 - sub))  # BEGIN
+        _native.record_at(1, PROFILER_OVERHEAD, nid, 0, _native.ns_to_ticks(t1))  # END
+        _native.counter(_native.intern(CUPTI_CALLBACKS), int(stats["callbacks"]))
+        return {"on": True, "subscribe_ms": sub / 1e6, "callbacks_at_start": int(stats["callbacks"])}
+
+    def _cupti_end(self) -> None:
+        """At the record's end: CUPTI's OVERHEAD records (the driver's own times of lazy loads and PTX compiles)
+        of this thread as spans, the callback count as a counter sample, and the subscription released."""
+        if not (self.cupti and self.cupti.get("on")) or self.cupti.get("stopped"):
+            return
+        try:
+            got = _native.cupti_overheads()
+            for r in got["records"]:
+                if r["this_thread"] and int(r["end_ns"]) >= int(r["start_ns"]) > 0:
+                    nid = _native.intern(f"cupti:overhead:{r['kind']}")
+                    _native.record_at(0, int(r["cause"]), nid, 0, _native.ns_to_ticks(int(r["start_ns"])))
+                    _native.record_at(1, int(r["cause"]), nid, 0, _native.ns_to_ticks(int(r["end_ns"])))
+            stats = _native.cupti_stats()
+            _native.counter(_native.intern(CUPTI_CALLBACKS), int(stats["callbacks"]))
+            self.cupti["callbacks"] = int(stats["callbacks"]) - int(self.cupti.get("callbacks_at_start", 0))
+        finally:
+            why = _native.cupti_stop()  # "on" stays: CUPTI was on while the process ran
+            self.cupti["stopped"] = True
+            if why:
+                self.cupti["stop"] = why
+
+    def phase_fn(self, owner: Any, attr: str, name: str, around: Callable[[], Callable[[], str]] | None = None,
+                 skip: Callable[[], bool] | None = None, source: str = "vllm") -> None:
         """owner.attr (a class's method, inherited or not, or a module's function) timed as a phase `name`
         each time it runs (calls inside one of its own are part of it). around(): called at its start,
-        returns what is called at its end for the phase's detail (a cache outcome)."""
+        returns what is called at its end for the phase's detail (a cache outcome). skip(): true when a call
+        has nothing to do and is not a phase (torch.cuda's lazy init once CUDA is up)."""
         fn = getattr(owner, attr, None)
         if fn is None or getattr(fn, TIMED, False):
             return
@@ -393,7 +472,7 @@ class Agent:
         depth = threading.local()
 
         def timed(*args: Any, **kwargs: Any) -> Any:
-            if getattr(depth, "n", 0):
+            if getattr(depth, "n", 0) or (skip is not None and skip()):
                 return fn(*args, **kwargs)
             depth.n = 1
             done = agent.own(around) if around is not None else None
@@ -403,7 +482,7 @@ class Agent:
             finally:
                 t1 = _native.now_ns()
                 depth.n = 0
-                entry = {"name": name, "start_ns": t0, "end_ns": t1, "tid": threading.get_native_id()}
+                entry = {"name": name, "start_ns": t0, "end_ns": t1, "tid": threading.get_native_id(), "source": source}
                 if done is not None:
                     detail = agent.own(done)
                     if detail:
@@ -485,6 +564,8 @@ class Agent:
         self.t_start, self.start_resolution_ns = self.t_agent, 0.0
         self.forked_from = parent
         self.logs, self.calls, self.builds, self.compiles, self.marks, self.fn_phases = [], [], [], [], [], []
+        if self.cupti is not None and self.cupti.get("on"):  # the parent's subscription is not this process's
+            self.cupti = {"on": False, "reason": "a child forked after CUDA started (CUDA does not run in it)"}
         self.lock = threading.RLock()
         self.stop = threading.Event()  # the parent's may have been held by another thread at the fork
         self.dumped = False
@@ -507,6 +588,7 @@ class Agent:
         self.stop.set()
         try:
             self.sample_main(force=True)
+            self._cupti_end()
             _native.stop()
             self._write(reason, _native.now_ns())
         except Exception as e:  # the process ends anyway; say why its record is missing
@@ -553,12 +635,26 @@ class Agent:
             "names": list(d["names"]), "os_tids": list(d["os_tids"]), "dropped": int(d["dropped"]),
             "logs": list(self.logs), "calls": list(self.calls), "builds": list(self.builds),
             "compiles": list(self.compiles), "marks": list(self.marks), "fn_phases": list(self.fn_phases),
-            "engine": self.engine, "sample_ms": self.sample_s * 1000.0,
+            "engine": self.engine, "sample_ms": self.sample_s * 1000.0, "cupti": self.cupti,
         }
         with open(base + ".json.tmp", "w") as f:
             json.dump(meta, f)
         os.replace(base + ".tmp.npz", base + ".npz")  # the timeline first: a .json always has its .npz
         os.replace(base + ".json.tmp", base + ".json")
+
+
+def parse_phase(text: str) -> tuple[str, str | None, str, str] | None:
+    """--phase's value, "module:function" or "module:Class.method", optionally "=NAME": (module, class or
+    None, attribute, phase name), or None when it is not one."""
+    spec, _, name = text.strip().partition("=")
+    module, colon, qual = spec.partition(":")
+    parts = qual.split(".")
+    ok = all(p.isidentifier() for p in module.split(".")) and colon and 1 <= len(parts) <= 2 and all(
+        p.isidentifier() for p in parts)
+    if not ok:
+        return None
+    cls, attr = (parts[0], parts[1]) if len(parts) == 2 else (None, parts[0])
+    return module, cls, attr, name.strip() or qual
 
 
 def start() -> None:

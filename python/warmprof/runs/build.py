@@ -62,6 +62,8 @@ def build_report(out: Outcome, opts: Options, calibration: Any, calibration_dict
             "own_ms": attributed["own_ms"], "calls": M.first_calls(r, calibration, out.origin_ns),
             "samples_ms": float(m.get("sample_ms", 0.0)), "dropped": int(m.get("dropped", 0)),
         }
+        if m.get("cupti"):  # CUDA started in this process: CUPTI's state (on, or off and why)
+            entry["cupti"] = dict(m["cupti"])
         if checks:
             entry["engine"] = {"name": m.get("engine", ""), "checks": checks}
             engine_checks += [{**c, "pid": r.pid} for c in checks]

@@ -185,7 +185,7 @@ def phases(meta: dict[str, Any]) -> tuple[list[Any], list[dict[str, Any]]]:
             said = [text.format(*m.groups()) for r in logs if f["start_ns"] <= r["t_ns"] <= f["end_ns"]
                     for pat, text in VLLM_CACHE_LINES for m in [pat.search(r["msg"])] if m]
             detail = "; ".join(x for x in (*said, detail) if x)
-        out.append(Phase(f["name"], int(f["start_ns"]), int(f["end_ns"]), "vllm", detail=detail))
+        out.append(Phase(f["name"], int(f["start_ns"]), int(f["end_ns"]), str(f.get("source", "vllm")), detail=detail))
     checks = []
     for name, pat in VLLM_LOGGED:
         for r in logs:

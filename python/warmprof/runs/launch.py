@@ -42,6 +42,8 @@ class Options:
     sample_ms: float = A.SAMPLE_MS
     engines: bool = True
     timeout_s: float | None = None
+    phases: list[str] = field(default_factory=list)  # "module:function" or "module:Class.method", [=NAME]
+    cupti: bool = True
 
 
 @dataclass
@@ -82,6 +84,9 @@ def environment(out_dir: str, opts: Options) -> dict[str, str]:
     if opts.ready_after:
         env[A.ENV_READY] = opts.ready_after
     env[A.ENV_ENGINES] = "auto" if opts.engines else "none"
+    if opts.phases:
+        env[A.ENV_PHASES] = ";".join(opts.phases)
+    env[A.ENV_CUPTI] = "auto" if opts.cupti else "off"
     return env
 
 
