@@ -125,7 +125,7 @@ _FORK_CHILD = textwrap.dedent("""
     inside.wait()
     threading.Thread(target=churn, daemon=True).start()
     time.sleep(0.01)
-    hung = 0
+    hung = no_idle = 0  # counted apart: each fault shows whatever the other does
     for i in range(int(sys.argv[1])):
         pid = os.fork()
         if pid == 0:
@@ -140,7 +140,9 @@ _FORK_CHILD = textwrap.dedent("""
         while True:
             done, status = os.waitpid(pid, os.WNOHANG)
             if done:
-                if os.waitstatus_to_exitcode(status) != 0:
+                if os.waitstatus_to_exitcode(status) == 3:
+                    no_idle += 1
+                elif os.waitstatus_to_exitcode(status) != 0:
                     print("child", i, "exit", os.waitstatus_to_exitcode(status), flush=True)
                     sys.exit(1)
                 break
@@ -153,7 +155,8 @@ _FORK_CHILD = textwrap.dedent("""
     stop.set()
     release.set()
     print("hung", hung, flush=True)
-    sys.exit(2 if hung else 0)
+    print("no_idle", no_idle, flush=True)
+    sys.exit(2 if hung or no_idle else 0)
 """)
 
 
@@ -162,8 +165,11 @@ def test_a_fork_while_other_threads_are_inside_watch_leaves_a_working_child(tmp_
     script = tmp_path / "fork_child.py"
     script.write_text(_FORK_CHILD)
     p = subprocess.run([sys.executable, str(script), "20"], capture_output=True, text=True, timeout=1500)
+    # no child blocks on its first new key (the watcher's lock reset after the fork), and each child keeps its
+    # call after an idle gap (the parent's call in flight did not come along): two faults, each said alone
+    assert "hung 0" in p.stdout, p.stdout + p.stderr
+    assert "no_idle 0" in p.stdout, p.stdout + p.stderr
     assert p.returncode == 0, p.stdout + p.stderr
-    assert "hung 0" in p.stdout
 
 
 def test_an_outliers_counters_read_before_it_are_said_and_its_wait_is_at_most_the_windows():
