@@ -46,6 +46,7 @@ ENV_CUPTI = "WARMPROF_RUN_CUPTI"  # "auto" (default: subscribed at torch.cuda's 
 CUDA_INIT = "cuda: init (context creation)"  # torch.cuda's lazy init, timed as a phase where torch is
 SAMPLE_MS = 20.0
 CHECKPOINT_S = 10.0  # how often a running process writes its record so far
+CHECKPOINT_SOON_S = 1.0  # and soon after a phase or a watched call ends, at most this often
 CHECKPOINT_END = "still running at its last checkpoint (killed, or never ended)"
 
 # Cause ids (causes.py's table, which is light to import) and the counter names the engine reads.
@@ -103,6 +104,7 @@ class Agent:
         self.lock = threading.RLock()  # re-entrant: SIGTERM's dump may come while this thread holds it
         self.dumped = False
         self.stop = threading.Event()
+        self.checkpoint_soon = threading.Event()  # a phase or a call ended: the sampler writes the record soon
         self.sampler: threading.Thread | None = None
         self.finder: ImportFinder | None = None
         self.hooks: dict[str, list[Callable[[Any], None]]] = {}
@@ -179,10 +181,16 @@ class Agent:
         self.sampler = t
 
     def _sample_loop(self) -> None:
+        # Checkpoints: every CHECKPOINT_S, and soon after a phase or a watched call ended (at most every
+        # CHECKPOINT_SOON_S), from this thread, never the main one: a process its parent kills while it is
+        # still writing its record at the end (vLLM's EngineCore, on a loaded machine) keeps what it had done
+        # (its init engine phase and vLLM's record of it were lost when the last checkpoint came before them).
         last = time.monotonic()
         while not self.stop.wait(self.sample_s):
             self.sample_main()
-            if time.monotonic() - last > CHECKPOINT_S:
+            since = time.monotonic() - last
+            if since > CHECKPOINT_S or (self.checkpoint_soon.is_set() and since > CHECKPOINT_SOON_S):
+                self.checkpoint_soon.clear()
                 last = time.monotonic()
                 self.checkpoint()
 
@@ -488,6 +496,7 @@ class Agent:
                     if detail:
                         entry["detail"] = detail
                 agent.fn_phases.append(entry)
+                agent.checkpoint_soon.set()
 
         timed.__wrapped__ = fn  # type: ignore[attr-defined]
         setattr(timed, TIMED, True)
@@ -509,9 +518,11 @@ class Agent:
         if before and after:
             entry["cpu_ns"] = after.get("cpu_ns", 0) - before.get("cpu_ns", 0)
             entry["run_delay_ns"] = after.get("run_delay_ns", 0) - before.get("run_delay_ns", 0)
-        with self.lock:
-            self.calls.append(entry)
-            n = len(self.calls)
+        # no lock: a list's append is atomic, and the lock is held by a checkpoint while it writes (a call must
+        # not wait for warmprof's record)
+        self.calls.append(entry)
+        n = len(self.calls)
+        self.checkpoint_soon.set()
         if self.calls_limit and n >= self.calls_limit and not self.calls_done_written:
             self.calls_done_written = True
             try:
@@ -568,6 +579,7 @@ class Agent:
             self.cupti = {"on": False, "reason": "a child forked after CUDA started (CUDA does not run in it)"}
         self.lock = threading.RLock()
         self.stop = threading.Event()  # the parent's may have been held by another thread at the fork
+        self.checkpoint_soon = threading.Event()
         self.dumped = False
         self.calls_done_written = False
         self.open_compiles = {}
