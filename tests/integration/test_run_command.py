@@ -379,11 +379,12 @@ def _driver_ids() -> dict[str, int]:
 
 
 def test_cuda_phases_are_wired_through_the_cupti_handler(tmp_path):
-    """CUDA on paper (issue 41): torch.cuda's lazy init is a phase of its own ("cuda: init (context
-    creation)"), CUPTI is subscribed at its start (here it cannot be: no driver, and the phase says why),
-    and the driver calls CUPTI delivers land in the phase that made them with the trace's causes: fed here
-    through the real handler (synthetic callbacks, each lasting as long as the work it stands for) inside
-    a function timed with --phase."""
+    """CUDA on paper (issue 41): the driver calls CUPTI delivers land in the phase that made them with the
+    trace's causes: fed here through the real handler (synthetic callbacks, each lasting as long as the work
+    it stands for) inside a function timed with --phase. torch.cuda's lazy init is a phase of its own only
+    where torch has CUDA (test_run_assemble drives it with a stand-in module): on this CPU build a call to
+    it is no phase (vLLM's CPU worker probes CUDA inside its warm-up, and a phase of microseconds there cut
+    the warm-up in two)."""
     ids = _driver_ids()
     helper = f"gpustart_{uuid.uuid4().hex[:8]}"  # a module: --phase names a function by the module it is imported from
     (tmp_path / f"{helper}.py").write_text(textwrap.dedent(f"""
@@ -423,10 +424,7 @@ def test_cuda_phases_are_wired_through_the_cupti_handler(tmp_path):
     r = RunReport.load(out)
     main = r.root()
     by_name = {ph["name"]: ph for ph in main["phases"]}
-    init = by_name["cuda: init (context creation)"]
-    assert init["source"] == "cuda" and init["detail"].startswith("CUPTI off: ")
-    assert main["cupti"]["on"] is False and main["cupti"]["reason"]
-    assert "CUPTI off: " in p.stdout  # the process's line says it
+    assert "cuda: init (context creation)" not in by_name and "cupti" not in main
     gpu = by_name["gpu start-up"]
     assert gpu["source"] == "--phase" and gpu["ms"] >= 120.0
     booked: dict[tuple[str, str], float] = {}

@@ -195,3 +195,39 @@ def test_phase_options_are_parsed_or_refused():
     assert A.parse_phase("pkg.mod:Loader.load_weights=weights") == ("pkg.mod", "Loader", "load_weights", "weights")
     for bad in ("load", "pkg mod:load", "pkg:", "pkg:a.b.c", "pkg:1x", ":load", "my-script:main"):
         assert A.parse_phase(bad) is None, bad
+
+
+def test_cudas_lazy_init_is_a_phase_with_cupti_subscribed_at_its_start(tmp_path, monkeypatch):
+    """The agent on a stand-in torch.cuda: its first lazy init is the phase "cuda: init (context creation)"
+    (CUPTI subscribed before it runs: here no driver, said in the phase and the process's state), a call
+    once CUDA is up is no phase, and a build without CUDA gets no wrapper at all."""
+    import types
+
+    monkeypatch.setenv(A.ENV_CUPTI, "auto")
+    agent = A.Agent(str(tmp_path))
+    state = {"up": False, "calls": 0}
+
+    def _lazy_init():
+        state["calls"] += 1
+        state["up"] = True
+
+    cuda = types.SimpleNamespace(_is_compiled=lambda: True, is_initialized=lambda: state["up"], _lazy_init=_lazy_init)
+    agent._attach_cuda(cuda)
+    cuda._lazy_init()
+    cuda._lazy_init()
+    assert state["calls"] == 2
+    (phase,) = agent.fn_phases
+    assert phase["name"] == A.CUDA_INIT and phase["source"] == "cuda"
+    assert agent.cupti is not None and agent.cupti["on"] is False and agent.cupti["reason"]
+    assert phase["detail"] == f"CUPTI off: {agent.cupti['reason']}"
+
+    monkeypatch.setenv(A.ENV_CUPTI, "off")
+    off = A.Agent(str(tmp_path))
+    cuda2 = types.SimpleNamespace(_is_compiled=lambda: True, is_initialized=lambda: False, _lazy_init=lambda: None)
+    off._attach_cuda(cuda2)
+    cuda2._lazy_init()
+    assert off.cupti == {"on": False, "reason": "--no-cupti"}
+
+    cpu = types.SimpleNamespace(_is_compiled=lambda: False, is_initialized=lambda: False, _lazy_init=_lazy_init)
+    agent._attach_cuda(cpu)
+    assert cpu._lazy_init is _lazy_init  # not wrapped

@@ -417,6 +417,11 @@ class Agent:
         stream capture and graph instantiation (graph_capture) are spans with causes from then on, written by
         the native handler the trace's CUPTI instrument uses. A process that never initialises CUDA (vLLM's
         main process queries the device without a context) never loads CUPTI."""
+        compiled = getattr(module, "_is_compiled", None)
+        if callable(compiled) and not compiled():
+            # a CPU build: its lazy init only raises, and code that probes CUDA inside a try (vLLM's CPU worker,
+            # inside its warm-up) would cut phases in two around a phase of microseconds
+            return
         initialized = getattr(module, "is_initialized", None)
         self.phase_fn(module, "_lazy_init", CUDA_INIT, around=self._cuda_starting,
                       skip=(lambda: bool(initialized())) if callable(initialized) else None, source="cuda")
