@@ -38,7 +38,7 @@ install() {  # $1: python version; a venv with torch $TORCH and the package with
     "$work/venv/bin/python" -m pip install --quiet "$ROOT[test]"
 }
 
-# install and test apart: .ci/run installs while the main suite runs
+# install and test apart, or both (what .ci/run runs in the background beside the main suite)
 vpy="$work/venv/bin/python"
 if [ "$phase" != test ]; then
   start=$(date +%s)

@@ -6,7 +6,7 @@
 #   bash .ci/vllm.sh install DIR     the venv in DIR (about 2 min: downloads)
 #   bash .ci/vllm.sh test DIR        the vLLM test in it (about 1.5 min on 2 cores)
 #   bash .ci/vllm.sh                 both, in a temporary folder
-# .ci/run starts the install in the background while the main suite runs, and the test after it.
+# .ci/run runs the whole of it (no argument) in the background beside the main suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)

@@ -131,8 +131,8 @@ bool enabled();
 // A section (one pass): module budgets are reset to an equal share of each buffer's room left
 // for this and the `sections_left - 1` sections after it, and the module level back to 2.
 void begin_section(size_t sections_left);
-// Returns every buffer's pages to the system (the mappings stay, so a late writer is harmless).
-// Call after stop() and drain(); the records are gone afterwards.
+// Returns every buffer's pages to the system: a live thread's mapping stays (a late writer is harmless),
+// an exited thread's mapping goes back whole. Call after stop() and drain(); the records are gone afterwards.
 void release();
 uint32_t intern(const std::string& name);  // thread-safe; ids are stable for the process
 std::vector<std::string> names();

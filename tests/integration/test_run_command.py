@@ -381,10 +381,8 @@ def _driver_ids() -> dict[str, int]:
 def test_cuda_phases_are_wired_through_the_cupti_handler(tmp_path):
     """CUDA on paper (issue 41): the driver calls CUPTI delivers land in the phase that made them with the
     trace's causes: fed here through the real handler (synthetic callbacks, each lasting as long as the work
-    it stands for) inside a function timed with --phase. torch.cuda's lazy init is a phase of its own only
-    where torch has CUDA (test_run_assemble drives it with a stand-in module): on this CPU build a call to
-    it is no phase (vLLM's CPU worker probes CUDA inside its warm-up, and a phase of microseconds there cut
-    the warm-up in two)."""
+    it stands for) inside a function timed with --phase. torch.cuda's lazy init as a phase of its own is
+    test_run_assemble's (a stand-in torch.cuda): here it either is no phase (a CPU build) or a failed probe."""
     ids = _driver_ids()
     helper = f"gpustart_{uuid.uuid4().hex[:8]}"  # a module: --phase names a function by the module it is imported from
     (tmp_path / f"{helper}.py").write_text(textwrap.dedent(f"""
@@ -411,7 +409,7 @@ def test_cuda_phases_are_wired_through_the_cupti_handler(tmp_path):
         from {helper} import start_gpu
 
         try:
-            torch.cuda._lazy_init()  # on this CPU build it raises; timed as the CUDA init phase all the same
+            torch.cuda._lazy_init()  # no GPU here: it raises
         except Exception as e:
             print("no CUDA here:", type(e).__name__, flush=True)
         start_gpu()
@@ -424,7 +422,6 @@ def test_cuda_phases_are_wired_through_the_cupti_handler(tmp_path):
     r = RunReport.load(out)
     main = r.root()
     by_name = {ph["name"]: ph for ph in main["phases"]}
-    assert "cuda: init (context creation)" not in by_name and "cupti" not in main
     gpu = by_name["gpu start-up"]
     assert gpu["source"] == "--phase" and gpu["ms"] >= 120.0
     booked: dict[tuple[str, str], float] = {}

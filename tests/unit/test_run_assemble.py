@@ -204,6 +204,10 @@ def test_cudas_lazy_init_is_a_phase_with_cupti_subscribed_at_its_start(tmp_path,
     import types
 
     monkeypatch.setenv(A.ENV_CUPTI, "auto")
+    # never a real subscription here (on a machine with a driver it would stay for the rest of the tests)
+    monkeypatch.setattr(A._native, "cupti_start", lambda: "not subscribed in a unit test")
+    monkeypatch.setattr(A._native, "backends", lambda: {"cupti": {"compiled": True, "available": True, "path": "x",
+                                                                  "reason": ""}})
     agent = A.Agent(str(tmp_path))
     state = {"up": False, "calls": 0}
 
@@ -218,8 +222,24 @@ def test_cudas_lazy_init_is_a_phase_with_cupti_subscribed_at_its_start(tmp_path,
     assert state["calls"] == 2
     (phase,) = agent.fn_phases
     assert phase["name"] == A.CUDA_INIT and phase["source"] == "cuda"
-    assert agent.cupti is not None and agent.cupti["on"] is False and agent.cupti["reason"]
-    assert phase["detail"] == f"CUPTI off: {agent.cupti['reason']}"
+    assert agent.cupti == {"on": False, "reason": "not subscribed in a unit test"}
+    assert phase["detail"] == "CUPTI off: not subscribed in a unit test"
+
+    # a CUDA build with no driver: each probe raises at once; the first attempt, under a millisecond, is no
+    # phase (it would cut the phase around it in two), and later probes go straight through
+    probes = {"n": 0}
+
+    def no_driver():
+        probes["n"] += 1
+        raise RuntimeError("Found no NVIDIA driver on your system")
+
+    nodrv = A.Agent(str(tmp_path))
+    cuda3 = types.SimpleNamespace(_is_compiled=lambda: True, is_initialized=lambda: False, _lazy_init=no_driver)
+    nodrv._attach_cuda(cuda3)
+    for _ in range(3):
+        with pytest.raises(RuntimeError, match="no NVIDIA driver"):
+            cuda3._lazy_init()
+    assert probes["n"] == 3 and nodrv.fn_phases == []
 
     monkeypatch.setenv(A.ENV_CUPTI, "off")
     off = A.Agent(str(tmp_path))

@@ -43,10 +43,11 @@ ENV_SAMPLE_MS = "WARMPROF_RUN_SAMPLE_MS"
 ENV_ENGINES = "WARMPROF_RUN_ENGINES"  # "auto" (default) or "none"
 ENV_PHASES = "WARMPROF_RUN_PHASES"  # ";"-separated module:function[=NAME] or module:Class.method[=NAME]
 ENV_CUPTI = "WARMPROF_RUN_CUPTI"  # "auto" (default: subscribed at torch.cuda's lazy init) or "off"
-CUDA_INIT = "cuda: init (context creation)"  # torch.cuda's lazy init, timed as a phase where torch is
+CUDA_INIT = "cuda: init (context creation)"  # torch.cuda's lazy init, timed as a phase where torch has CUDA
+CUDA_INIT_MIN_NS = 1_000_000  # a failed lazy init shorter than this is no phase
 SAMPLE_MS = 20.0
 CHECKPOINT_S = 10.0  # how often a running process writes its record so far
-CHECKPOINT_SOON_S = 1.0  # and soon after a phase or a watched call ends, at most this often
+CHECKPOINT_SOON_S = 1.0  # and soon after a phase or a first watched call ends, at most this often
 CHECKPOINT_END = "still running at its last checkpoint (killed, or never ended)"
 
 # Cause ids (causes.py's table, which is light to import) and the counter names the engine reads.
@@ -104,7 +105,8 @@ class Agent:
         self.lock = threading.RLock()  # re-entrant: SIGTERM's dump may come while this thread holds it
         self.dumped = False
         self.stop = threading.Event()
-        self.checkpoint_soon = threading.Event()  # a phase or a call ended: the sampler writes the record soon
+        self.checkpoint_soon = threading.Event()  # a phase or a first call ended: the sampler writes the record soon
+        self.keys_seen: set[tuple[str, str]] = set()
         self.sampler: threading.Thread | None = None
         self.finder: ImportFinder | None = None
         self.hooks: dict[str, list[Callable[[Any], None]]] = {}
@@ -181,7 +183,7 @@ class Agent:
         self.sampler = t
 
     def _sample_loop(self) -> None:
-        # Checkpoints: every CHECKPOINT_S, and soon after a phase or a watched call ended (at most every
+        # Checkpoints: every CHECKPOINT_S, and soon after a phase or a first watched call ended (at most every
         # CHECKPOINT_SOON_S), from this thread, never the main one: a process its parent kills while it is
         # still writing its record at the end (vLLM's EngineCore, on a loaded machine) keeps what it had done
         # (its init engine phase and vLLM's record of it were lost when the last checkpoint came before them).
@@ -423,8 +425,20 @@ class Agent:
             # inside its warm-up) would cut phases in two around a phase of microseconds
             return
         initialized = getattr(module, "is_initialized", None)
-        self.phase_fn(module, "_lazy_init", CUDA_INIT, around=self._cuda_starting,
-                      skip=(lambda: bool(initialized())) if callable(initialized) else None, source="cuda")
+        up = (lambda: bool(initialized())) if callable(initialized) else (lambda: False)
+        tried = [False]
+
+        def skip() -> bool:  # once CUDA is up, or after a first attempt that failed: a call with nothing to do
+            return up() or tried[0]
+
+        def keep(ns: int) -> bool:
+            # a phase when it brought CUDA up, or when a first failed attempt took a real time (a CUDA build with
+            # no driver: each probe raises within microseconds, and a phase of microseconds would cut the one
+            # around it in two)
+            tried[0] = True
+            return up() or ns >= CUDA_INIT_MIN_NS
+
+        self.phase_fn(module, "_lazy_init", CUDA_INIT, around=self._cuda_starting, skip=skip, keep=keep, source="cuda")
 
     def _cuda_starting(self) -> Callable[[], str]:
         state = self.cupti = self.cupti if self.cupti is not None else self._subscribe_cupti()
@@ -473,11 +487,13 @@ class Agent:
                 self.cupti["stop"] = why
 
     def phase_fn(self, owner: Any, attr: str, name: str, around: Callable[[], Callable[[], str]] | None = None,
-                 skip: Callable[[], bool] | None = None, source: str = "vllm") -> None:
+                 skip: Callable[[], bool] | None = None, keep: Callable[[int], bool] | None = None,
+                 source: str = "vllm") -> None:
         """owner.attr (a class's method, inherited or not, or a module's function) timed as a phase `name`
         each time it runs (calls inside one of its own are part of it). around(): called at its start,
         returns what is called at its end for the phase's detail (a cache outcome). skip(): true when a call
-        has nothing to do and is not a phase (torch.cuda's lazy init once CUDA is up)."""
+        has nothing to do and is not a phase (torch.cuda's lazy init once CUDA is up); keep(ns): whether a call
+        that ran, taking ns, is kept as a phase."""
         fn = getattr(owner, attr, None)
         if fn is None or getattr(fn, TIMED, False):
             return
@@ -495,13 +511,15 @@ class Agent:
             finally:
                 t1 = _native.now_ns()
                 depth.n = 0
-                entry = {"name": name, "start_ns": t0, "end_ns": t1, "tid": threading.get_native_id(), "source": source}
-                if done is not None:
-                    detail = agent.own(done)
-                    if detail:
-                        entry["detail"] = detail
-                agent.fn_phases.append(entry)
-                agent.checkpoint_soon.set()
+                if keep is None or agent.own(keep, t1 - t0):  # (never a return here: it would swallow the call's own)
+                    entry = {"name": name, "start_ns": t0, "end_ns": t1, "tid": threading.get_native_id(),
+                             "source": source}
+                    if done is not None:
+                        detail = agent.own(done)
+                        if detail:
+                            entry["detail"] = detail
+                    agent.fn_phases.append(entry)
+                    agent.checkpoint_soon.set()
 
         timed.__wrapped__ = fn  # type: ignore[attr-defined]
         setattr(timed, TIMED, True)
@@ -527,7 +545,9 @@ class Agent:
         # not wait for warmprof's record)
         self.calls.append(entry)
         n = len(self.calls)
-        self.checkpoint_soon.set()
+        if (label, str(k)) not in self.keys_seen:  # a first call: the record soon (a steady call waits for the 10 s
+            self.keys_seen.add((label, str(k)))  # one: a checkpoint takes the GIL while it copies the recording)
+            self.checkpoint_soon.set()
         if self.calls_limit and n >= self.calls_limit and not self.calls_done_written:
             self.calls_done_written = True
             try:
@@ -585,6 +605,7 @@ class Agent:
         self.lock = threading.RLock()
         self.stop = threading.Event()  # the parent's may have been held by another thread at the fork
         self.checkpoint_soon = threading.Event()
+        self.keys_seen = set()
         self.dumped = False
         self.calls_done_written = False
         self.open_compiles = {}
