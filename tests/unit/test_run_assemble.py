@@ -251,3 +251,22 @@ def test_cudas_lazy_init_is_a_phase_with_cupti_subscribed_at_its_start(tmp_path,
     cpu = types.SimpleNamespace(_is_compiled=lambda: False, is_initialized=lambda: False, _lazy_init=_lazy_init)
     agent._attach_cuda(cpu)
     assert cpu._lazy_init is _lazy_init  # not wrapped
+
+
+def test_a_run_report_draws_as_a_waterfall_png():
+    pytest.importorskip("matplotlib")
+    from warmprof.render import png
+
+    rt = {"cause": "runtime_init", "ms": 30.0, "evidence": "measured", "source": "python_import"}
+    jit = {"cause": "jit_compile", "ms": 50.0, "evidence": "measured", "source": "dynamo"}
+    main = _proc(1, 0.0, 100.0, [("import torch", 0.0, 40.0, [rt]), ("(unnamed code)", 40.0, 100.0, [])])
+    worker = _proc(2, 20.0, 90.0, [("import torch", 20.0, 60.0, [rt]), ("warm-up", 60.0, 90.0, [{**jit, "ms": 30.0}])],
+                   parent=1)
+    r = RunReport(command=["python", "serve.py"], duration_ms=100.0, processes=[main, worker], ready={"ms": 90.0, "by": "x", "pid": 1})
+    fig = png.figure(r, draw=True)
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["1 (1)", "2 (2)"]  # role (pid), by start
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert {"runtime init", "JIT compile", "no cause named"} <= set(legend), legend
+    data = png.PngRenderer().render(r)
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000

@@ -397,9 +397,43 @@ def _watch_figure(Figure: Any, r: Any) -> Any:
     return fig
 
 
+RUN_PROCESSES = 12  # a run's waterfall: the longest-lived processes drawn, one row each
+
+
+def _run_figure(Figure: Any, r: Any) -> Any:
+    """A run's waterfall: one row per process on the run's clock, each phase a bar coloured by its largest
+    cause (grey: none named), the ready and first-response marks as lines."""
+    procs = sorted(r.processes, key=lambda p: -(p["end_ms"] - p["start_ms"]))[:RUN_PROCESSES]
+    procs.sort(key=lambda p: p["start_ms"])
+    fig = Figure(figsize=(12, 1.8 + 0.45 * max(len(procs), 1)), layout="constrained")
+    ax = fig.subplots()
+    seen: dict[str, str] = {}
+    for y, p in enumerate(procs):
+        for ph in p["phases"]:
+            causes = ph.get("causes") or []
+            top = max(causes, key=lambda c: c["ms"])["cause"] if causes else ""
+            colour = _colour(top) if top and not ph.get("own") else "#bbbbbb"
+            ax.barh(y, ph["ms"], left=ph["start_ms"], height=0.6, color=colour, edgecolor="none")
+            if top and not ph.get("own"):
+                seen.setdefault(top, colour)
+    for mark, style in ((r.ready, "-"), (r.first_response, "--")):
+        if mark and mark.get("ms") is not None:
+            ax.axvline(mark["ms"], color="black", linestyle=style, linewidth=1)
+    ax.set_yticks(list(range(len(procs))), [_fit(f"{p['role']} ({p['pid']})", 40) for p in procs])
+    ax.invert_yaxis()
+    ax.set_xlabel("ms from the command's start (solid line: ready; dashed: first response)")
+    from matplotlib.patches import Patch
+
+    handles = [Patch(color=c, label=_label(k)) for k, c in seen.items()] + [Patch(color="#bbbbbb", label="no cause named")]
+    ax.legend(handles=handles, fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ready = f"ready at {_ms(r.ready['ms'])}" if r.ready else "no ready point"
+    fig.suptitle(f"warmprof run: {_fit(' '.join(r.command), 80)}: {len(r.processes)} process(es), {ready}", fontsize=11)
+    return fig
+
+
 # -- the renderer: one figure per kind, chosen by the kind the registry names --------------------
 _FIGURES = {"trace": _trace_figure, "probe": _probe_figure, "trace_repeat": _repeat_figure, "watch": _watch_figure,
-            "comparison": _comparison_figure}
+            "comparison": _comparison_figure, "run": _run_figure}
 
 
 @register
