@@ -33,6 +33,7 @@ from typing import Any, Callable
 
 from .. import _native
 from ..import_spans import SOURCE as IMPORT_SOURCE, ImportFinder
+from . import cupti
 from .procfs import clk_tck, comm_name, mp_name, process_start_ns, process_title, read_file, shapes_key, thread_clocks
 
 ENV_DIR = "WARMPROF_RUN_DIR"
@@ -52,8 +53,7 @@ CHECKPOINT_END = "still running at its last checkpoint (killed, or never ended)"
 
 # Cause ids (causes.py's table, which is light to import) and the counter names the engine reads.
 from ..causes import JIT_COMPILE, PROFILER_OVERHEAD, STRUCTURE  # noqa: E402
-
-CUPTI_CALLBACKS = "cupti:callbacks"  # timeline.py's counter of CUPTI's callbacks (a unit test checks they agree)
+from .cupti import CUPTI_CALLBACKS  # noqa: E402,F401  (re-exported: a unit test checks it against timeline.py's)
 
 MAIN_THREAD_COUNTERS = {  # timeline.py's names for the pass thread's clocks (a unit test checks they agree)
     "cpu_ns": "host:thread_cpu_ns",
@@ -445,46 +445,11 @@ class Agent:
         return lambda: "" if state.get("on") else f"CUPTI off: {state.get('reason', '')}"
 
     def _subscribe_cupti(self) -> dict[str, Any]:
-        if os.environ.get(ENV_CUPTI, "auto") == "off":
-            return {"on": False, "reason": "--no-cupti"}
-        from ..system import cuda_paths
-
-        cuda_paths.install()
-        entry: dict[str, Any] = dict(_native.backends().get("cupti", {}))
-        if not entry.get("compiled") or (not entry.get("available") and not entry.get("path")):
-            return {"on": False, "reason": str(entry.get("reason", "not built"))}
-        why = _native.cupti_start()
-        if why:
-            return {"on": False, "reason": why}
-        stats = _native.cupti_stats()
-        t1 = _native.now_ns()
-        sub = int(stats["subscribe_ns"])
-        nid = _native.intern("cupti:subscribe")
-        _native.record_at(0, PROFILER_OVERHEAD, nid, 0, _native.ns_to_ticks(t1 - sub))  # BEGIN
-        _native.record_at(1, PROFILER_OVERHEAD, nid, 0, _native.ns_to_ticks(t1))  # END
-        _native.counter(_native.intern(CUPTI_CALLBACKS), int(stats["callbacks"]))
-        return {"on": True, "subscribe_ms": sub / 1e6, "callbacks_at_start": int(stats["callbacks"])}
+        return cupti.subscribe(os.environ.get(ENV_CUPTI, "auto") != "off")
 
     def _cupti_end(self) -> None:
-        """At the record's end: CUPTI's OVERHEAD records (the driver's own times of lazy loads and PTX compiles)
-        of this thread as spans, the callback count as a counter sample, and the subscription released."""
-        if not (self.cupti and self.cupti.get("on")) or self.cupti.get("stopped"):
-            return
-        try:
-            got = _native.cupti_overheads()
-            for r in got["records"]:
-                if r["this_thread"] and int(r["end_ns"]) >= int(r["start_ns"]) > 0:
-                    nid = _native.intern(f"cupti:overhead:{r['kind']}")
-                    _native.record_at(0, int(r["cause"]), nid, 0, _native.ns_to_ticks(int(r["start_ns"])))
-                    _native.record_at(1, int(r["cause"]), nid, 0, _native.ns_to_ticks(int(r["end_ns"])))
-            stats = _native.cupti_stats()
-            _native.counter(_native.intern(CUPTI_CALLBACKS), int(stats["callbacks"]))
-            self.cupti["callbacks"] = int(stats["callbacks"]) - int(self.cupti.get("callbacks_at_start", 0))
-        finally:
-            why = _native.cupti_stop()  # "on" stays: CUPTI was on while the process ran
-            self.cupti["stopped"] = True
-            if why:
-                self.cupti["stop"] = why
+        if self.cupti is not None:
+            cupti.end(self.cupti)
 
     def phase_fn(self, owner: Any, attr: str, name: str, around: Callable[[], Callable[[], str]] | None = None,
                  skip: Callable[[], bool] | None = None, keep: Callable[[int], bool] | None = None,
