@@ -14,7 +14,7 @@ HELP = "Show a saved report as text, or export it (--format, or the extension of
 def setup(parser: argparse.ArgumentParser) -> None:
     from .. import render
 
-    parser.add_argument("report", help="a report saved by the --json of `warmprof trace`, `probe`, `watch` or `buckets`")
+    parser.add_argument("report", help="a report saved by the --json of `warmprof trace`, `probe`, `watch`, `buckets` or `run`")
     parser.add_argument("--format", "-f", choices=render.formats(), default=None, help=_format_help())
     parser.add_argument("--output", "-o", metavar="FILE", help="write here instead of stdout (required for a binary format)")
 
