@@ -15,7 +15,6 @@ Each runs the real command line from a folder of the test's own (tmp_path), TMPD
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -28,6 +27,7 @@ import uuid
 import pytest
 
 from warmprof.system import launch
+from .procs import gone, kill_quietly, pids_whose, wait_for
 
 TIMEOUT = 300  # a hang fails the test instead of blocking the suite
 
@@ -227,24 +227,8 @@ def test_every_child_command_line_reads_back_as_given():
 # ---- signals ------------------------------------------------------------------------------------
 
 
-def _gone(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
-
-
 def _wait_for(cond, what):
-    deadline = time.monotonic() + TIMEOUT
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-
-
-def _kill_quietly(pid, group=False):
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL) if group else os.kill(pid, signal.SIGKILL)
+    wait_for(cond, what, TIMEOUT)
 
 
 @pytest.mark.parametrize("sig, extra", [
@@ -268,10 +252,10 @@ def test_a_signal_that_would_end_the_trace_removes_its_folder(folder, sig, extra
             os.kill(parent.pid, sig)
             _, err = parent.communicate(timeout=TIMEOUT)
         finally:
-            _kill_quietly(parent.pid, group=True)
+            kill_quietly(parent.pid, group=True)
     assert parent.returncode == 128 + sig, err
     assert err.strip().splitlines()[-1] == "warmprof: terminated"
-    _wait_for(lambda: _gone(child_pid), "the process in forward to end")
+    _wait_for(lambda: gone(child_pid), "the process in forward to end")
     assert list((folder / "tmp").iterdir()) == []  # was: left behind (the process ended where it stood)
 
 
@@ -382,7 +366,7 @@ def test_ctrl_c_while_the_command_starts_is_one_line_not_a_traceback(tmp_path, l
             os.kill(p.pid, signal.SIGINT)
             _, err = p.communicate(timeout=TIMEOUT)
         finally:
-            _kill_quietly(p.pid, group=True)
+            kill_quietly(p.pid, group=True)
         seen.append((delay, p.returncode, err))
         if delay is None:
             if any(own in err for own in INTERPRETERS_OWN):
@@ -399,17 +383,6 @@ def test_ctrl_c_while_the_command_starts_is_one_line_not_a_traceback(tmp_path, l
 # ---- two copies of the model --------------------------------------------------------------------
 
 
-def _processes_with(marker):
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            with contextlib.suppress(OSError):
-                with open(f"/proc/{entry}/environ", "rb") as f:
-                    if marker.encode() in f.read():
-                        found.append(int(entry))
-    return [pid for pid in found if not _gone(pid)]
-
-
 def test_two_copies_that_do_not_fit_stop_the_trace_naming_no_control(folder):
     marker = f"WP40_MARK={uuid.uuid4().hex}"
     env = _env(folder, WARMPROF_FAKE_MEM_AVAILABLE="1", WP40_MARK=marker.split("=", 1)[1])
@@ -419,7 +392,7 @@ def test_two_copies_that_do_not_fit_stop_the_trace_naming_no_control(folder):
     assert last.startswith("warmprof: error: not enough memory for a second copy of the model"), last
     assert "--no-control" in last and "WARMPROF_FAKE_MEM_AVAILABLE" in last
     assert "Traceback" not in p.stderr
-    _wait_for(lambda: not _processes_with(marker), "the control process to end")
+    _wait_for(lambda: not pids_whose("environ", marker), "the control process to end")
     assert list((folder / "tmp").iterdir()) == []
     # --no-control holds one copy: no check, the trace runs
     p = _run(folder, "trace", "wp40_model:make", "--shape", "2,4", "--steady", "2", "--quiet", "--no-control", env=env)

@@ -8,7 +8,6 @@ with TMPDIR pointed at tmp_path/"tmp" so the parent's temp folder can be found (
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -22,6 +21,7 @@ import pytest
 
 from warmprof.cli import main
 from warmprof.traces import child
+from .procs import gone, kill_quietly, wait_for
 
 TIMEOUT = 120  # generous: a hang fails the test instead of blocking the suite
 
@@ -121,23 +121,7 @@ def _run(model, tmp_path, action, *extra):
 
 
 def _wait_for(cond, what):
-    deadline = time.monotonic() + TIMEOUT
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-
-
-def _gone(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"  # a zombie has ended
-    except FileNotFoundError:
-        return True
-
-
-def _kill_quietly(pid, group=False):
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL) if group else os.kill(pid, signal.SIGKILL)
+    wait_for(cond, what, TIMEOUT)
 
 
 @pytest.mark.parametrize("sig, to_group, code, message", [
@@ -164,13 +148,13 @@ def test_a_signal_stops_the_child_and_removes_the_folder(model, tmp_path, sig, t
             os.killpg(parent.pid, sig) if to_group else os.kill(parent.pid, sig)
             _, err = parent.communicate(timeout=TIMEOUT)
         finally:  # whatever is left (the child and its group, if they outlived the parent)
-            _kill_quietly(parent.pid, group=True)
+            kill_quietly(parent.pid, group=True)
             if pidfile.exists() and pidfile.read_text():
-                _kill_quietly(int(pidfile.read_text()), group=True)
+                kill_quietly(int(pidfile.read_text()), group=True)
     assert parent.returncode == code, err
     assert err.strip().splitlines()[-1] == message
-    _wait_for(lambda: _gone(child_pid), "the child to end")
-    _wait_for(lambda: _gone(sub_pid), "the model's own subprocess to end")
+    _wait_for(lambda: gone(child_pid), "the child to end")
+    _wait_for(lambda: gone(sub_pid), "the model's own subprocess to end")
     assert list((tmp_path / "tmp").iterdir()) == []
 
 
@@ -185,11 +169,11 @@ def test_a_parent_killed_outright_takes_the_child_with_it(model, tmp_path):
             child_pid = int(pidfile.read_text())
             os.kill(parent.pid, signal.SIGKILL)
             parent.wait(TIMEOUT)
-            _wait_for(lambda: _gone(child_pid), "the child to end after its parent")
+            _wait_for(lambda: gone(child_pid), "the child to end after its parent")
         finally:
-            _kill_quietly(parent.pid, group=True)
+            kill_quietly(parent.pid, group=True)
             if pidfile.exists() and pidfile.read_text():
-                _kill_quietly(int(pidfile.read_text()), group=True)
+                kill_quietly(int(pidfile.read_text()), group=True)
 
 
 def test_the_previous_sigterm_handler_comes_back(monkeypatch):
@@ -431,10 +415,10 @@ def test_a_child_in_a_terminal_can_read_it(model, tmp_path):
                 os.write(master, b"hello\n")
                 answered = True
         if time.monotonic() >= deadline:  # it hung: end it so the test fails instead of blocking
-            _kill_quietly(pid, group=True)
+            kill_quietly(pid, group=True)
         _, status = os.waitpid(pid, 0)
     finally:
-        _kill_quietly(pid)
+        kill_quietly(pid)
         os.close(master)
     assert b"typed: hello" in seen, seen[-2000:]
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, seen[-2000:]
@@ -450,12 +434,12 @@ def test_a_model_atexit_that_never_returns_does_not_hold_the_finished_trace(mode
     assert done.returncode == 0, done.stderr
     assert json.loads(out.read_text())["kind"] == "trace" and "report saved to" in done.stderr
     assert pidfile.exists()  # the handler was registered in the traced process...
-    assert _gone(int(pidfile.read_text()))  # ...and that process has ended
+    assert gone(int(pidfile.read_text()))  # ...and that process has ended
     assert list((tmp_path / "tmp").iterdir()) == []
 
 
 def _running(pid):
-    return not _gone(pid)
+    return not gone(pid)
 
 
 @pytest.mark.parametrize("action", ["helper", "daemon"])
@@ -474,10 +458,10 @@ def test_what_the_model_left_running_is_stopped_and_does_not_hold_a_pipe(model, 
         pid = int(subfile.read_text())
         assert "the model left running: sleep" in done.stderr and f"pid {pid}" in done.stderr, done.stderr
         assert "cat (pid" not in done.stderr  # the stdout tap's own forwarder is warmprof's, not the model's
-        _wait_for(lambda: _gone(pid), "the helper to end")
+        _wait_for(lambda: gone(pid), "the helper to end")
     finally:
         if subfile.exists():
-            _kill_quietly(int(subfile.read_text()))
+            kill_quietly(int(subfile.read_text()))
 
 
 @pytest.mark.parametrize("action", ["stringio", "none", "close1"])
@@ -514,12 +498,12 @@ def test_timeout_stops_a_trace_that_hangs_says_where_and_writes_nothing(model, t
                                "running the model's "), last
         assert "no report was written" in last, last
         assert not out.exists()
-        _wait_for(lambda: _gone(int(pidfile.read_text())) and _gone(int(subfile.read_text())), "the family to end")
+        _wait_for(lambda: gone(int(pidfile.read_text())) and gone(int(subfile.read_text())), "the family to end")
         assert list((tmp_path / "tmp").iterdir()) == []
     finally:
         for f in (pidfile, subfile):
             if f.exists():
-                _kill_quietly(int(f.read_text()))
+                kill_quietly(int(f.read_text()))
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "nan", "inf", "1e9"])
@@ -539,7 +523,7 @@ def test_a_child_that_said_done_but_does_not_exit_is_stopped_after_a_grace(tmp_p
         assert child._wait_for_exit(proc, str(status)) == 0
         assert proc.poll() is not None  # stopped, and waited for
     finally:
-        _kill_quietly(proc.pid)
+        kill_quietly(proc.pid)
         proc.wait()
 
 

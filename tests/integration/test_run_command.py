@@ -18,6 +18,7 @@ import uuid
 import pytest
 
 from warmprof.report.run import RunReport
+from .procs import pids_whose
 
 TIMEOUT = 600
 
@@ -86,13 +87,7 @@ def _nothing_left(tmp_path, marker: str) -> None:
     # the run's own folder (the command's own files there, a compile cache, are the command's business)
     assert [e for e in (tmp_path / "tmp").iterdir() if e.name.startswith("warmprof-run-")] == [], \
         "the run's folder was left in TMPDIR"
-    left = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            with contextlib.suppress(OSError):
-                with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    if marker.encode() in f.read():
-                        left.append(int(entry))
+    left = pids_whose("cmdline", marker)
     assert left == [], f"processes of the tree still running: {left}"
 
 
