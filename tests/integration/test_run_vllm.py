@@ -75,3 +75,15 @@ def test_vllm_offline_under_warmprof_run(tmp_path):
     # the model steps: a first prefill against the later ones
     steps = [c for c in worker["calls"] if c["label"] == "vllm execute_model" and c["key"].startswith("prefill")]
     assert steps and steps[0]["calls"] == 3
+    # the first request split across the tree: its window cut by the deepest call (the Worker's model steps
+    # inside EngineCore's steps inside the request), each part first against steady, adding up (checked on load)
+    q = r.first_request
+    assert q is not None and q["pid"] == main["pid"] and q["later"] >= 1, r.notes
+    parts = {(p["pid"], p["part"]) for p in q["by_part"]}
+    assert (worker["pid"], "vllm execute_model") in parts and (core["pid"], "vllm engine step") in parts, parts
+    assert sum(p["excess_ms"] for p in q["by_part"]) == pytest.approx(q["excess_ms"], abs=0.02)
+    request = next(c for c in main["calls"] if c["label"] == "vllm request")
+    assert q["first_ms"] == pytest.approx(request["first_ms"]) and q["steady_ms"] > 0
+    # the steps of every later request counted are known: EngineCore's steps in the steady request too
+    core_part = next(p for p in q["by_part"] if p["pid"] == core["pid"])
+    assert core_part["steady_ms"] > 0, q

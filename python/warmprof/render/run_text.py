@@ -52,6 +52,29 @@ def _path_lines(r: Any, title: str, path: dict[str, Any] | None, mark: dict[str,
     return out
 
 
+def _first_request_lines(r: Any) -> list[str]:
+    """The first request's excess split across the tree, part by part (runs/requests.py)."""
+    q = r.first_request
+    roles = {p["pid"]: p["role"] for p in r.processes}
+    share = q.get("explained_share")
+    head = (f"first {one_line(q['label'])} across the tree: {_ms(q['first_ms'])} vs steady {_ms(q['steady_ms'])} "
+            f"({q.get('later', 0)} later): excess {_ms(q['excess_ms'])}")
+    if share is not None:
+        head += f", {share:.0%} of it to causes"
+    out = [head]
+    by = ", ".join(f"{c} {_ms(ms)}" for c, ms in q["by_cause"].items())
+    out.append(f"  by cause:   {by + ', ' if by else ''}unattributed {_ms(q['unattributed_ms'])}")
+    for row in q["by_part"][:6]:
+        said = ", ".join(f"{c['cause']} {_ms(c['ms'])} ({c['evidence']})" for c in row.get("causes", [])[:3])
+        out.append(f"  {one_line(roles.get(row['pid'], str(row['pid'])))}: {one_line(row['part'])} "
+                   f"{_ms(row['first_ms'])} vs {_ms(row['steady_ms'])}: {row['excess_ms']:+.2f} ms"
+                   + (f" = {said}" if said else "") + f", unattributed {_ms(row['unattributed_ms'])}")
+    if len(q["by_part"]) > 6:
+        rest = q["by_part"][6:]
+        out.append(f"  ({len(rest)} more parts, {sum(x['excess_ms'] for x in rest):+.2f} ms in all)")
+    return out
+
+
 @register
 class RunTextRenderer(Renderer):
     format = "text"
@@ -71,6 +94,8 @@ class RunTextRenderer(Renderer):
             out += ["", *first]
         if r.ready is None:
             out.append("  (no ready point: no engine said it, no --ready-after mark, no watched call)")
+        if r.first_request:
+            out += ["", *_first_request_lines(r)]
         total = r.duration_ms
         on_path = {int(pid): ms for path in (r.to_ready, r.to_first_response) if path
                    for pid, ms in path.get("by_process", {}).items()}

@@ -22,13 +22,16 @@ _PROCESS = S.Obj({"pid": S.NON_NEGATIVE_INT, "role": S.STR, "start_ms": S.NUM, "
                   "cupti": S.MapOf(S.ANY)})
 _PATH = S.Obj({"ms": S.NUM, "by_phase": S.ListOf(S.ANY), "by_cause": S.MapOf(S.NUM), "own_ms": S.NUM,
                "unattributed_ms": S.NUM}, {"by_process": S.MapOf(S.NUM)})
+_SPLIT = S.Obj({"pid": S.NON_NEGATIVE_INT, "label": S.STR, "first_ms": S.NUM, "steady_ms": S.NUM, "excess_ms": S.NUM,
+                "by_part": S.ListOf(S.ANY), "by_cause": S.MapOf(S.NUM), "unattributed_ms": S.NUM},
+               {"key": S.STR, "later": S.NON_NEGATIVE_INT, "explained_share": S.Nullable(S.NUM)})
 SCHEMA = S.Obj(
     {"command": S.ListOf(S.STR), "duration_ms": S.NUM, "processes": S.ListOf(_PROCESS)},
     {"returncode": S.Nullable(S.INT), "ended_by": S.STR, "unrecorded": S.ListOf(S.ANY),
      "ready": S.Nullable(S.MapOf(S.ANY)), "first_response": S.Nullable(S.MapOf(S.ANY)),
      "to_ready": S.Nullable(_PATH), "to_first_response": S.Nullable(_PATH), "engine": S.MapOf(S.ANY),
      "calibration": S.MapOf(S.ANY), "notes": S.ListOf(S.STR), "platform": S.PLATFORM, "warmprof_version": S.STR,
-     "created": S.STR, "stopped": S.ListOf(S.STR)},
+     "created": S.STR, "stopped": S.ListOf(S.STR), "first_request": S.Nullable(_SPLIT)},
 )
 PATH_SLACK_MS = 0.01
 
@@ -51,6 +54,9 @@ class RunReport(ReportBase):
     first_response: dict[str, Any] | None = None
     to_ready: dict[str, Any] | None = None  # the path: {"ms", "by_phase", "by_cause", "own_ms", "unattributed_ms"}
     to_first_response: dict[str, Any] | None = None
+    # the first request's excess split across the tree: {"first_ms", "steady_ms", "excess_ms", "by_part",
+    # "by_cause", "unattributed_ms", "explained_share"} (runs/requests.py says how)
+    first_request: dict[str, Any] | None = None
     engine: dict[str, Any] = field(default_factory=dict)  # {"name", "checks": [...]}
     calibration: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
@@ -98,6 +104,22 @@ class RunReport(ReportBase):
             if abs(parts - path["ms"]) > PATH_SLACK_MS + 1e-6 * path["ms"]:
                 raise ReportError(f"{name}: causes, own cost and unattributed add up to {parts:.3f} ms, not "
                                   f"{path['ms']:.3f} ms")
+
+        split = self.first_request
+        if split is not None:
+            slack = PATH_SLACK_MS + 1e-6 * abs(split["excess_ms"])
+            parts = sum(r["excess_ms"] for r in split["by_part"])
+            if abs(parts - split["excess_ms"]) > slack:
+                raise ReportError(f"first_request: its parts' excesses add up to {parts:.3f} ms, not its "
+                                  f"{split['excess_ms']:.3f} ms")
+            booked = sum(split["by_cause"].values()) + split["unattributed_ms"]
+            if abs(booked - split["excess_ms"]) > slack:
+                raise ReportError(f"first_request: causes and unattributed add up to {booked:.3f} ms, not its "
+                                  f"{split['excess_ms']:.3f} ms excess")
+            for r in split["by_part"]:
+                for c in r.get("causes", []):
+                    if cause_table.get(c["cause"]) is None:
+                        raise ReportError(f"first_request: part {r.get('part')!r}: unknown cause {c['cause']!r}")
 
 
 __all__ = ["RunReport"]

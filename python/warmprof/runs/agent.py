@@ -187,13 +187,21 @@ class Agent:
         # CHECKPOINT_SOON_S), from this thread, never the main one: a process its parent kills while it is
         # still writing its record at the end (vLLM's EngineCore, on a loaded machine) keeps what it had done
         # (its init engine phase and vLLM's record of it were lost when the last checkpoint came before them).
+        # And once a run of calls has paused for CHECKPOINT_SOON_S: the later calls of a burst of requests
+        # (steady ones, which set no flag) are what the first request is measured against, and vLLM kills its
+        # EngineCore when it is slow to end right after them.
         last = time.monotonic()
+        calls_written = 0
         while not self.stop.wait(self.sample_s):
             self.sample_main()
             since = time.monotonic() - last
-            if since > CHECKPOINT_S or (self.checkpoint_soon.is_set() and since > CHECKPOINT_SOON_S):
+            n = len(self.calls)
+            paused = (n != calls_written and
+                      (_native.now_ns() - self.calls[-1]["end_ns"]) / 1e9 > CHECKPOINT_SOON_S)
+            if since > CHECKPOINT_S or ((self.checkpoint_soon.is_set() or paused) and since > CHECKPOINT_SOON_S):
                 self.checkpoint_soon.clear()
                 last = time.monotonic()
+                calls_written = n
                 self.checkpoint()
 
     def sample_main(self, force: bool = False) -> None:

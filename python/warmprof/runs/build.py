@@ -8,7 +8,7 @@ import os
 from typing import Any
 
 from . import assemble as M
-from . import engines
+from . import engines, requests
 from .launch import Options, Outcome
 
 PATH_STEP_NS = 5_000_000  # the path is followed in 5 ms steps (its processes' clocks are sampled every 20 ms)
@@ -103,8 +103,13 @@ def build_report(out: Outcome, opts: Options, calibration: Any, calibration_dict
                 to_ready = path
             else:
                 to_first = path
+    first_request = (requests.first_request(records, tree.procs, tree.children, first["pid"], first["by"])
+                     if first is not None else None)
+    if first is not None and first_request is None:
+        notes.append(f"the first {first['by']} is not split across the tree: no later one of its key (inside every "
+                     "process's record) to compare it with")
     return RunReport(
-        command=list(out.argv), duration_ms=(out.end_ns - out.origin_ns) / 1e6, processes=processes,
+        command=list(out.argv), first_request=first_request, duration_ms=(out.end_ns - out.origin_ns) / 1e6, processes=processes,
         returncode=out.returncode, ended_by=out.ended_by, unrecorded=unrecorded, ready=ready, first_response=first,
         to_ready=to_ready, to_first_response=to_first,
         engine={"name": engine_name, "checks": engine_checks} if engine_name else {},

@@ -44,9 +44,17 @@ VLLM_PHASES = (
     ("vllm.model_executor.model_loader.default_loader", "DefaultModelLoader", "_get_weights_iterator",
      "vllm: find weight files"),
 )
-# (module, class, method): one model step each, on the process that runs the model
-VLLM_STEPS = (("vllm.v1.worker.cpu_model_runner", "CPUModelRunner", "execute_model"),
-              ("vllm.v1.worker.gpu_model_runner", "GPUModelRunner", "execute_model"))
+SAMPLE_LABEL = "vllm sample_tokens"
+ENGINE_STEP_LABEL = "vllm engine step"
+# (module, class, method, label): timed calls. The model process's model steps (execute_model, keyed by
+# prefill/decode and tokens; then sample_tokens, which samples the step's tokens), and the engine process's
+# steps (schedule, wait for the model process, update: what the first request's time is split by)
+VLLM_STEPS = (("vllm.v1.worker.cpu_model_runner", "CPUModelRunner", "execute_model", STEP_LABEL),
+              ("vllm.v1.worker.gpu_model_runner", "GPUModelRunner", "execute_model", STEP_LABEL),
+              ("vllm.v1.worker.cpu_model_runner", "CPUModelRunner", "sample_tokens", SAMPLE_LABEL),
+              ("vllm.v1.worker.gpu_model_runner", "GPUModelRunner", "sample_tokens", SAMPLE_LABEL),
+              ("vllm.v1.engine.core", "EngineCore", "step", ENGINE_STEP_LABEL),
+              ("vllm.v1.engine.core", "EngineCore", "step_with_batch_queue", ENGINE_STEP_LABEL))
 # vLLM's own figures: (phase warmprof times, pattern of the record that gives vLLM's figure for it, in s)
 VLLM_LOGGED = (
     ("vllm: build model", re.compile(r"Initializing model took ([\d.]+) seconds")),
@@ -64,6 +72,11 @@ VLLM_CACHE_LINES = (
     (re.compile(r"Compiling model again due to a load failure from .*?, reason: (.*)"),
      "vLLM's compile cache failed to load ({0}), so the model was compiled again"),
     (re.compile(r"saved AOT compiled function to"), "vLLM saved the compiled model to its cache"),
+    # without AOT compile (VLLM_USE_AOT_COMPILE=0): vLLM's compiler manager, one line per compile range
+    (re.compile(r"Directly load the compiled graph\(s\) for compile range (.*?) from the cache, took ([\d.]+) s"),
+     "vLLM loaded the compiled graph(s) of compile range {0} from its cache ({1} s)"),
+    (re.compile(r"Compiling a graph for compile range (.*?) takes ([\d.]+) s"),
+     "vLLM compiled the graph of compile range {0} ({1} s: not in its cache)"),
 )
 
 
@@ -71,8 +84,8 @@ VLLM_CACHE_LINES = (
 def register(agent: Any) -> None:
     for mod, cls, attr, name in VLLM_PHASES:
         agent.on_import(mod, _phase_hook(agent, cls, attr, name))
-    for mod, cls, attr in VLLM_STEPS:
-        agent.on_import(mod, _step_hook(agent, cls, attr))
+    for mod, cls, attr, label in VLLM_STEPS:
+        agent.on_import(mod, _step_hook(agent, cls, attr, label))
     agent.on_import("vllm.entrypoints.llm", lambda m: _requests(agent, m))
 
 
@@ -131,15 +144,19 @@ def _compile_counters() -> Callable[[], str]:
     return done
 
 
-def _step_hook(agent: Any, cls: str, attr: str) -> Callable[[Any], None]:
+def _step_hook(agent: Any, cls: str, attr: str, label: str) -> Callable[[Any], None]:
     def hook(module: Any) -> None:
         owner = getattr(module, cls, None)
         fn = getattr(owner, attr, None) if owner is not None else None
         if fn is None or getattr(fn, "_warmprof_run_timed", False):
             return
         agent.engine = "vllm"
-        setattr(owner, attr, agent.timed_call(fn, STEP_LABEL, key=_step_key))
+        setattr(owner, attr, agent.timed_call(fn, label, key=_step_key if label == STEP_LABEL else _one_key))
     return hook
+
+
+def _one_key(*args: Any, **kwargs: Any) -> str:
+    return "-"  # a step says what it ran only inside: its first call against all the later ones
 
 
 def _requests(agent: Any, module: Any) -> None:

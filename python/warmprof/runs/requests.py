@@ -1,0 +1,178 @@
+"""The first request's excess split across the process tree.
+
+The first request (the call that ends the first response: vLLM's LLM.generate, or the first watched
+call) against the later requests of the same key. Its window, and each later one's, is cut into parts
+by the deepest recorded call that covers each instant: a call of a process deeper in the tree lies
+inside the wait of the one above it (vLLM: the main process waits on EngineCore's steps, which wait on
+the Worker's execute_model and sample_tokens), and whatever no call of another process covers is the
+request's own part ("between steps": its way in and out, the engine's loop between steps, the sockets).
+The parts of a window add up to it; the steady request's parts are those of the later request with the
+median length (the mean of the two middle ones for an even count), so they add up to the steady figure,
+and each part's excess (first less steady) adds up to the request's excess.
+
+Each part's excess is then booked to causes:
+- a part made of a process's calls: the excess causes of the calls in the first window that were the
+  first at their key (as `first_calls` attributed them, each against the later calls at its key), up to
+  the part's excess (scaled down to it when they add up to more); a call that holds another process's
+  calls books no wait (what it waited on is the deeper part's);
+- a part whose process did not run first calls there: its extra wait for a CPU (the run delay its calls'
+  or the request's clocks measured, first window less steady), up to the part's excess;
+- what is left is unattributed (negative where a part ran faster the first time).
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from ..causes import Name
+from .agent import CHECKPOINT_END
+
+OUTSIDE = "between steps"  # the request's own part: what no call of another process covers
+
+
+def _depths(children: dict[int, list[int]], root: int) -> dict[int, int]:
+    out, todo = {root: 0}, [root]
+    while todo:
+        pid = todo.pop()
+        for c in children.get(pid, []):
+            if c not in out:
+                out[c] = out[pid] + 1
+                todo.append(c)
+    return out
+
+
+def _parts(window: tuple[int, int], calls: list[tuple[int, int, int, int, str]], root: int) -> dict[tuple[int, str], int]:
+    """ns of the window owned by each (pid, label): at each instant the deepest call covering it (the one
+    that started last among equals), else (root, OUTSIDE). calls: (depth, start, end, pid, label)."""
+    a, b = window
+    inside = [(d, max(s, a), min(e, b), pid, lab) for d, s, e, pid, lab in calls if s < b and e > a]
+    cuts = sorted({a, b, *(s for _, s, _, _, _ in inside), *(e for _, _, e, _, _ in inside)})
+    out: dict[tuple[int, str], int] = {}
+    for lo, hi in zip(cuts, cuts[1:]):
+        if hi <= lo:
+            continue
+        over = [(d, s, pid, lab) for d, s, e, pid, lab in inside if s <= lo and e >= hi]
+        key = (max(over)[2], max(over)[3]) if over else (root, OUTSIDE)
+        out[key] = out.get(key, 0) + (hi - lo)
+    return out
+
+
+def _delay(window: tuple[int, int], calls: list[dict[str, Any]]) -> int:
+    """The run delay (waits for a CPU) of the calls that lie inside the window."""
+    a, b = window
+    return sum(int(c.get("run_delay_ns", 0)) for c in calls if c["start_ns"] >= a and c["end_ns"] <= b)
+
+
+def first_request(records: list[Any], processes: dict[int, dict[str, Any]], children: dict[int, list[int]],
+                  pid: int, label: str) -> dict[str, Any] | None:
+    """The split of process pid's first `label` call (the first response) against its later calls of the
+    same key, or None where there is no later one to compare it with."""
+    metas = {r.pid: r.meta for r in records}
+    mine = [c for c in metas.get(pid, {}).get("calls", []) if c["label"] == label]
+    if not mine:
+        return None
+    first = mine[0]
+    depth = _depths(children, pid)
+    # a later request counts where every process's record covers it: a process killed at the end (vLLM's
+    # EngineCore) has only its last checkpoint's, and its calls after it are not known
+    cut = [int(m["t_end_ns"]) for p, m in metas.items() if p in depth and m.get("end") == CHECKPOINT_END]
+    later = [c for c in mine[1:] if c["key"] == first["key"] and all(c["end_ns"] <= t for t in cut)]
+    if not later:
+        return None
+    spans = [(depth[p], int(c["start_ns"]), int(c["end_ns"]), p, c["label"])
+             for p, m in metas.items() if p in depth and p != pid for c in m.get("calls", [])]
+    spans += [(0, int(c["start_ns"]), int(c["end_ns"]), pid, c["label"])
+              for c in metas[pid].get("calls", []) if c is not first and c not in later and c["label"] != label]
+
+    def window(c: dict[str, Any]) -> tuple[int, int]:
+        return int(c["start_ns"]), int(c["end_ns"])
+
+    ranked = sorted(later, key=lambda c: c["end_ns"] - c["start_ns"])
+    n = len(ranked)
+    middle = ranked[(n - 1) // 2: n // 2 + 1]  # one (odd) or the two middle ones (even): their mean is the median
+
+    def steady_of(fn: Any) -> float:
+        return sum(fn(c) for c in middle) / len(middle)
+
+    first_parts = _parts(window(first), spans, pid)
+    steady_parts = [_parts(window(c), spans, pid) for c in middle]
+    keys = sorted(set(first_parts) | {k for p in steady_parts for k in p},
+                  key=lambda k: (-(first_parts.get(k, 0) - sum(p.get(k, 0) for p in steady_parts) / len(middle)), k))
+    # the first calls (at their key) of each process that lie inside the first window, with their causes
+    firsts: dict[tuple[int, str], list[dict[str, Any]]] = {}
+    a, b = window(first)
+    for p, m in metas.items():
+        if p not in depth:
+            continue
+        seen: set[tuple[str, str]] = set()
+        entries = {(e["label"], e["key"]): e for e in processes.get(p, {}).get("calls", [])}
+        for c in m.get("calls", []):
+            k = (c["label"], str(c["key"]))
+            if k in seen:
+                continue
+            seen.add(k)
+            e = entries.get((c["label"], c["key"]))
+            if e is None or not e.get("causes") or c is first or not (c["start_ns"] >= a and c["end_ns"] <= b):
+                continue
+            firsts.setdefault((p, c["label"]), []).append(e)
+
+    # parts whose calls hold another process's calls: their waits are the deeper parts' time, booked there
+    deeper = {(p, lab) for d, s, e, p, lab in spans if s >= a and e <= b
+              for d2, s2, e2, _, _ in spans if d2 > d and s <= s2 and e2 <= e}
+    rows: list[dict[str, Any]] = []
+    by_cause: dict[str, float] = {}
+    unattributed = 0.0
+    for key in keys:
+        p, lab = key
+        f_ms = first_parts.get(key, 0) / 1e6
+        s_ms = sum(q.get(key, 0) for q in steady_parts) / len(middle) / 1e6
+        excess = f_ms - s_ms
+        row: dict[str, Any] = {"pid": p, "part": lab, "first_ms": f_ms, "steady_ms": s_ms, "excess_ms": excess,
+                               "causes": []}
+        booked: list[dict[str, Any]] = []
+        if excess > 0 and key in firsts:
+            for e in firsts[key]:
+                for c in e["causes"]:
+                    if c["cause"] == Name.WAIT and key in deeper:
+                        continue
+                    booked.append({"cause": c["cause"], "ms": c["ms"], "evidence": c["evidence"],
+                                   "detail": f"the first {lab} [{e['key']}] (its excess against its later calls)"})
+            row["first_calls"] = [{"key": e["key"], "first_ms": e["first_ms"], "steady_ms": e["steady_ms"],
+                                   "excess_ms": e["excess_ms"]} for e in firsts[key]]
+        elif excess > 0:
+            if key == (pid, OUTSIDE):  # the request's own clocks
+                d_first = int(first.get("run_delay_ns", 0))
+                d_steady = steady_of(lambda c: int(c.get("run_delay_ns", 0)))
+            else:  # the part's process's calls of that label inside each window
+                own = [c for c in metas[p].get("calls", []) if c["label"] == lab]
+                d_first = _delay(window(first), own)
+                d_steady = steady_of(lambda c: _delay(window(c), own))
+            extra = (d_first - d_steady) / 1e6
+            if extra > 0:
+                booked.append({"cause": Name.CPU_CONTENTION, "ms": extra, "evidence": "measured",
+                               "detail": "its extra wait for a CPU, from the thread's run delay (first less steady)"})
+        total = sum(c["ms"] for c in booked)
+        scale = min(1.0, excess / total) if total > 0 and excess > 0 else 0.0
+        merged: dict[tuple[str, str], dict[str, Any]] = {}  # one entry per cause and evidence
+        for c in booked:
+            ms = c["ms"] * scale
+            if ms <= 0:
+                continue
+            m = merged.setdefault((c["cause"], c["evidence"]), {**c, "ms": 0.0, "detail": ""})
+            m["ms"] += ms
+            if c["detail"] not in m["detail"]:
+                m["detail"] = "; ".join(x for x in (m["detail"], c["detail"]) if x)
+            by_cause[c["cause"]] = by_cause.get(c["cause"], 0.0) + ms
+        row["causes"] = sorted(merged.values(), key=lambda c: -c["ms"])
+        row["unattributed_ms"] = excess - sum(c["ms"] for c in row["causes"])
+        unattributed += row["unattributed_ms"]
+        rows.append(row)
+    f_total = (first["end_ns"] - first["start_ns"]) / 1e6
+    s_total = statistics.median((c["end_ns"] - c["start_ns"]) / 1e6 for c in later)
+    excess_total = f_total - s_total
+    explained = sum(by_cause.values())
+    return {"pid": pid, "label": label, "key": str(first["key"]), "first_ms": f_total, "steady_ms": s_total,
+            "later": len(later), "excess_ms": excess_total, "by_part": rows,
+            "by_cause": dict(sorted(by_cause.items(), key=lambda kv: -kv[1])), "unattributed_ms": unattributed,
+            "explained_share": explained / excess_total if excess_total > 0 else None}

@@ -1,0 +1,123 @@
+"""The first request's excess split across the tree (runs/requests.py), on synthetic records: a main
+process whose requests wait on an engine process's steps, which wait on a model process's calls."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from warmprof.errors import ReportError
+from warmprof.report.run import RunReport
+from warmprof.runs import requests
+
+MS = 1_000_000
+
+
+def _call(label, key, start, end, delay=0.0):
+    return {"label": label, "key": key, "start_ns": int(start * MS), "end_ns": int(end * MS),
+            "run_delay_ns": int(delay * MS), "cpu_ns": 0, "tid": 1}
+
+
+def _tree():
+    main = [_call("vllm request", "1 prompt", 0, 60, delay=3), _call("vllm request", "1 prompt", 100, 130, delay=1),
+            _call("vllm request", "1 prompt", 200, 232, delay=1)]
+    core = [_call("vllm engine step", "-", 10, 40, delay=5), _call("vllm engine step", "-", 102, 110),
+            _call("vllm engine step", "-", 202, 211)]
+    worker = [_call("vllm execute_model", "prefill 16", 12, 35), _call("vllm execute_model", "prefill 16", 103, 108),
+              _call("vllm execute_model", "prefill 16", 203, 209)]
+    records = [SimpleNamespace(pid=1, meta={"calls": main}), SimpleNamespace(pid=2, meta={"calls": core}),
+               SimpleNamespace(pid=3, meta={"calls": worker})]
+    # each process's first calls as first_calls attributed them (against their own later calls)
+    processes = {
+        1: {"pid": 1, "role": "main", "calls": []},
+        2: {"pid": 2, "role": "VLLM::EngineCore", "calls": [
+            {"label": "vllm engine step", "key": "-", "first_ms": 30.0, "steady_ms": 8.5, "excess_ms": 21.5,
+             "causes": [{"cause": "wait", "ms": 17.0, "evidence": "measured"},
+                        {"cause": "cpu_contention", "ms": 4.5, "evidence": "measured"}]}]},
+        3: {"pid": 3, "role": "VLLM::Worker", "calls": [
+            {"label": "vllm execute_model", "key": "prefill 16", "first_ms": 23.0, "steady_ms": 5.5, "excess_ms": 17.5,
+             "causes": [{"cause": "disk_read", "ms": 10.0, "evidence": "measured"}]}]},
+    }
+    return records, processes, {1: [2], 2: [3]}
+
+
+def test_the_first_requests_excess_is_cut_by_the_deepest_call_and_adds_up():
+    records, processes, children = _tree()
+    q = requests.first_request(records, processes, children, 1, "vllm request")
+    # 60 ms against the median of 30 and 32: the two middle later requests' parts, averaged
+    assert q["first_ms"] == pytest.approx(60.0) and q["steady_ms"] == pytest.approx(31.0)
+    assert q["excess_ms"] == pytest.approx(29.0) and q["later"] == 2
+    parts = {(r["pid"], r["part"]): r for r in q["by_part"]}
+    worker, core, outside = parts[(3, "vllm execute_model")], parts[(2, "vllm engine step")], parts[(1, requests.OUTSIDE)]
+    # the worker's call owns its 23 ms; the engine's step what its worker call leaves (30 - 23); the rest is
+    # the request's own (60 - 30); the steady request's the same cut of each later window
+    assert (worker["first_ms"], worker["steady_ms"], worker["excess_ms"]) == pytest.approx((23.0, 5.5, 17.5))
+    assert (core["first_ms"], core["steady_ms"], core["excess_ms"]) == pytest.approx((7.0, 3.0, 4.0))
+    assert (outside["first_ms"], outside["steady_ms"], outside["excess_ms"]) == pytest.approx((30.0, 22.5, 7.5))
+    assert sum(r["excess_ms"] for r in q["by_part"]) == pytest.approx(q["excess_ms"])
+    # the worker's part: its first call's causes; the engine's step: no wait (that is the worker's part), its
+    # contention capped at the part's 4 ms; the request's own part: its extra run delay (3 ms less 1)
+    assert [(c["cause"], c["ms"]) for c in worker["causes"]] == [("disk_read", pytest.approx(10.0))]
+    assert worker["unattributed_ms"] == pytest.approx(7.5) and worker["first_calls"][0]["key"] == "prefill 16"
+    assert [(c["cause"], c["ms"]) for c in core["causes"]] == [("cpu_contention", pytest.approx(4.0))]
+    assert core["unattributed_ms"] == pytest.approx(0.0)
+    assert [(c["cause"], c["ms"]) for c in outside["causes"]] == [("cpu_contention", pytest.approx(2.0))]
+    assert q["by_cause"] == {"disk_read": pytest.approx(10.0), "cpu_contention": pytest.approx(6.0)}
+    assert q["unattributed_ms"] == pytest.approx(13.0)
+    assert q["explained_share"] == pytest.approx(16.0 / 29.0)
+
+
+def test_no_later_request_no_split_and_a_split_that_does_not_add_up_is_refused():
+    records, processes, children = _tree()
+    records[0].meta["calls"] = records[0].meta["calls"][:1]
+    assert requests.first_request(records, processes, children, 1, "vllm request") is None
+    # the engine process killed at the end: its record is its last checkpoint's (at 150 ms), so the later
+    # request at 200 ms is left out of the steady figure (its steps are not known), and with none left, no split
+    records, processes, children = _tree()
+    records[1].meta.update({"end": requests.CHECKPOINT_END, "t_end_ns": 150 * MS})
+    q = requests.first_request(records, processes, children, 1, "vllm request")
+    assert q["later"] == 1 and q["steady_ms"] == pytest.approx(30.0)
+    records[1].meta["t_end_ns"] = 90 * MS
+    assert requests.first_request(records, processes, children, 1, "vllm request") is None
+    records, processes, children = _tree()
+    q = requests.first_request(records, processes, children, 1, "vllm request")
+    report = RunReport(command=["x"], duration_ms=300.0, processes=[], first_request=q)
+    assert RunReport.from_dict(report.to_dict()).first_request["excess_ms"] == pytest.approx(29.0)
+    bad = dict(q, by_part=q["by_part"][:-1])
+    with pytest.raises(ReportError, match="first_request: its parts' excesses add up to"):
+        RunReport.from_dict(RunReport(command=["x"], duration_ms=300.0, processes=[], first_request=bad).to_dict())
+    bad = dict(q, unattributed_ms=q["unattributed_ms"] + 5.0)
+    with pytest.raises(ReportError, match="first_request: causes and unattributed add up to"):
+        RunReport.from_dict(RunReport(command=["x"], duration_ms=300.0, processes=[], first_request=bad).to_dict())
+
+
+def test_two_first_calls_in_one_part_book_one_entry_per_cause():
+    records, processes, children = _tree()
+    # a first decode after the first prefill, inside the same engine step, with a cause of its own and one
+    # the prefill has too
+    records[2].meta["calls"] += [_call("vllm execute_model", "decode 1", 36, 38),
+                                 _call("vllm execute_model", "decode 1", 108.5, 109), _call("vllm execute_model", "decode 1", 209.5, 210)]
+    processes[3]["calls"][0]["causes"].append({"cause": "cpu_contention", "ms": 1.0, "evidence": "measured"})
+    processes[3]["calls"].append({"label": "vllm execute_model", "key": "decode 1", "first_ms": 2.0, "steady_ms": 0.5,
+                                  "excess_ms": 1.5, "causes": [{"cause": "cpu_contention", "ms": 0.5, "evidence": "measured"}]})
+    q = requests.first_request(records, processes, children, 1, "vllm request")
+    worker = next(r for r in q["by_part"] if r["pid"] == 3)
+    assert (worker["first_ms"], worker["steady_ms"]) == pytest.approx((25.0, 6.0))
+    assert [(c["cause"], c["ms"]) for c in worker["causes"]] == [("disk_read", pytest.approx(10.0)),
+                                                                  ("cpu_contention", pytest.approx(1.5))]
+    assert [e["key"] for e in worker["first_calls"]] == ["prefill 16", "decode 1"]
+    assert sum(r["excess_ms"] for r in q["by_part"]) == pytest.approx(q["excess_ms"])
+
+
+def test_the_text_says_each_parts_excess_and_the_share_with_a_cause():
+    records, processes, children = _tree()
+    q = requests.first_request(records, processes, children, 1, "vllm request")
+    procs = [{"pid": p, "parent": {2: 1, 3: 2}.get(p), "role": processes[p]["role"], "start_ms": 0.0, "end_ms": 300.0,
+              "phases": []} for p in (1, 2, 3)]
+    text = str(RunReport(command=["x"], duration_ms=300.0, processes=procs, first_request=q))
+    assert ("first vllm request across the tree: 60.0 ms vs steady 31.0 ms (2 later): excess 29.0 ms, "
+            "55% of it to causes") in text, text
+    assert "VLLM::Worker: vllm execute_model 23.0 ms vs 5.50 ms: +17.50 ms = disk_read 10.0 ms (measured), " \
+           "unattributed 7.50 ms" in text, text
+    assert "main: between steps 30.0 ms vs 22.5 ms: +7.50 ms = cpu_contention 2.00 ms (measured)" in text, text
