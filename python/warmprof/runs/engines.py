@@ -121,27 +121,25 @@ def _ready_at_end(agent: Any, llm: Any) -> None:
 
 
 def _compile_counters() -> Callable[[], str]:
-    """torch's compile-cache counters (dynamo's utils.counters) before the warm-up; what is called at
-    its end says what changed: the caches that hit, missed or saved across it."""
-    import sys
+    """torch's compile counters before the warm-up; what is called at its end says what they say of it:
+    graphs compiled from scratch or loaded from torch's compile caches, and the counters that moved."""
+    from ..instruments.torch_compile import compile_counters, counters_since
 
-    utils = sys.modules.get("torch._dynamo.utils")
-    counters = getattr(utils, "counters", None)
-    if counters is None:
-        return lambda: ""
+    before = compile_counters()
+    return lambda: cache_verdict(counters_since(before))
 
-    def snap() -> dict[str, int]:
-        return {f"{g}.{k}": int(v) for g, c in list(counters.items()) for k, v in list(c.items())
-                if "cache" in k or "cache" in g}
 
-    before = snap()
+def cache_verdict(moved: dict[str, int]) -> str:
+    """What the compile counters that moved across a compile say (instruments/torch_compile.py's
+    cache_outcome): "1 graph compiled from scratch, 0 loaded from cache (inductor FX graph cache)", then
+    the counters."""
+    from ..instruments.torch_compile import cache_outcome
 
-    def done() -> str:
-        after = snap()
-        moved = {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)}
-        return ("torch's compile caches across it: " + ", ".join(f"{k} +{v}" for k, v in sorted(moved.items()))
-                if moved else "")
-    return done
+    if not moved:
+        return ""
+    said = ", ".join(f"{k} +{v}" for k, v in sorted(moved.items()))
+    outcome = cache_outcome(moved).text()
+    return f"{outcome}; torch's counters: {said}" if outcome else f"torch's compile counters across it: {said}"
 
 
 def _step_hook(agent: Any, cls: str, attr: str, label: str) -> Callable[[Any], None]:
