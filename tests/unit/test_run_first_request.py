@@ -121,3 +121,23 @@ def test_the_text_says_each_parts_excess_and_the_share_with_a_cause():
     assert "VLLM::Worker: vllm execute_model 23.0 ms vs 5.50 ms: +17.50 ms = disk_read 10.0 ms (measured), " \
            "unattributed 7.50 ms" in text, text
     assert "main: between steps 30.0 ms vs 22.5 ms: +7.50 ms = cpu_contention 2.00 ms (measured)" in text, text
+
+
+def test_the_requests_own_part_books_the_requests_own_causes_without_its_wait():
+    records, processes, children = _tree()
+    processes[1]["calls"] = [{"label": "vllm request", "key": "1 prompt", "first_ms": 60.0, "steady_ms": 31.0,
+                              "excess_ms": 29.0, "causes": [{"cause": "wait", "ms": 20.0, "evidence": "measured"},
+                                                            {"cause": "runtime_init", "ms": 3.0, "evidence": "measured"},
+                                                            {"cause": "cpu_contention", "ms": 2.0, "evidence": "measured"}]}]
+    q = requests.first_request(records, processes, children, 1, "vllm request")
+    outside = next(r for r in q["by_part"] if r["part"] == requests.OUTSIDE)
+    # its wait is the engine's and the worker's parts (booked there); an import in the request is its own
+    assert [(c["cause"], c["ms"]) for c in outside["causes"]] == [("runtime_init", pytest.approx(3.0)),
+                                                                   ("cpu_contention", pytest.approx(2.0))]
+    assert outside["unattributed_ms"] == pytest.approx(2.5)
+    # one process alone (a generate script with --watch): the request is the only part, and its wait its own
+    alone = requests.first_request(records[:1], {1: processes[1]}, {}, 1, "vllm request")
+    (part,) = alone["by_part"]
+    assert part["excess_ms"] == pytest.approx(29.0)
+    assert {c["cause"]: c["ms"] for c in part["causes"]} == {"wait": pytest.approx(20.0), "runtime_init": pytest.approx(3.0),
+                                                               "cpu_contention": pytest.approx(2.0)}

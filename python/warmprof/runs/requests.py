@@ -14,7 +14,8 @@ Each part's excess is then booked to causes:
 - a part made of a process's calls: the excess causes of the calls in the first window that were the
   first at their key (as `first_calls` attributed them, each against the later calls at its key), up to
   the part's excess (scaled down to it when they add up to more); a call that holds another process's
-  calls books no wait (what it waited on is the deeper part's);
+  calls books no wait (what it waited on is the deeper part's); the request's own part, the request's own
+  causes (a request that waits on other processes: without its wait);
 - a part whose process did not run first calls there: its extra wait for a CPU (the run delay its calls'
   or the request's clocks measured, first window less steady), up to the part's excess;
 - what is left is unattributed (negative where a part ran faster the first time).
@@ -117,9 +118,17 @@ def first_request(records: list[Any], processes: dict[int, dict[str, Any]], chil
                 continue
             firsts.setdefault((p, c["label"]), []).append(e)
 
+    # the request's own part: the request's own causes (first_calls attributed it on its thread, against
+    # the later ones at its key)
+    own = next((e for e in processes.get(pid, {}).get("calls", [])
+                if (e["label"], e["key"]) == (label, first["key"]) and e.get("causes")), None)
+    if own is not None:
+        firsts[(pid, OUTSIDE)] = [own]
     # parts whose calls hold another process's calls: their waits are the deeper parts' time, booked there
     deeper = {(p, lab) for d, s, e, p, lab in spans if s >= a and e <= b
               for d2, s2, e2, _, _ in spans if d2 > d and s <= s2 and e2 <= e}
+    if any(s < b and e > a for _, s, e, _, _ in spans):
+        deeper.add((pid, OUTSIDE))
     rows: list[dict[str, Any]] = []
     by_cause: dict[str, float] = {}
     unattributed = 0.0
