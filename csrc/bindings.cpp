@@ -625,7 +625,13 @@ PyMethodDef g_fast_methods[] = {
     {nullptr, nullptr, 0, nullptr}};
 
 py::dict drain_to_arrays() {
-  recorder::Drained d = recorder::drain();
+  // The copy and the sort run without the GIL: a checkpoint drains from warmprof's sampler thread while
+  // the process runs, and holding the GIL there stalled the process's own threads for the whole copy.
+  recorder::Drained d;
+  {
+    py::gil_scoped_release unlocked;
+    d = recorder::drain();
+  }
   const size_t n = d.records.size();
   py::array_t<int64_t> ts(n), value(n);
   py::array_t<uint8_t> kind(n), cause(n);
@@ -637,14 +643,17 @@ py::dict drain_to_arrays() {
   auto cause_m = cause.mutable_unchecked<1>();
   auto name_m = name.mutable_unchecked<1>();
   auto thread_m = thread.mutable_unchecked<1>();
-  for (size_t i = 0; i < n; ++i) {
-    const recorder::Record& r = d.records[i];
-    ts_m(i) = clock::to_ns(r.ticks);
-    value_m(i) = r.value;
-    kind_m(i) = r.kind;
-    cause_m(i) = r.cause;
-    name_m(i) = r.name;
-    thread_m(i) = r.thread;
+  {
+    py::gil_scoped_release unlocked;  // the arrays are held above; their memory is filled without the GIL
+    for (size_t i = 0; i < n; ++i) {
+      const recorder::Record& r = d.records[i];
+      ts_m(i) = clock::to_ns(r.ticks);
+      value_m(i) = r.value;
+      kind_m(i) = r.kind;
+      cause_m(i) = r.cause;
+      name_m(i) = r.name;
+      thread_m(i) = r.thread;
+    }
   }
   py::dict out;
   out["ts_ns"] = ts;

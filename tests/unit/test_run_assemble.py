@@ -309,3 +309,21 @@ def test_the_warm_ups_compile_cache_verdict():
     assert engines.cache_verdict({"aot_autograd.autograd_cache_saved": 1}) == (
         "torch's compile counters across it: aot_autograd.autograd_cache_saved +1")
     assert engines.cache_verdict({}) == ""
+
+
+def test_a_checkpoint_waits_for_calls_to_pause():
+    from warmprof.runs.agent import CHECKPOINT_LATE_S, checkpoint_now
+
+    # after a first call: not while requests still run (a call ended 0.1 s ago), once they paused
+    assert not checkpoint_now(5.0, flagged=True, new_calls=True, idle_s=0.1)
+    assert checkpoint_now(5.0, flagged=True, new_calls=True, idle_s=1.5)
+    # steady calls alone ask for one once they pause; nothing new, nothing until the periodic one
+    assert checkpoint_now(2.0, flagged=False, new_calls=True, idle_s=2.0)
+    assert not checkpoint_now(2.0, flagged=False, new_calls=False, idle_s=2.0)
+    assert checkpoint_now(11.0, flagged=False, new_calls=False, idle_s=2.0)
+    # a server that never pauses still gets one, late
+    assert not checkpoint_now(11.0, flagged=True, new_calls=True, idle_s=0.01)
+    assert checkpoint_now(CHECKPOINT_LATE_S + 1, flagged=True, new_calls=True, idle_s=0.01)
+    # a phase ended and no call yet: soon
+    assert checkpoint_now(1.5, flagged=True, new_calls=False, idle_s=None)
+    assert not checkpoint_now(0.5, flagged=True, new_calls=False, idle_s=None)

@@ -49,6 +49,7 @@ CUDA_INIT_MIN_NS = 1_000_000  # a failed lazy init shorter than this is no phase
 SAMPLE_MS = 20.0
 CHECKPOINT_S = 10.0  # how often a running process writes its record so far
 CHECKPOINT_SOON_S = 1.0  # and soon after a phase or a first watched call ends, at most this often
+CHECKPOINT_LATE_S = 60.0  # a checkpoint put off while calls run is written after this long all the same
 CHECKPOINT_END = "still running at its last checkpoint (killed, or never ended)"
 
 # Cause ids (causes.py's table, which is light to import) and the counter names the engine reads.
@@ -112,6 +113,7 @@ class Agent:
         self.hooks: dict[str, list[Callable[[Any], None]]] = {}
         self.watched: set[int] = set()
         self.calls_done_written = False
+        self.active_calls = 0  # watched calls running now (a checkpoint waits for none)
         self.at_start = self.process_counters()
         self.names = {k: _native.intern(SAMPLED_PREFIX + v) for k, v in MAIN_THREAD_COUNTERS.items()}
         self.asleep_id = _native.intern(ASLEEP_COUNTER)
@@ -183,22 +185,17 @@ class Agent:
         self.sampler = t
 
     def _sample_loop(self) -> None:
-        # Checkpoints: every CHECKPOINT_S, and soon after a phase or a first watched call ended (at most every
-        # CHECKPOINT_SOON_S), from this thread, never the main one: a process its parent kills while it is
-        # still writing its record at the end (vLLM's EngineCore, on a loaded machine) keeps what it had done
-        # (its init engine phase and vLLM's record of it were lost when the last checkpoint came before them).
-        # And once a run of calls has paused for CHECKPOINT_SOON_S: the later calls of a burst of requests
-        # (steady ones, which set no flag) are what the first request is measured against, and vLLM kills its
-        # EngineCore when it is slow to end right after them.
+        # Checkpoints (checkpoint_now says when), from this thread: a process its parent kills while it still
+        # writes its record at the end (vLLM's EngineCore, on a loaded machine) keeps what it had done. Never
+        # while calls run: one inside vLLM's steady requests made each wait (32-37 ms under warmprof, 14-19 bare)
         last = time.monotonic()
         calls_written = 0
         while not self.stop.wait(self.sample_s):
             self.sample_main()
-            since = time.monotonic() - last
             n = len(self.calls)
-            paused = (n != calls_written and
-                      (_native.now_ns() - self.calls[-1]["end_ns"]) / 1e9 > CHECKPOINT_SOON_S)
-            if since > CHECKPOINT_S or ((self.checkpoint_soon.is_set() or paused) and since > CHECKPOINT_SOON_S):
+            idle_s = (0.0 if self.active_calls > 0 else
+                      (_native.now_ns() - self.calls[-1]["end_ns"]) / 1e9 if n else None)
+            if checkpoint_now(time.monotonic() - last, self.checkpoint_soon.is_set(), n != calls_written, idle_s):
                 self.checkpoint_soon.clear()
                 last = time.monotonic()
                 calls_written = n
@@ -396,6 +393,7 @@ class Agent:
             if is_compiling() or getattr(depth, "n", False):
                 return fn(*args, **kwargs)
             depth.n = 1
+            agent.active_calls += 1  # (racy across threads: it only puts a checkpoint off)
             before = agent.call_clocks()
             t0 = _native.now_ns()
             try:
@@ -404,6 +402,7 @@ class Agent:
                 after = agent.call_clocks()  # inside the call's window: its last counter step is the call's
                 t1 = _native.now_ns()
                 depth.n = 0
+                agent.active_calls -= 1
                 agent.own(agent.call_done, label, t0, t1, args, kwargs, key, before, after)
 
         watched.__wrapped__ = fn  # type: ignore[attr-defined]
@@ -581,6 +580,7 @@ class Agent:
         self.keys_seen = set()
         self.dumped = False
         self.calls_done_written = False
+        self.active_calls = 0
         self.open_compiles = {}
         self.at_start = self.process_counters()
         self.last_sampled, self.last_sample_ns, self.asleep_seen = (), 0, 0
@@ -652,6 +652,16 @@ class Agent:
             json.dump(meta, f)
         os.replace(base + ".tmp.npz", base + ".npz")  # the timeline first: a .json always has its .npz
         os.replace(base + ".json.tmp", base + ".json")
+
+
+def checkpoint_now(since_s: float, flagged: bool, new_calls: bool, idle_s: float | None) -> bool:
+    """Whether the sampler writes a checkpoint now: since_s since the last one; flagged: a phase or a
+    first call ended since; new_calls: calls recorded since; idle_s: since the last call ended (0 while
+    one runs; None: no call yet). Due every CHECKPOINT_S, or after CHECKPOINT_SOON_S when flagged or with new calls;
+    put off while calls run (one ended in the last CHECKPOINT_SOON_S) up to CHECKPOINT_LATE_S."""
+    due = since_s > CHECKPOINT_S or ((flagged or new_calls) and since_s > CHECKPOINT_SOON_S)
+    quiet = idle_s is None or idle_s > CHECKPOINT_SOON_S
+    return due and (quiet or since_s > CHECKPOINT_LATE_S)
 
 
 def parse_phase(text: str) -> tuple[str, str | None, str, str] | None:
