@@ -88,8 +88,10 @@ def test_vllm_offline_under_warmprof_run(tmp_path):
     parts = {(p["pid"], p["part"]) for p in q["by_part"]}
     assert (worker["pid"], "vllm execute_model") in parts and (core["pid"], "vllm engine step") in parts, parts
     assert sum(p["excess_ms"] for p in q["by_part"]) == pytest.approx(q["excess_ms"], abs=0.02)
-    request = next(c for c in main["calls"] if c["label"] == "vllm request")
-    assert q["first_ms"] == pytest.approx(request["first_ms"]) and q["steady_ms"] > 0
+    # the Worker's part of the first request holds its first prefill whole (the deepest call: nothing cuts it)
+    prefill = next(c for c in worker["calls"] if c["label"] == "vllm execute_model" and c["key"].startswith("prefill"))
+    worker_part = next(p for p in q["by_part"] if (p["pid"], p["part"]) == (worker["pid"], "vllm execute_model"))
+    assert worker_part["first_ms"] >= prefill["first_ms"] - 1e-3, (worker_part, prefill)
     # the steps of every later request counted are known: EngineCore's steps in the steady request too
     core_part = next(p for p in q["by_part"] if p["pid"] == core["pid"])
     assert core_part["steady_ms"] > 0, q
@@ -108,8 +110,8 @@ def test_a_warm_start_reads_as_a_compile_cache_load_and_compare_names_it(tmp_pat
         assert phases, [ph["name"] for ph in worker["phases"]]
         return phases[0]
 
-    assert re.match(r"[1-9]\d* graphs? compiled from scratch, 0 loaded from cache", warm_up(cold)["detail"]), warm_up(cold)
-    assert re.match(r"0 graphs compiled from scratch, [1-9]\d* loaded from cache", warm_up(warm)["detail"]), warm_up(warm)
+    assert re.search(r"(?<!\d)[1-9]\d* graphs? compiled from scratch, 0 loaded from cache", warm_up(cold)["detail"]), warm_up(cold)
+    assert re.search(r"(?<!\d)0 graphs compiled from scratch, [1-9]\d* loaded from cache", warm_up(warm)["detail"]), warm_up(warm)
     # the compile is most of the cold warm-up; the warm one loads (a ratio, not a time: load changes both)
     assert warm_up(warm)["ms"] < 0.5 * warm_up(cold)["ms"], (warm_up(cold)["ms"], warm_up(warm)["ms"])
     p = subprocess.run([sys.executable, "-m", "warmprof", "compare", str(tmp_path / "cold.json"), str(tmp_path / "warm.json")],

@@ -141,3 +141,40 @@ def test_the_requests_own_part_books_the_requests_own_causes_without_its_wait():
     assert part["excess_ms"] == pytest.approx(29.0)
     assert {c["cause"]: c["ms"] for c in part["causes"]} == {"wait": pytest.approx(20.0), "runtime_init": pytest.approx(3.0),
                                                                "cpu_contention": pytest.approx(2.0)}
+
+
+def test_a_call_nested_in_the_same_process_is_not_booked_twice():
+    # one process (vLLM's in-process executor, or nested --watch functions): a request 0-60 ms whose
+    # attribution holds a 20 ms compile, and a forward 10-40 ms inside it that did that compile
+    main = [_call("request", "k", 0, 60), _call("forward", "x", 10, 40),
+            _call("request", "k", 100, 130), _call("forward", "x", 105, 120),
+            _call("request", "k", 200, 230), _call("forward", "x", 205, 220)]
+    records = [SimpleNamespace(pid=1, meta={"calls": main})]
+    processes = {1: {"pid": 1, "role": "main", "calls": [
+        {"label": "request", "key": "k", "first_ms": 60.0, "steady_ms": 30.0, "excess_ms": 30.0,
+         "causes": [{"cause": "jit_compile", "ms": 20.0, "evidence": "measured"},
+                    {"cause": "wait", "ms": 4.0, "evidence": "measured"}]},
+        {"label": "forward", "key": "x", "first_ms": 30.0, "steady_ms": 15.0, "excess_ms": 15.0,
+         "causes": [{"cause": "jit_compile", "ms": 20.0, "evidence": "measured"}]}]}}
+    q = requests.first_request(records, processes, {}, 1, "request")
+    parts = {r["part"]: r for r in q["by_part"]}
+    assert parts["forward"]["excess_ms"] == pytest.approx(15.0) and parts[requests.OUTSIDE]["excess_ms"] == pytest.approx(15.0)
+    # the forward's part books the compile (capped at its 15 ms); the request's own part not again, and it keeps
+    # its own wait: no other process's call lies inside it
+    assert [(c["cause"], c["ms"]) for c in parts["forward"]["causes"]] == [("jit_compile", pytest.approx(15.0))]
+    assert [(c["cause"], c["ms"]) for c in parts[requests.OUTSIDE]["causes"]] == [("wait", pytest.approx(4.0))]
+    assert q["by_cause"] == {"jit_compile": pytest.approx(15.0), "wait": pytest.approx(4.0)}
+
+
+def test_the_parts_of_many_calls_are_cut_as_by_hand():
+    # calls that straddle the window's ends, equal depths (the later start owns), an odd count of later requests
+    calls = [(1, -5, 10, 2, "a"), (1, 5, 20, 3, "b"), (2, 8, 12, 4, "c"), (1, 50, 120, 2, "a")]
+    got = requests._parts((0, 100), calls, 1)
+    # 0-5 a; 5-8 b (later start); 8-12 c (deeper); 12-20 b; 20-50 outside; 50-100 a
+    assert got == {(2, "a"): 55, (3, "b"): 11, (4, "c"): 4, (1, requests.OUTSIDE): 30}
+    assert sum(got.values()) == 100
+    records, processes, children = _tree()
+    records[0].meta["calls"].append(_call("vllm request", "1 prompt", 300, 340))
+    q = requests.first_request(records, processes, children, 1, "vllm request")
+    assert q["later"] == 3 and q["steady_ms"] == pytest.approx(32.0)  # the median of 30, 32 and 40
+    assert sum(r["excess_ms"] for r in q["by_part"]) == pytest.approx(q["excess_ms"])

@@ -393,17 +393,17 @@ class Agent:
             if is_compiling() or getattr(depth, "n", False):
                 return fn(*args, **kwargs)
             depth.n = 1
-            agent.active_calls += 1  # (racy across threads: it only puts a checkpoint off)
             before = agent.call_clocks()
             t0 = _native.now_ns()
+            agent.active_calls += 1  # a checkpoint waits while it is above 0 (never below: a fork resets it)
             try:
                 return fn(*args, **kwargs)
             finally:
                 after = agent.call_clocks()  # inside the call's window: its last counter step is the call's
                 t1 = _native.now_ns()
                 depth.n = 0
-                agent.active_calls -= 1
                 agent.own(agent.call_done, label, t0, t1, args, kwargs, key, before, after)
+                agent.active_calls = max(0, agent.active_calls - 1)  # after its record: its end is seen
 
         watched.__wrapped__ = fn  # type: ignore[attr-defined]
         setattr(watched, TIMED, True)

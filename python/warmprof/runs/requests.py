@@ -13,9 +13,10 @@ and each part's excess (first less steady) adds up to the request's excess.
 Each part's excess is then booked to causes:
 - a part made of a process's calls: the excess causes of the calls in the first window that were the
   first at their key (as `first_calls` attributed them, each against the later calls at its key), up to
-  the part's excess (scaled down to it when they add up to more); a call that holds another process's
-  calls books no wait (what it waited on is the deeper part's); the request's own part, the request's own
-  causes (a request that waits on other processes: without its wait);
+  the part's excess (scaled down to it when they add up to more); the request's own part, the request's
+  own causes. A call books no wait where another process's calls lie inside it (what it waited on is the
+  deeper part's), nor the causes of its own process's first calls nested in it (first_calls measured it
+  over its whole window; those are booked in their own part);
 - a part whose process did not run first calls there: its extra wait for a CPU (the run delay its calls'
   or the request's clocks measured, first window less steady), up to the part's excess;
 - what is left is unattributed (negative where a part ran faster the first time).
@@ -23,6 +24,8 @@ Each part's excess is then booked to causes:
 
 from __future__ import annotations
 
+import bisect
+import heapq
 import statistics
 from typing import Any
 
@@ -45,16 +48,22 @@ def _depths(children: dict[int, list[int]], root: int) -> dict[int, int]:
 
 def _parts(window: tuple[int, int], calls: list[tuple[int, int, int, int, str]], root: int) -> dict[tuple[int, str], int]:
     """ns of the window owned by each (pid, label): at each instant the deepest call covering it (the one
-    that started last among equals), else (root, OUTSIDE). calls: (depth, start, end, pid, label)."""
+    that started last among equals), else (root, OUTSIDE). calls: (depth, start, end, pid, label). A sweep
+    over the calls' ends, the covering ones in a heap: O(n log n) in the calls inside the window."""
     a, b = window
-    inside = [(d, max(s, a), min(e, b), pid, lab) for d, s, e, pid, lab in calls if s < b and e > a]
-    cuts = sorted({a, b, *(s for _, s, _, _, _ in inside), *(e for _, _, e, _, _ in inside)})
+    inside = sorted((max(s, a), min(e, b), d, pid, lab) for d, s, e, pid, lab in calls if s < b and e > a)
+    cuts = sorted({a, b, *(s for s, _, _, _, _ in inside), *(e for _, e, _, _, _ in inside)})
     out: dict[tuple[int, str], int] = {}
+    heap: list[tuple[int, int, int, int, str]] = []  # (-depth, -start, end, pid, label): the owner on top
+    i = 0
     for lo, hi in zip(cuts, cuts[1:]):
-        if hi <= lo:
-            continue
-        over = [(d, s, pid, lab) for d, s, e, pid, lab in inside if s <= lo and e >= hi]
-        key = (max(over)[2], max(over)[3]) if over else (root, OUTSIDE)
+        while i < len(inside) and inside[i][0] <= lo:
+            s, e, d, pid, lab = inside[i]
+            heapq.heappush(heap, (-d, -s, e, pid, lab))
+            i += 1
+        while heap and heap[0][2] <= lo:  # ended: gone (lazily, once on top)
+            heapq.heappop(heap)
+        key = (heap[0][3], heap[0][4]) if heap else (root, OUTSIDE)
         out[key] = out.get(key, 0) + (hi - lo)
     return out
 
@@ -84,7 +93,7 @@ def first_request(records: list[Any], processes: dict[int, dict[str, Any]], chil
     spans = [(depth[p], int(c["start_ns"]), int(c["end_ns"]), p, c["label"])
              for p, m in metas.items() if p in depth and p != pid for c in m.get("calls", [])]
     spans += [(0, int(c["start_ns"]), int(c["end_ns"]), pid, c["label"])
-              for c in metas[pid].get("calls", []) if c is not first and c not in later and c["label"] != label]
+              for c in metas[pid].get("calls", []) if c["label"] != label]
 
     def window(c: dict[str, Any]) -> tuple[int, int]:
         return int(c["start_ns"]), int(c["end_ns"])
@@ -101,7 +110,7 @@ def first_request(records: list[Any], processes: dict[int, dict[str, Any]], chil
     keys = sorted(set(first_parts) | {k for p in steady_parts for k in p},
                   key=lambda k: (-(first_parts.get(k, 0) - sum(p.get(k, 0) for p in steady_parts) / len(middle)), k))
     # the first calls (at their key) of each process that lie inside the first window, with their causes
-    firsts: dict[tuple[int, str], list[dict[str, Any]]] = {}
+    firsts: dict[tuple[int, str], list[tuple[dict[str, Any], dict[str, Any]]]] = {}  # part -> [(call, entry)]
     a, b = window(first)
     for p, m in metas.items():
         if p not in depth:
@@ -116,19 +125,37 @@ def first_request(records: list[Any], processes: dict[int, dict[str, Any]], chil
             e = entries.get((c["label"], c["key"]))
             if e is None or not e.get("causes") or c is first or not (c["start_ns"] >= a and c["end_ns"] <= b):
                 continue
-            firsts.setdefault((p, c["label"]), []).append(e)
-
+            firsts.setdefault((p, c["label"]), []).append((c, e))
     # the request's own part: the request's own causes (first_calls attributed it on its thread, against
     # the later ones at its key)
     own = next((e for e in processes.get(pid, {}).get("calls", [])
                 if (e["label"], e["key"]) == (label, first["key"]) and e.get("causes")), None)
     if own is not None:
-        firsts[(pid, OUTSIDE)] = [own]
-    # parts whose calls hold another process's calls: their waits are the deeper parts' time, booked there
-    deeper = {(p, lab) for d, s, e, p, lab in spans if s >= a and e <= b
-              for d2, s2, e2, _, _ in spans if d2 > d and s <= s2 and e2 <= e}
-    if any(s < b and e > a for _, s, e, _, _ in spans):
-        deeper.add((pid, OUTSIDE))
+        firsts[(pid, OUTSIDE)] = [(first, own)]
+    # other processes' calls by start, to find those inside a call (its wait was theirs: booked there)
+    others = sorted((s, e, p) for _, s, e, p, _ in spans if s < b and e > a)
+    starts = [x[0] for x in others]
+
+    def holds_another_process(c: dict[str, Any], p: int) -> bool:
+        lo, hi = int(c["start_ns"]), int(c["end_ns"])
+        return any(e <= hi and q != p for _, e, q in others[bisect.bisect_left(starts, lo):bisect.bisect_left(starts, hi)])
+
+    def causes_of(c: dict[str, Any], e: dict[str, Any], p: int) -> dict[str, tuple[float, str]]:
+        """e's causes less those of the same process's first calls nested in c (theirs, booked in their own
+        part: first_calls measured c over its whole window), and without its wait where another process's
+        calls lie inside it."""
+        out = {x["cause"]: (float(x["ms"]), x["evidence"]) for x in e["causes"]}
+        for q_calls in (v for (q, _), v in firsts.items() if q == p):
+            for c2, e2 in q_calls:
+                if c2 is not c and c["start_ns"] <= c2["start_ns"] and c2["end_ns"] <= c["end_ns"]:
+                    for x in e2["causes"]:
+                        if x["cause"] in out:
+                            ms, ev = out[x["cause"]]
+                            out[x["cause"]] = (max(0.0, ms - float(x["ms"])), ev)
+        if Name.WAIT in out and holds_another_process(c, p):
+            del out[Name.WAIT]
+        return out
+
     rows: list[dict[str, Any]] = []
     by_cause: dict[str, float] = {}
     unattributed = 0.0
@@ -141,14 +168,12 @@ def first_request(records: list[Any], processes: dict[int, dict[str, Any]], chil
                                "causes": []}
         booked: list[dict[str, Any]] = []
         if excess > 0 and key in firsts:
-            for e in firsts[key]:
-                for c in e["causes"]:
-                    if c["cause"] == Name.WAIT and key in deeper:
-                        continue
-                    booked.append({"cause": c["cause"], "ms": c["ms"], "evidence": c["evidence"],
-                                   "detail": f"the first {lab} [{e['key']}] (its excess against its later calls)"})
+            for c, e in firsts[key]:
+                for cause, (ms, evidence) in causes_of(c, e, p).items():
+                    booked.append({"cause": cause, "ms": ms, "evidence": evidence,
+                                   "detail": f"the first {e['label']} [{e['key']}] (its excess against its later calls)"})
             row["first_calls"] = [{"key": e["key"], "first_ms": e["first_ms"], "steady_ms": e["steady_ms"],
-                                   "excess_ms": e["excess_ms"]} for e in firsts[key]]
+                                   "excess_ms": e["excess_ms"]} for _, e in firsts[key]]
         elif excess > 0:
             if key == (pid, OUTSIDE):  # the request's own clocks
                 d_first = int(first.get("run_delay_ns", 0))
