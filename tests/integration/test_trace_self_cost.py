@@ -2,6 +2,7 @@
 pass, and first-call Python work no instrument brackets, on real torch models on the CPU."""
 
 import contextlib
+import re
 import statistics
 import sys
 import time
@@ -84,8 +85,15 @@ def test_expensive_hooks_are_measured_on_the_model_not_on_identity():
     assert own.ms >= calls * r.protocol.calibration["hook_cost_ns"] / 1e6 * (1 - 1e-9)
     (again,) = [c for c in r.seen_rerun_causes if c.cause == "profiler_overhead"]
     if "capped at what this pass took" in again.detail:  # a re-run quicker than steady plus the figure
-        # Never below the calibrated floor, which both passes share: capped there, the two are equal.
-        assert again.ms <= own.ms * (1 + 1e-9)
+        # Capped at what the re-run took over the clean steady median: never more than the difference
+        # measured (both passes share it, printed to 3 decimals), and no more than the first pass's figure
+        # where that one is the measured figure whole. (Each pass is capped at its own time: under load the
+        # first pass's own cap can be the lower one, 0.299 ms against the re-run's 0.352 ms, both under
+        # the measured difference.)
+        measured = float(re.search(r"the difference measured \(([\d.]+) ms\)", again.detail).group(1))
+        assert again.ms <= measured + 5e-4, again.detail
+        if "capped at what this pass took" not in own.detail:
+            assert again.ms <= own.ms * (1 + 1e-9)
     else:
         assert again.ms == pytest.approx(own.ms)
     # The clean steady passes keep their meaning: the instrumented ones are kept apart.
