@@ -179,9 +179,9 @@ def first_request(records: list[Any], processes: dict[int, dict[str, Any]], chil
                 d_first = int(first.get("run_delay_ns", 0))
                 d_steady = steady_of(lambda c: int(c.get("run_delay_ns", 0)))
             else:  # the part's process's calls of that label inside each window
-                own = [c for c in metas[p].get("calls", []) if c["label"] == lab]
-                d_first = _delay(window(first), own)
-                d_steady = steady_of(lambda c: _delay(window(c), own))
+                same = [c for c in metas[p].get("calls", []) if c["label"] == lab]
+                d_first = _delay(window(first), same)
+                d_steady = steady_of(lambda c: _delay(window(c), same))
             extra = (d_first - d_steady) / 1e6
             if extra > 0:
                 booked.append({"cause": Name.CPU_CONTENTION, "ms": extra, "evidence": "measured",
