@@ -14,6 +14,7 @@
 #include "core/causes.h"
 #include "core/clock.h"
 #include "core/fd_tap.h"
+#include "core/stdio_tap.h"
 #include "core/host.h"
 #include "core/recorder.h"
 
@@ -1114,6 +1115,35 @@ PYBIND11_MODULE(_native, m) {
     return fd_tap::forward(read_fd, out_fd);
   }, py::arg("read_fd"), py::arg("out_fd"), "Forward read_fd to out_fd on a detached thread until it ends (takes both).");
 
+  // C stdout tap (core/stdio_tap.h): `warmprof run`'s agent takes oneDNN's creation lines out of a
+  // process's C stdout for its whole life, each a span of `cause` on the printing thread.
+  m.def("stdio_tap_start", [](std::vector<std::string> prefixes, int cause) {
+    if (cause < 0 || cause >= kNumCauses) throw py::value_error("cause out of range");
+    return stdio_tap::start(prefixes, uint8_t(cause));
+  }, py::arg("prefixes"), py::arg("cause"),
+     "Swap C stdout for a line filter (glibc): lines from a prefix are taken, creation misses recorded; "
+     "'' on success, else the reason.");
+  m.def("stdio_tap_stop", [] {
+    py::gil_scoped_release nogil;  // a thread printing through the tap may wait for the GIL
+    stdio_tap::stop();
+  }, "C stdout back (flushed); a no-op without a tap.");
+  m.def("stdio_tap_stats", [] {
+    stdio_tap::Stats s;
+    {
+      py::gil_scoped_release nogil;
+      s = stdio_tap::stats();
+    }
+    py::dict d;
+    d["on"] = s.on;
+    d["lines"] = s.lines;
+    d["misses"] = s.misses;
+    d["hits"] = s.hits;
+    d["miss_ms"] = s.miss_ms;
+    d["passed"] = s.passed;
+    d["write_error"] = s.write_error;
+    return d;
+  }, "The C stdout tap's counts: taken lines, creation misses (recorded) and hits, bytes let through.");
+
   // Test-only entry points, kept apart so the module's own surface is what the package uses:
   // recorder capacity, the clock's statistics, synthetic CUPTI callbacks, the tap's splitter.
   py::module_ t = m.def_submodule("_testing", "Test-only entry points (tests/, bench/), not the package's API.");
@@ -1174,6 +1204,18 @@ PYBIND11_MODULE(_native, m) {
      "Heap bytes taken by `kernels` first launches through the handler (0: the hot path allocates nothing).");
   t.def("cupti_enabled_callbacks", &backends::cupti::enabled_callbacks,
         "(domain, cbid) pairs the subscriber enables, from start()'s own enabling routine.");
+  t.def("stdio_split", [](std::vector<std::string> chunks, std::vector<std::string> prefixes) {
+    std::string out;
+    std::vector<std::string> lines;
+    stdio_tap::split(chunks, prefixes, &out, &lines);
+    py::list pylines;
+    for (const std::string& l : lines) pylines.append(py::bytes(l));
+    return py::make_tuple(py::bytes(out), pylines);
+  }, py::arg("chunks"), py::arg("prefixes"), "The C stdout tap's filter over chunks (each one write): (passthrough, lines).");
+  t.def("stdio_parse", [](const std::string& line) {
+    stdio_tap::Creation c = stdio_tap::parse(line);
+    return py::make_tuple(c.outcome, c.primitive, c.ms);
+  }, py::arg("line"), "A oneDNN line as the C stdout tap reads it: (outcome, primitive, ms; -1 if unreadable).");
   t.def("tap_split", [](std::vector<std::string> chunks, std::vector<std::string> prefixes, py::bytes marker) {
     std::string mk = marker;
     if (mk.empty()) throw py::value_error("marker must not be empty");

@@ -47,26 +47,6 @@ class Fd {
   int fd_;
 };
 
-// All of [p, p + n) to fd, resuming partial writes; false with errno set on failure.
-bool write_all(int fd, const char* p, size_t n) {
-  while (n > 0) {
-    ssize_t k = ::write(fd, p, n);
-    if (k > 0) {
-      p += k;
-      n -= size_t(k);
-    } else if (k < 0 && errno == EINTR) {
-      continue;
-    } else if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      pollfd pf{fd, POLLOUT, 0};  // someone made stdout non-blocking: wait until it takes bytes
-      ::poll(&pf, 1, -1);
-    } else {
-      if (k == 0) errno = EIO;
-      return false;
-    }
-  }
-  return true;
-}
-
 short poll_now(int fd, int timeout_ms = 0) {
   pollfd pf{fd, POLLIN, 0};
   return ::poll(&pf, 1, timeout_ms) > 0 ? pf.revents : 0;
@@ -104,6 +84,25 @@ class Collect final : public Splitter::Sink {
 };
 
 }  // namespace
+
+bool write_all(int fd, const char* p, size_t n) {
+  while (n > 0) {
+    ssize_t k = ::write(fd, p, n);
+    if (k > 0) {
+      p += k;
+      n -= size_t(k);
+    } else if (k < 0 && errno == EINTR) {
+      continue;
+    } else if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      pollfd pf{fd, POLLOUT, 0};  // someone made stdout non-blocking: wait until it takes bytes
+      ::poll(&pf, 1, -1);
+    } else {
+      if (k == 0) errno = EIO;
+      return false;
+    }
+  }
+  return true;
+}
 
 // --- the splitter ---
 

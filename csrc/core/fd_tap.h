@@ -15,6 +15,10 @@
 
 namespace warmprof::fd_tap {
 
+// All of [p, p + n) to fd, resuming partial writes and waiting out a non-blocking fd that is full;
+// false with errno set on failure.
+bool write_all(int fd, const char* p, size_t n);
+
 constexpr size_t kMaxLine = 64 << 10;        // longer than any oneDNN line: past it, the user's text
 constexpr size_t kMaxStoredLines = 20000;    // taken lines kept until take(); past it, counted only
 constexpr size_t kMaxStoredBytes = 16 << 20;

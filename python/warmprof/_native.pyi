@@ -274,6 +274,16 @@ def tap_stop(grace_s: float, busy_s: float) -> tuple[str, int]:
 def tap_forward(read_fd: int, out_fd: int) -> str:
     """Forward read_fd to out_fd on a detached thread until it ends (takes both)."""
 
+# C stdout tap (runs/onednn.py): oneDNN's creation lines taken out of a process's C stdout (glibc).
+def stdio_tap_start(prefixes: list[str], cause: int) -> str:
+    """Swap C stdout for a line filter (glibc): lines from a prefix are taken, creation misses recorded; '' on success, else the reason."""
+
+def stdio_tap_stop() -> None:
+    """C stdout back (flushed); a no-op without a tap."""
+
+def stdio_tap_stats() -> dict[str, Any]:
+    """The C stdout tap's counts: taken lines, creation misses (recorded) and hits, bytes let through."""
+
 # Test-only entry points (tests/, bench/): the submodule `_native._testing`.
 class _TestingModule:
     @staticmethod
@@ -309,6 +319,12 @@ class _TestingModule:
     @staticmethod
     def cupti_enabled_callbacks() -> list[tuple[int, int]]:
         """(domain, cbid) pairs the subscriber enables, from start()'s own enabling routine."""
+    @staticmethod
+    def stdio_split(chunks: list[bytes], prefixes: list[str]) -> tuple[bytes, list[bytes]]:
+        """The C stdout tap's filter over chunks (each one write): (passthrough, lines)."""
+    @staticmethod
+    def stdio_parse(line: str) -> tuple[str, str, float]:
+        """A oneDNN line as the C stdout tap reads it: (outcome, primitive, ms; -1 if unreadable)."""
     @staticmethod
     def tap_split(chunks: list[bytes], prefixes: list[bytes], marker: bytes) -> tuple[bytes, list[bytes], list[int]]:
         """The reader's splitter over chunks (b'' = the pipe is empty here): (passthrough, lines, segments)."""

@@ -148,6 +148,7 @@ COUNT_UNITS: dict[str, tuple[str, str] | None] = {
     "cudnn": ("call", "calls"),  # convolution calls bracketed: cuDNN's first call, a benchmark find
     "onednn": ("primitive", "primitives"),  # oneDNN primitives created (cache misses its verbose output placed)
     "python_import": ("import", "imports"),
+    "python_metadata": ("scan", "scans"),  # importlib.metadata.entry_points() calls (import_spans.time_metadata_scans)
     "mps": ("compile", "compiles"),  # mps:compile_shader
     "cupy": ("call", "calls"),  # CuPy's kernel-cache misses and the NVRTC/NVCC compiles inside them
     # Estimators (attribution.estimators, attribution.off_cpu)

@@ -119,4 +119,32 @@ class ImportFinder:
         return None
 
 
-__all__ = ["ImportFinder", "SOURCE", "TimedLoader"]
+METADATA_SOURCE = "python_metadata"
+_TIMED = "_warmprof_timed_scan"
+
+
+def time_metadata_scans(module: Any) -> None:
+    """importlib.metadata's entry_points() reads every installed distribution's metadata (hundreds of
+    small files in a serving venv) on each call: plugin lookups do it, some on the first request (vLLM's
+    logits-processor plugins). Each call becomes a span `python_metadata:entry_points` (runtime_init,
+    measured); called through the module's attribute, as `from importlib.metadata import entry_points`
+    inside a function does. `module` is importlib.metadata, hooked as it is first imported."""
+    fn = getattr(module, "entry_points", None)
+    if fn is None or getattr(fn, _TIMED, False):
+        return
+    nid = _native.intern(f"{METADATA_SOURCE}:entry_points")
+
+    def entry_points(*args: Any, **kwargs: Any) -> Any:
+        _native.begin(RUNTIME_INIT, nid)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _native.end(RUNTIME_INIT, nid)
+
+    entry_points.__wrapped__ = fn  # type: ignore[attr-defined]
+    entry_points.__doc__, entry_points.__name__, entry_points.__qualname__ = fn.__doc__, fn.__name__, fn.__qualname__
+    setattr(entry_points, _TIMED, True)
+    module.entry_points = entry_points
+
+
+__all__ = ["ImportFinder", "METADATA_SOURCE", "SOURCE", "TimedLoader", "time_metadata_scans"]

@@ -56,3 +56,33 @@ def test_a_module_already_imported_never_reaches_the_finder(package):
     finally:
         sys.meta_path.remove(finder)
     assert finder.imports == 0
+
+
+def test_an_entry_points_scan_is_a_span_of_runtime_init_and_answers_as_before():
+    import importlib.metadata
+    from types import SimpleNamespace
+
+    calls = []
+
+    def entry_points(**kw):
+        calls.append(kw)
+        if kw.get("group") == "bad":
+            raise LookupError("no such group")
+        return importlib.metadata.entry_points(**kw)
+
+    md = SimpleNamespace(entry_points=entry_points)
+    import_spans.time_metadata_scans(md)
+    timed = md.entry_points
+    import_spans.time_metadata_scans(md)  # hooked twice (a module imported again): wrapped once
+    assert md.entry_points is timed and timed is not entry_points and timed.__name__ == "entry_points"
+    with Recording() as rec:
+        got = md.entry_points(group="console_scripts")
+        with pytest.raises(LookupError, match="no such group"):
+            md.entry_points(group="bad")
+    assert got == importlib.metadata.entry_points(group="console_scripts")
+    assert calls == [{"group": "console_scripts"}, {"group": "bad"}]
+    tl = rec.drain()
+    nid = timeline.name_id("python_metadata:entry_points")
+    begins, ends = np.flatnonzero((tl.name == nid) & (tl.kind == timeline.BEGIN)), np.flatnonzero((tl.name == nid) & (tl.kind == timeline.END))
+    assert len(begins) == len(ends) == 2  # the raising call's span closed too
+    assert set(tl.cause[begins]) == {timeline.RUNTIME_INIT}

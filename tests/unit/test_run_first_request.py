@@ -110,6 +110,19 @@ def test_two_first_calls_in_one_part_book_one_entry_per_cause():
     assert sum(r["excess_ms"] for r in q["by_part"]) == pytest.approx(q["excess_ms"])
 
 
+def test_one_cause_from_two_sources_in_a_call_is_booked_whole():
+    # a first prefill's disk reads outside oneDNN's creations and inside them are two entries of one cause
+    # (sources storage and storage_in:onednn): the part books both (it kept only the last, 0.5 of 3.5 ms)
+    records, processes, children = _tree()
+    processes[3]["calls"][0]["causes"] = [{"cause": "disk_read", "ms": 3.0, "evidence": "measured", "source": "storage"},
+                                          {"cause": "jit_compile", "ms": 1.0, "evidence": "measured", "source": "onednn"},
+                                          {"cause": "disk_read", "ms": 0.5, "evidence": "measured", "source": "storage_in:onednn"}]
+    q = requests.first_request(records, processes, children, 1, "vllm request")
+    worker = next(r for r in q["by_part"] if r["pid"] == 3)
+    assert [(c["cause"], c["ms"]) for c in worker["causes"]] == [("disk_read", pytest.approx(3.5)),
+                                                                  ("jit_compile", pytest.approx(1.0))]
+
+
 def test_the_text_says_each_parts_excess_and_the_share_with_a_cause():
     records, processes, children = _tree()
     q = requests.first_request(records, processes, children, 1, "vllm request")

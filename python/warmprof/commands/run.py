@@ -33,6 +33,9 @@ def setup(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-cupti", action="store_true",
                         help="do not subscribe CUPTI in a process that imports torch.cuda (CUDA's context creation, "
                              "module loads, allocations and graph capture are then not named)")
+    parser.add_argument("--no-onednn", action="store_true",
+                        help="do not turn oneDNN's creation timings on in the tree (ONEDNN_VERBOSE=profile_create, its lines "
+                             "taken out of each process's C stdout): its primitive creations are then not named")
     parser.add_argument("--timeout", dest="run_timeout", type=float, default=None, metavar="S",
                         help="end the command (SIGINT) after S seconds; the report covers what ran")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
@@ -76,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     say = (lambda line: None) if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     opts = Options(watch=list(args.watch), calls=args.calls, ready_after=args.ready_after, sample_ms=args.sample_ms,
                    engines=not args.no_engines, timeout_s=args.run_timeout, phases=list(args.phase),
-                   cupti=not args.no_cupti)
+                   cupti=not args.no_cupti, onednn=not args.no_onednn)
     say(f"warmprof run: {' '.join(argv)}")
     out = run_command(argv, opts, say)
     try:

@@ -113,7 +113,8 @@ class RunTextRenderer(Renderer):
                 continue
             out += ["", f"{pad}{one_line(p['role'])} (pid {p['pid']}{', parent ' + str(p['parent']) if p.get('parent') else ''}): "
                         f"{_ms(p['start_ms'])} .. {_ms(p['end_ms'])}, ended by {one_line(p.get('end', ''))}; "
-                        f"warmprof's own {_ms(p.get('own_ms', 0.0))}" + _cupti_said(p.get("cupti"))]
+                        f"warmprof's own {_ms(p.get('own_ms', 0.0))}" + _cupti_said(p.get("cupti")) +
+                        _onednn_said(p.get("onednn"))]
             phases = p["phases"]
             shown = sorted(phases, key=lambda ph: -ph["ms"])[:SHOWN_PHASES]
             keep = {id(ph) for ph in shown}
@@ -178,6 +179,15 @@ def _depth(r: Any, p: dict[str, Any]) -> int:
         at = pids[at["parent"]]
         d += 1
     return d
+
+
+def _onednn_said(state: Any) -> str:
+    """oneDNN's primitive creations in the process (each a jit_compile span), or why they went untimed."""
+    if not state:
+        return ""
+    if state.get("on") is False:
+        return f"; oneDNN's creations untimed: {one_line(str(state.get('why', '')))}"
+    return f"; oneDNN made {state.get('creations', 0)} primitive(s) in {_ms(float(state.get('creation_ms', 0.0)))}"
 
 
 def _cupti_said(state: Any) -> str:

@@ -19,7 +19,7 @@ _PROCESS = S.Obj({"pid": S.NON_NEGATIVE_INT, "role": S.STR, "start_ms": S.NUM, "
                  {"ppid": S.NON_NEGATIVE_INT, "parent": S.Nullable(S.NON_NEGATIVE_INT), "title": S.STR,
                   "argv": S.ListOf(S.STR), "end": S.STR, "own_ms": S.NUM, "calls": S.ListOf(S.ANY),
                   "engine": S.MapOf(S.ANY), "samples_ms": S.NUM, "dropped": S.NON_NEGATIVE_INT,
-                  "cupti": S.MapOf(S.ANY)})
+                  "cupti": S.MapOf(S.ANY), "onednn": S.MapOf(S.ANY)})
 _PATH = S.Obj({"ms": S.NUM, "by_phase": S.ListOf(S.ANY), "by_cause": S.MapOf(S.NUM), "own_ms": S.NUM,
                "unattributed_ms": S.NUM}, {"by_process": S.MapOf(S.NUM)})
 _SPLIT = S.Obj({"pid": S.NON_NEGATIVE_INT, "label": S.STR, "first_ms": S.NUM, "steady_ms": S.NUM, "excess_ms": S.NUM,

@@ -32,8 +32,8 @@ import time
 from typing import Any, Callable
 
 from .. import _native
-from ..import_spans import SOURCE as IMPORT_SOURCE, ImportFinder
-from . import cupti
+from ..import_spans import SOURCE as IMPORT_SOURCE, ImportFinder, time_metadata_scans
+from . import cupti, onednn
 from .procfs import clk_tck, comm_name, mp_name, process_start_ns, process_title, read_file, shapes_key, thread_clocks
 
 ENV_DIR = "WARMPROF_RUN_DIR"
@@ -130,9 +130,11 @@ class Agent:
         _native.start(2)
         _native.begin(PROFILER_OVERHEAD, self.own_nid)
         try:
+            self.onednn = onednn.start()  # before oneDNN reads its settings: its creation lines, each a span
             self.finder = ImportFinder(on_executed=self.imported)
             sys.meta_path.insert(0, self.finder)
             self.on_import("logging", self._attach_logging)
+            self.on_import("importlib.metadata", time_metadata_scans)
             self.on_import("torch._dynamo.callback", self._attach_dynamo)
             self.on_import("torch._dynamo.aot_compile", self._attach_aot_compile)
             if self.watch:
@@ -647,6 +649,7 @@ class Agent:
             "logs": list(self.logs), "calls": list(self.calls), "builds": list(self.builds),
             "compiles": list(self.compiles), "marks": list(self.marks), "fn_phases": list(self.fn_phases),
             "engine": self.engine, "sample_ms": self.sample_s * 1000.0, "cupti": self.cupti,
+            "onednn": onednn.stats(getattr(self, "onednn", {})),
         }
         with open(base + ".json.tmp", "w") as f:
             json.dump(meta, f)

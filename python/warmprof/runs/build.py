@@ -41,6 +41,8 @@ def build_report(out: Outcome, opts: Options, calibration: Any, calibration_dict
 
     records, problems = M.read_records(out.out_dir)
     notes = list(problems)
+    if opts.onednn_off and opts.onednn:
+        notes.append(f"oneDNN's primitive creations were not timed: {opts.onednn_off}")
     M.check_records(records)
     pids = {r.pid for r in records}
     tree = M.Tree()
@@ -64,6 +66,9 @@ def build_report(out: Outcome, opts: Options, calibration: Any, calibration_dict
         }
         if m.get("cupti"):  # CUDA started in this process: CUPTI's state (on, or off and why)
             entry["cupti"] = dict(m["cupti"])
+        dnnl = m.get("onednn") or {}
+        if dnnl.get("creations") or dnnl.get("on") is False:  # oneDNN made primitives here, or its tap could not go on
+            entry["onednn"] = dict(dnnl)
         if checks:
             entry["engine"] = {"name": m.get("engine", ""), "checks": checks}
             engine_checks += [{**c, "pid": r.pid} for c in checks]

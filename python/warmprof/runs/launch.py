@@ -26,7 +26,7 @@ from typing import Any, Callable
 from .. import _native
 from ..errors import InputError
 from ..system import supervise
-from . import agent as A
+from . import agent as A, onednn
 
 BOOT = str(Path(__file__).resolve().parent / "boot")
 GRACE_S = 30.0  # after Ctrl-C or --calls: the command's own shutdown (vLLM stops its engine processes)
@@ -44,6 +44,8 @@ class Options:
     timeout_s: float | None = None
     phases: list[str] = field(default_factory=list)  # "module:function" or "module:Class.method", [=NAME]
     cupti: bool = True
+    onednn: bool = True  # oneDNN's creation lines on for the tree (runs/onednn.py)
+    onednn_off: str = ""  # set by environment(): why they are not ("" when on)
 
 
 @dataclass
@@ -87,6 +89,7 @@ def environment(out_dir: str, opts: Options) -> dict[str, str]:
     if opts.phases:
         env[A.ENV_PHASES] = ";".join(opts.phases)
     env[A.ENV_CUPTI] = "auto" if opts.cupti else "off"
+    opts.onednn_off = onednn.environment(env, opts.onednn)
     return env
 
 

@@ -140,20 +140,23 @@ def first_request(records: list[Any], processes: dict[int, dict[str, Any]], chil
         lo, hi = int(c["start_ns"]), int(c["end_ns"])
         return any(e <= hi and q != p for _, e, q in others[bisect.bisect_left(starts, lo):bisect.bisect_left(starts, hi)])
 
-    def causes_of(c: dict[str, Any], e: dict[str, Any], p: int) -> dict[str, tuple[float, str]]:
-        """e's causes less those of the same process's first calls nested in c (theirs, booked in their own
-        part: first_calls measured c over its whole window), and without its wait where another process's
-        calls lie inside it."""
-        out = {x["cause"]: (float(x["ms"]), x["evidence"]) for x in e["causes"]}
+    def causes_of(c: dict[str, Any], e: dict[str, Any], p: int) -> dict[tuple[str, str], float]:
+        """e's causes by (cause, evidence), summed over their sources (a call's disk reads outside and inside
+        oneDNN's creations are two entries), less those of the same process's first calls nested in c (theirs,
+        booked in their own part: first_calls measured c over its whole window), and without its wait where
+        another process's calls lie inside it."""
+        out: dict[tuple[str, str], float] = {}
+        for x in e["causes"]:
+            out[(x["cause"], x["evidence"])] = out.get((x["cause"], x["evidence"]), 0.0) + float(x["ms"])
         for q_calls in (v for (q, _), v in firsts.items() if q == p):
             for c2, e2 in q_calls:
                 if c2 is not c and c["start_ns"] <= c2["start_ns"] and c2["end_ns"] <= c["end_ns"]:
                     for x in e2["causes"]:
-                        if x["cause"] in out:
-                            ms, ev = out[x["cause"]]
-                            out[x["cause"]] = (max(0.0, ms - float(x["ms"])), ev)
-        if Name.WAIT in out and holds_another_process(c, p):
-            del out[Name.WAIT]
+                        k = (x["cause"], x["evidence"])
+                        if k in out:
+                            out[k] = max(0.0, out[k] - float(x["ms"]))
+        if holds_another_process(c, p):
+            out = {k: ms for k, ms in out.items() if k[0] != Name.WAIT}
         return out
 
     rows: list[dict[str, Any]] = []
@@ -169,7 +172,7 @@ def first_request(records: list[Any], processes: dict[int, dict[str, Any]], chil
         booked: list[dict[str, Any]] = []
         if excess > 0 and key in firsts:
             for c, e in firsts[key]:
-                for cause, (ms, evidence) in causes_of(c, e, p).items():
+                for (cause, evidence), ms in causes_of(c, e, p).items():
                     booked.append({"cause": cause, "ms": ms, "evidence": evidence,
                                    "detail": f"the first {e['label']} [{e['key']}] (its excess against its later calls)"})
             row["first_calls"] = [{"key": e["key"], "first_ms": e["first_ms"], "steady_ms": e["steady_ms"],
