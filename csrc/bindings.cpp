@@ -1204,14 +1204,15 @@ PYBIND11_MODULE(_native, m) {
      "Heap bytes taken by `kernels` first launches through the handler (0: the hot path allocates nothing).");
   t.def("cupti_enabled_callbacks", &backends::cupti::enabled_callbacks,
         "(domain, cbid) pairs the subscriber enables, from start()'s own enabling routine.");
-  t.def("stdio_split", [](std::vector<std::string> chunks, std::vector<std::string> prefixes) {
+  t.def("stdio_split", [](std::vector<std::string> chunks, std::vector<std::string> prefixes, std::vector<bool> cut) {
     std::string out;
     std::vector<std::string> lines;
-    stdio_tap::split(chunks, prefixes, &out, &lines);
+    stdio_tap::split(chunks, cut, prefixes, &out, &lines);
     py::list pylines;
     for (const std::string& l : lines) pylines.append(py::bytes(l));
     return py::make_tuple(py::bytes(out), pylines);
-  }, py::arg("chunks"), py::arg("prefixes"), "The C stdout tap's filter over chunks (each one write): (passthrough, lines).");
+  }, py::arg("chunks"), py::arg("prefixes"), py::arg("cut") = std::vector<bool>(),
+     "The C stdout tap's filter over chunks (each one write; cut[i]: it may end mid-line): (passthrough, lines).");
   t.def("stdio_parse", [](const std::string& line) {
     stdio_tap::Creation c = stdio_tap::parse(line);
     return py::make_tuple(c.outcome, c.primitive, c.ms);

@@ -1,9 +1,12 @@
 #include "core/stdio_tap.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <new>
 
@@ -20,11 +23,59 @@ namespace warmprof::stdio_tap {
 
 // --- the filter ---
 
-void Filter::feed(const char* p, size_t n, Sink& sink) {
+namespace {
+
+// "v<digits>," at k: oneDNN's version tag after its prefix ("onednn_verbose,v1,...").
+bool version_tag_at(const std::string& d, size_t k) {
+  if (k >= d.size() || d[k] != 'v') return false;
+  size_t j = k + 1;
+  while (j < d.size() && std::isdigit(static_cast<unsigned char>(d[j]))) ++j;
+  return j > k + 1 && j < d.size() && d[j] == ',';
+}
+
+// The rest of d from k could still become a version tag (the data ran out before it could tell).
+bool maybe_version_tag(const std::string& d, size_t k) {
+  if (k >= d.size()) return true;
+  if (d[k] != 'v') return false;
+  for (size_t j = k + 1; j < d.size(); ++j) {
+    if (d[j] == ',') return false;  // complete: version_tag_at decided it
+    if (!std::isdigit(static_cast<unsigned char>(d[j]))) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+size_t Filter::find_start(const std::string& data, size_t i, size_t* undecided) const {
+  auto starts_line = [&](size_t k) { return k == 0 ? line_start_ : data[k - 1] == '\n'; };
+  size_t best = std::string::npos;
+  *undecided = std::string::npos;
+  for (const std::string& pre : prefixes_) {
+    if (pre.empty()) continue;
+    for (size_t k = data.find(pre, i); k != std::string::npos && k < best; k = data.find(pre, k + 1)) {
+      size_t after = k + pre.size();
+      if (starts_line(k) || version_tag_at(data, after)) {
+        best = k;
+        break;
+      }
+      if (maybe_version_tag(data, after)) *undecided = std::min(*undecided, k);
+    }
+    // the data's end is a prefix's beginning: undecided until the rest comes
+    for (size_t len = std::min(pre.size() - 1, data.size() - i); len > 0; --len)
+      if (data.compare(data.size() - len, len, pre, 0, len) == 0) {
+        *undecided = std::min(*undecided, data.size() - len);
+        break;
+      }
+  }
+  return best;
+}
+
+bool Filter::feed(const char* p, size_t n, bool cut, Sink& sink) {
   std::string data;
   data.reserve(held_.size() + n);
   data.append(held_).append(p, n);
   held_.clear();
+  bool ok = true;
   size_t i = 0;
   while (i < data.size()) {
     if (in_line_) {
@@ -32,11 +83,12 @@ void Filter::feed(const char* p, size_t n, Sink& sink) {
       if (nl == std::string::npos) {
         line_.append(data, i, std::string::npos);
         if (line_.size() > kMaxLine) {  // no oneDNN line is this long: the user's text
-          sink.out(line_.data(), line_.size());
+          ok = sink.out(line_.data(), line_.size()) && ok;
           line_.clear();
           in_line_ = false;
+          line_start_ = false;
         }
-        return;
+        return ok;
       }
       line_.append(data, i, nl - i);
       sink.line(line_);
@@ -45,36 +97,29 @@ void Filter::feed(const char* p, size_t n, Sink& sink) {
       i = nl + 1;
       continue;
     }
-    // The earliest prefix from i: at a line's start, or after a partial line of the user's.
-    size_t at = std::string::npos;
-    for (const std::string& pre : prefixes_) {
-      if (pre.empty()) continue;
-      size_t k = data.find(pre, i);
-      if (k < at) at = k;
-    }
+    size_t undecided = std::string::npos;
+    size_t at = find_start(data, i, &undecided);
     if (at != std::string::npos) {
-      if (at > i) sink.out(data.data() + i, at - i);
+      if (at > i) ok = sink.out(data.data() + i, at - i) && ok;
       in_line_ = true;
       i = at;
       continue;
     }
-    // No prefix: all goes out but an end long enough that may be the start of one.
-    size_t keep = 0;
-    for (const std::string& pre : prefixes_)
-      for (size_t len = std::min(pre.size() - 1, data.size() - i); len >= kMinHeld && len > keep; --len)
-        if (data.compare(data.size() - len, len, pre, 0, len) == 0) {
-          keep = len;
-          break;
-        }
-    if (data.size() - keep > i) sink.out(data.data() + i, data.size() - keep - i);
-    held_.assign(data, data.size() - keep, keep);
-    return;
+    // No taken line from i: all of it goes out, but for a cut write's end that may begin one.
+    size_t keep_from = cut && undecided != std::string::npos ? undecided : data.size();
+    if (keep_from > i) ok = sink.out(data.data() + i, keep_from - i) && ok;
+    if (keep_from > 0) line_start_ = data[keep_from - 1] == '\n';
+    held_.assign(data, keep_from, std::string::npos);
+    return ok;
   }
+  if (!data.empty()) line_start_ = data.back() == '\n';
+  return ok;
 }
 
 void Filter::finish(Sink& sink) {
   if (in_line_ && !line_.empty()) sink.out(line_.data(), line_.size());
   if (!held_.empty()) sink.out(held_.data(), held_.size());
+  if (in_line_ || !held_.empty()) line_start_ = false;
   line_.clear();
   held_.clear();
   in_line_ = false;
@@ -107,7 +152,10 @@ namespace {
 struct Collect : Filter::Sink {
   std::string out_;
   std::vector<std::string> lines_;
-  void out(const char* d, size_t n) override { out_.append(d, n); }
+  bool out(const char* d, size_t n) override {
+    out_.append(d, n);
+    return true;
+  }
   void line(const std::string& l) override { lines_.push_back(l); }
 };
 
@@ -120,14 +168,17 @@ struct Tap : Filter::Sink {
   uint8_t cause = 0;
   int fd = 1;
   Stats st;  // guarded by the FILE's lock (writes) and g_mu (start/stop/stats)
+  std::unique_ptr<char[]> buffer;  // the FILE's (kBuffer bytes: a full one is a cut write)
+  int err = 0;                     // errno of the last failed passthrough in the current write
 
-  void out(const char* d, size_t n) override {
-    if (!st.write_error.empty()) return;
+  bool out(const char* d, size_t n) override {
     if (fd_tap::write_all(fd, d, n)) {
       st.passed += n;
-    } else {
-      st.write_error = std::strerror(errno);
+      return true;
     }
+    err = errno;
+    if (st.write_error.empty()) st.write_error = std::strerror(err);  // the first, said in the record
+    return false;
   }
   void line(const std::string& l) override {
     ++st.lines;
@@ -151,8 +202,16 @@ std::mutex g_mu;
 // A fork child gets the mutex as some other thread may have held it at the fork: made anew there.
 void remake_mutex() { new (&g_mu) std::mutex(); }
 
+// glibc writes a full buffer where a line runs past it (and large writes in whole buffers): only such a
+// write may end mid-line. A failed passthrough is a failed write (ferror, printf's -1), as it was.
 ssize_t cookie_write(void* cookie, const char* buf, size_t size) {
-  static_cast<Tap*>(cookie)->filter.feed(buf, size, *static_cast<Tap*>(cookie));
+  auto* t = static_cast<Tap*>(cookie);
+  bool cut = size >= kBuffer && size % kBuffer == 0;
+  t->err = 0;
+  if (!t->filter.feed(buf, size, cut, *t)) {
+    errno = t->err ? t->err : EIO;
+    return -1;
+  }
   return ssize_t(size);
 }
 #endif
@@ -182,7 +241,8 @@ std::string start(const std::vector<std::string>& prefixes, uint8_t cause) {
     delete t;
     return why;
   }
-  setvbuf(f, nullptr, _IOLBF, 64 << 10);  // a line at a time (oneDNN's, as it is printed), or 64 KiB
+  t->buffer.reset(new char[kBuffer]);
+  setvbuf(f, t->buffer.get(), _IOLBF, kBuffer);  // a line at a time (oneDNN's, as it is printed)
   f->_fileno = t->fd;                     // fileno(stdout), isatty(fileno(stdout)) still answer for fd 1
   std::fflush(stdout);
   t->orig = stdout;
@@ -201,11 +261,12 @@ void stop() {
 #ifdef __GLIBC__
   std::lock_guard<std::mutex> lk(g_mu);
   if (g_tap == nullptr || g_tap->mine == nullptr || stdout != g_tap->mine) return;
-  std::fflush(g_tap->mine);
+  // Under the FILE's lock: no thread writes through the filter between its last flush and the swap.
   flockfile(g_tap->mine);
+  stdout = g_tap->orig;
+  fflush_unlocked(g_tap->mine);
   g_tap->filter.finish(*g_tap);
   funlockfile(g_tap->mine);
-  stdout = g_tap->orig;
 #endif
 }
 
@@ -223,11 +284,11 @@ Stats stats() {
 #endif
 }
 
-void split(const std::vector<std::string>& chunks, const std::vector<std::string>& prefixes,
-           std::string* passthrough, std::vector<std::string>* lines) {
+void split(const std::vector<std::string>& chunks, const std::vector<bool>& cut,
+           const std::vector<std::string>& prefixes, std::string* passthrough, std::vector<std::string>* lines) {
   Filter f(prefixes);
   Collect c;
-  for (const std::string& ch : chunks) f.feed(ch.data(), ch.size(), c);
+  for (size_t i = 0; i < chunks.size(); ++i) f.feed(chunks[i].data(), chunks[i].size(), i < cut.size() && cut[i], c);
   f.finish(c);
   *passthrough = std::move(c.out_);
   *lines = std::move(c.lines_);

@@ -21,25 +21,32 @@
 namespace warmprof::stdio_tap {
 
 constexpr size_t kMaxLine = 64 << 10;  // a taken line longer than this was the user's text: let through
-constexpr size_t kMinHeld = 6;         // a write's end that may begin a prefix is held from this length
+constexpr size_t kBuffer = 64 << 10;   // the FILE's buffer: a write of a multiple of it may end mid-line
 
-// The stream logic, without FILE or recorder (tests drive it with chunks).
+// The stream logic, without FILE or recorder (tests drive it with chunks). A line is taken when it
+// starts with a prefix at a line's start, or after a partial line of the user's where the prefix is
+// followed by oneDNN's version tag ("onednn_verbose,v1,": no user text looks like that). A write's end
+// that may be the start of one is held only when the write may have been cut mid-line (`cut`: glibc
+// flushed a full buffer); any other write goes out whole, so what the program flushed is out.
 class Filter {
  public:
   struct Sink {
-    virtual void out(const char* data, size_t n) = 0;   // passthrough, in order
+    virtual bool out(const char* data, size_t n) = 0;   // passthrough, in order; false: the write failed
     virtual void line(const std::string& line) = 0;     // a taken line, without its newline
     virtual ~Sink() = default;
   };
   explicit Filter(std::vector<std::string> prefixes) : prefixes_(std::move(prefixes)) {}
-  void feed(const char* data, size_t n, Sink& sink);
+  bool feed(const char* data, size_t n, bool cut, Sink& sink);  // false: a passthrough write failed
   void finish(Sink& sink);  // the held end and an unfinished taken line go out
 
  private:
+  // Where a taken line starts in data from i (npos: none); *undecided: a candidate at the end too short to tell
+  size_t find_start(const std::string& data, size_t i, size_t* undecided) const;
   std::vector<std::string> prefixes_;
-  std::string line_;    // a taken line being collected
+  std::string line_;        // a taken line being collected
   bool in_line_ = false;
-  std::string held_;    // the end of the last write, which may begin a prefix
+  bool line_start_ = true;  // the byte before the next one was a newline (or there was none)
+  std::string held_;        // the end of a cut write, which may begin a taken line
 };
 
 // A creation line's parts: outcome ("cache_miss"/"cache_hit", "" if not a creation line), the
@@ -67,8 +74,9 @@ struct Stats {
 };
 Stats stats();
 
-// Test-only: the filter over chunks; returns the passthrough and the taken lines.
-void split(const std::vector<std::string>& chunks, const std::vector<std::string>& prefixes,
-           std::string* passthrough, std::vector<std::string>* lines);
+// Test-only: the filter over chunks (each one write; `cut` says which may end mid-line); returns the
+// passthrough and the taken lines.
+void split(const std::vector<std::string>& chunks, const std::vector<bool>& cut,
+           const std::vector<std::string>& prefixes, std::string* passthrough, std::vector<std::string>* lines);
 
 }  // namespace warmprof::stdio_tap

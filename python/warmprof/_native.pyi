@@ -320,8 +320,8 @@ class _TestingModule:
     def cupti_enabled_callbacks() -> list[tuple[int, int]]:
         """(domain, cbid) pairs the subscriber enables, from start()'s own enabling routine."""
     @staticmethod
-    def stdio_split(chunks: list[bytes], prefixes: list[str]) -> tuple[bytes, list[bytes]]:
-        """The C stdout tap's filter over chunks (each one write): (passthrough, lines)."""
+    def stdio_split(chunks: list[bytes], prefixes: list[str], cut: list[bool] = ...) -> tuple[bytes, list[bytes]]:
+        """The C stdout tap's filter over chunks (each one write; cut[i]: it may end mid-line): (passthrough, lines)."""
     @staticmethod
     def stdio_parse(line: str) -> tuple[str, str, float]:
         """A oneDNN line as the C stdout tap reads it: (outcome, primitive, ms; -1 if unreadable)."""

@@ -33,4 +33,11 @@ if os.environ.get("WARMPROF_RUN_DIR"):
             sys.stderr.write(f"warmprof run: pid {os.getpid()} not recorded: {type(_e).__name__}: {_e}\n")
         except Exception:
             pass
+    # oneDNN's creation lines are on for the tree (runs/onednn.py): where no tap takes them here (the agent
+    # did not start), they are turned off again before oneDNN reads its settings, never printed
+    if os.environ.get("WARMPROF_RUN_ONEDNN") == "tap":
+        _a = sys.modules.get("warmprof.runs.agent")
+        _cur = _a.current() if _a is not None else None
+        if not (_cur is not None and (getattr(_cur, "onednn", None) or {}).get("on")):
+            os.environ.pop("ONEDNN_VERBOSE", None)
 _chain()
