@@ -395,13 +395,13 @@ class Agent:
             if is_compiling() or getattr(depth, "n", False):
                 return fn(*args, **kwargs)
             depth.n = 1
-            before = agent.call_clocks()
+            before = agent.own(agent.call_clocks)  # the clock reads are warmprof's own time, said as such
             t0 = _native.now_ns()
             agent.active_calls += 1  # a checkpoint waits while it is above 0 (never below: a fork resets it)
             try:
                 return fn(*args, **kwargs)
             finally:
-                after = agent.call_clocks()  # inside the call's window: its last counter step is the call's
+                after = agent.own(agent.call_clocks)  # inside the call's window: its last counter step is the call's
                 t1 = _native.now_ns()
                 depth.n = 0
                 agent.own(agent.call_done, label, t0, t1, args, kwargs, key, before, after)
