@@ -101,7 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     stderr_or_null()  # `2>&-`: /dev/null at fd 2 first, so nothing meant for stderr reaches stdout
     try:
         return _main(argv)
-    except KeyboardInterrupt:  # Ctrl-C anywhere, the imports included (before them: system/launch.py)
+    except (KeyboardInterrupt, Exception) as e:  # Ctrl-C anywhere, the imports included (before them: system/launch.py)
+        if not _an_interrupt(e):
+            raise
         _say("warmprof: interrupted")
         from .system.launch import INTERRUPTED, is_command_line
 
@@ -114,6 +116,20 @@ def main(argv: list[str] | None = None) -> int:
             _flush_streams()
             os._exit(INTERRUPTED)
         return INTERRUPTED
+
+
+def _an_interrupt(e: BaseException) -> bool:
+    """A Ctrl-C, or an error it caused: a KeyboardInterrupt raised inside a class body's __set_name__ (an
+    import that inductor's compile made) comes out as RuntimeError, wrapped again by inductor, with the
+    interrupt in its chain of causes."""
+    seen: set[int] = set()
+    cur: BaseException | None = e
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, KeyboardInterrupt):
+            return True
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return False
 
 
 def _main(argv: list[str] | None) -> int:

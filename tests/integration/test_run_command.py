@@ -92,15 +92,18 @@ def _nothing_left(tmp_path, marker: str) -> None:
 
 
 def test_a_spawned_tree_is_recorded_with_its_phases_calls_and_the_path_to_ready(tmp_path):
-    (tmp_path / "tree.py").write_text(TREE)
+    # a name of its own: the same test may run beside this one (CI's second torch), and its processes must
+    # not be taken for this tree's leftovers
+    marker = f"tree-{uuid.uuid4().hex[:10]}"
+    (tmp_path / f"{marker}.py").write_text(TREE)
     out = tmp_path / "run.json"
-    p = _warmprof(tmp_path, "--watch", "Served", "--json", str(out), "--", sys.executable, "tree.py")
+    p = _warmprof(tmp_path, "--watch", "Served", "--json", str(out), "--", sys.executable, f"{marker}.py")
     assert p.returncode == 0, p.stderr[-3000:]
     assert "child said 4.0" in p.stdout and "served" in p.stdout  # the command's own output, as without warmprof
     r = RunReport.load(out)  # validated on load: contiguous phases, causes within each phase, paths that add up
     assert r.returncode == 0 and r.ended_by == "exit"
     main = r.root()
-    assert main is not None and main["role"] == "main: tree.py"
+    assert main is not None and main["role"] == f"main: {marker}.py"
     kids = [q for q in r.processes if q.get("parent") == main["pid"] and q["role"] == "SpawnProcess-1"]
     assert len(kids) == 1, [(q["pid"], q["role"], q.get("parent")) for q in r.processes]
     for proc in (main, kids[0]):
@@ -130,12 +133,12 @@ def test_a_spawned_tree_is_recorded_with_its_phases_calls_and_the_path_to_ready(
     assert r.to_ready["by_cause"].get("runtime_init", 0.0) > 0
     # the text and Chrome renderers
     text = str(r)
-    assert text.startswith(f"warmprof run: {sys.executable} tree.py") and "start to ready:" in text
+    assert text.startswith(f"warmprof run: {sys.executable} {marker}.py") and "start to ready:" in text
     chrome = json.loads(subprocess.run([sys.executable, "-m", "warmprof", "show", str(out), "--format", "chrome"],
                                        capture_output=True, text=True, timeout=TIMEOUT, check=True).stdout)
     tracks = {e["pid"] for e in chrome["traceEvents"] if e.get("ph") == "X"}
     assert {main["pid"], kids[0]["pid"]} <= tracks
-    _nothing_left(tmp_path, "tree.py")
+    _nothing_left(tmp_path, marker)
 
 
 def test_a_command_that_does_not_exist_is_one_line(tmp_path):
@@ -154,17 +157,19 @@ def test_a_command_that_does_not_exist_is_one_line(tmp_path):
 ])
 def test_a_command_that_fails_keeps_the_report_and_says_how_it_ended(tmp_path, code, status, said):
     out = tmp_path / "run.json"
-    p = _warmprof(tmp_path, "--json", str(out), "--", sys.executable, "-c", f"import json; {code}")
+    tag = f"fails-{uuid.uuid4().hex[:10]}"  # its own: the same test may run beside this one (CI's second torch)
+    src = f"import json; {code}  # {tag}"
+    p = _warmprof(tmp_path, "--json", str(out), "--", sys.executable, "-c", src)
     assert p.returncode == status, p.stderr[-2000:]
     assert p.stderr.strip().splitlines()[-1].startswith(f"warmprof: error: {said}"), p.stderr[-2000:]
     assert "Traceback" not in p.stderr
     r = RunReport.load(out)
-    assert r.command[-2:] == ["-c", f"import json; {code}"]
+    assert r.command[-2:] == ["-c", src]
     if "SIGKILL" in said:  # killed: no record of its own, named as seen
         assert r.returncode == -signal.SIGKILL and r.processes == [] and r.unrecorded
     else:
         assert r.returncode == 3 and len(r.processes) == 1
-    _nothing_left(tmp_path, "import json;")
+    _nothing_left(tmp_path, tag)
 
 
 OUTLIVES = textwrap.dedent("""
@@ -177,16 +182,17 @@ OUTLIVES = textwrap.dedent("""
 
 
 def test_a_tree_that_outlives_the_command_is_stopped_and_named(tmp_path):
-    (tmp_path / "outlives.py").write_text(OUTLIVES)
+    tag = f"outliver-{uuid.uuid4().hex[:10]}"  # its own: the same test may run beside this one (CI's second torch)
+    (tmp_path / "outlives.py").write_text(OUTLIVES.replace("outliver-marker", tag))
     out = tmp_path / "run.json"
     p = _warmprof(tmp_path, "--json", str(out), "--", sys.executable, "outlives.py")
     assert p.returncode == 0, p.stderr[-2000:]
     r = RunReport.load(out)
     assert any("python" in s for s in r.stopped), r.stopped
     assert "stopped by warmprof at the end:" in p.stdout
-    grandchild = [q for q in r.processes if "outliver-marker" in " ".join(q["argv"])]
+    grandchild = [q for q in r.processes if tag in " ".join(q["argv"])]
     assert len(grandchild) == 1 and grandchild[0]["end"] == "SIGTERM", [(q["role"], q["end"]) for q in r.processes]
-    _nothing_left(tmp_path, "outliver-marker")
+    _nothing_left(tmp_path, tag)
 
 
 SLEEPER = textwrap.dedent("""
@@ -201,7 +207,8 @@ SLEEPER = textwrap.dedent("""
 
 
 def test_sigint_during_the_run_ends_the_command_and_keeps_the_report(tmp_path):
-    (tmp_path / "sleeper.py").write_text(SLEEPER)
+    tag = f"sleeper-{uuid.uuid4().hex[:10]}"  # its own: the same test may run beside this one (CI's second torch)
+    (tmp_path / "sleeper.py").write_text(SLEEPER.replace("sleeper-marker", tag))
     out = tmp_path / "run.json"
     proc = subprocess.Popen([sys.executable, "-m", "warmprof", "run", "--json", str(out), "--", sys.executable, "sleeper.py"],
                             cwd=tmp_path, env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -227,7 +234,7 @@ def test_sigint_during_the_run_ends_the_command_and_keeps_the_report(tmp_path):
     assert sleeper["end"] == "exit"  # its own handler ran (SystemExit), and its record with it
     last = sleeper["phases"][-1]
     assert abs(last["start_ms"] + last["ms"] - sleeper["end_ms"]) < 0.01
-    _nothing_left(tmp_path, "sleeper-marker")
+    _nothing_left(tmp_path, tag)
 
 
 def _script(tmp_path, name: str, body: str) -> str:

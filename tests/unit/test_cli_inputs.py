@@ -280,3 +280,25 @@ def test_traceback_flag_is_accepted_by_every_command():
     assert parser.parse_args(["--traceback", "show", "r.json"]).traceback is True
     for name in COMMANDS:
         assert "--traceback" in parser._subparsers._group_actions[0].choices[name].format_help()
+
+
+def test_an_interrupt_inside_a_class_body_is_an_interrupt_however_it_is_wrapped():
+    # Ctrl-C while inductor's compile imports a module: the KeyboardInterrupt comes out of a __set_name__ as
+    # RuntimeError (Python 3.11), then inductor wraps that: the CLI says "interrupted", 130, no traceback
+    from warmprof.cli import _an_interrupt
+
+    class Raises:
+        def __set_name__(self, owner, name):
+            raise KeyboardInterrupt
+
+    try:
+        try:
+            type("Made", (), {"attr": Raises()})
+        except BaseException as inner:
+            raise ValueError("InductorError: RuntimeError: Error calling __set_name__") from inner
+    except ValueError as wrapped:
+        assert _an_interrupt(wrapped)
+    assert _an_interrupt(KeyboardInterrupt())
+    plain = ValueError("a model that raises")
+    plain.__context__ = RuntimeError("inside")
+    assert not _an_interrupt(plain)
