@@ -121,6 +121,8 @@ def test_one_cause_from_two_sources_in_a_call_is_booked_whole():
     worker = next(r for r in q["by_part"] if r["pid"] == 3)
     assert [(c["cause"], c["ms"]) for c in worker["causes"]] == [("disk_read", pytest.approx(3.5)),
                                                                   ("jit_compile", pytest.approx(1.0))]
+    # how it knows: the sources behind each (the text says them)
+    assert [c["sources"] for c in worker["causes"]] == [["storage", "storage_in:onednn"], ["onednn"]]
 
 
 def test_the_text_says_each_parts_excess_and_the_share_with_a_cause():
@@ -133,7 +135,7 @@ def test_the_text_says_each_parts_excess_and_the_share_with_a_cause():
             "55% of it to causes") in text, text
     assert "VLLM::Worker: vllm execute_model 23.0 ms vs 5.50 ms: +17.50 ms = disk_read 10.0 ms (measured), " \
            "unattributed 7.50 ms" in text, text
-    assert "main: between steps 30.0 ms vs 22.5 ms: +7.50 ms = cpu_contention 2.00 ms (measured)" in text, text
+    assert "main: between steps 30.0 ms vs 22.5 ms: +7.50 ms = cpu_contention 2.00 ms (measured: run_queue)" in text, text
 
 
 def test_the_requests_own_part_books_the_requests_own_causes_without_its_wait():

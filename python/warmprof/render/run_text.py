@@ -65,7 +65,9 @@ def _first_request_lines(r: Any) -> list[str]:
     by = ", ".join(f"{c} {_ms(ms)}" for c, ms in q["by_cause"].items())
     out.append(f"  by cause:   {by + ', ' if by else ''}unattributed {_ms(q['unattributed_ms'])}")
     for row in q["by_part"][:6]:
-        said = ", ".join(f"{c['cause']} {_ms(c['ms'])} ({c['evidence']})" for c in row.get("causes", [])[:3])
+        said = ", ".join(f"{c['cause']} {_ms(c['ms'])} ({c['evidence']}"
+                         + (f": {', '.join(one_line(x) for x in c['sources'])}" if c.get("sources") else "") + ")"
+                         for c in row.get("causes", [])[:3])
         out.append(f"  {one_line(roles.get(row['pid'], str(row['pid'])))}: {one_line(row['part'])} "
                    f"{_ms(row['first_ms'])} vs {_ms(row['steady_ms'])}: {row['excess_ms']:+.2f} ms"
                    + (f" = {said}" if said else "") + f", unattributed {_ms(row['unattributed_ms'])}")

@@ -140,23 +140,24 @@ def first_request(records: list[Any], processes: dict[int, dict[str, Any]], chil
         lo, hi = int(c["start_ns"]), int(c["end_ns"])
         return any(e <= hi and q != p for _, e, q in others[bisect.bisect_left(starts, lo):bisect.bisect_left(starts, hi)])
 
-    def causes_of(c: dict[str, Any], e: dict[str, Any], p: int) -> dict[tuple[str, str], float]:
+    def causes_of(c: dict[str, Any], e: dict[str, Any], p: int) -> dict[tuple[str, str], tuple[float, set[str]]]:
         """e's causes by (cause, evidence), summed over their sources (a call's disk reads outside and inside
-        oneDNN's creations are two entries), less those of the same process's first calls nested in c (theirs,
-        booked in their own part: first_calls measured c over its whole window), and without its wait where
-        another process's calls lie inside it."""
-        out: dict[tuple[str, str], float] = {}
+        oneDNN's creations are two entries) with the sources named, less those of the same process's first
+        calls nested in c (theirs, booked in their own part: first_calls measured c over its whole window),
+        and without its wait where another process's calls lie inside it."""
+        out: dict[tuple[str, str], tuple[float, set[str]]] = {}
         for x in e["causes"]:
-            out[(x["cause"], x["evidence"])] = out.get((x["cause"], x["evidence"]), 0.0) + float(x["ms"])
+            ms, sources = out.get((x["cause"], x["evidence"]), (0.0, set()))
+            out[(x["cause"], x["evidence"])] = (ms + float(x["ms"]), sources | ({x["source"]} if x.get("source") else set()))
         for q_calls in (v for (q, _), v in firsts.items() if q == p):
             for c2, e2 in q_calls:
                 if c2 is not c and c["start_ns"] <= c2["start_ns"] and c2["end_ns"] <= c["end_ns"]:
                     for x in e2["causes"]:
                         k = (x["cause"], x["evidence"])
                         if k in out:
-                            out[k] = max(0.0, out[k] - float(x["ms"]))
+                            out[k] = (max(0.0, out[k][0] - float(x["ms"])), out[k][1])
         if holds_another_process(c, p):
-            out = {k: ms for k, ms in out.items() if k[0] != Name.WAIT}
+            out = {k: v for k, v in out.items() if k[0] != Name.WAIT}
         return out
 
     rows: list[dict[str, Any]] = []
@@ -172,8 +173,8 @@ def first_request(records: list[Any], processes: dict[int, dict[str, Any]], chil
         booked: list[dict[str, Any]] = []
         if excess > 0 and key in firsts:
             for c, e in firsts[key]:
-                for (cause, evidence), ms in causes_of(c, e, p).items():
-                    booked.append({"cause": cause, "ms": ms, "evidence": evidence,
+                for (cause, evidence), (ms, sources) in causes_of(c, e, p).items():
+                    booked.append({"cause": cause, "ms": ms, "evidence": evidence, "sources": sorted(sources),
                                    "detail": f"the first {e['label']} [{e['key']}] (its excess against its later calls)"})
             row["first_calls"] = [{"key": e["key"], "first_ms": e["first_ms"], "steady_ms": e["steady_ms"],
                                    "excess_ms": e["excess_ms"]} for _, e in firsts[key]]
@@ -187,7 +188,7 @@ def first_request(records: list[Any], processes: dict[int, dict[str, Any]], chil
                 d_steady = steady_of(lambda c: _delay(window(c), same))
             extra = (d_first - d_steady) / 1e6
             if extra > 0:
-                booked.append({"cause": Name.CPU_CONTENTION, "ms": extra, "evidence": "measured",
+                booked.append({"cause": Name.CPU_CONTENTION, "ms": extra, "evidence": "measured", "sources": ["run_queue"],
                                "detail": "its extra wait for a CPU, from the thread's run delay (first less steady)"})
         total = sum(c["ms"] for c in booked)
         scale = min(1.0, excess / total) if total > 0 and excess > 0 else 0.0
@@ -196,8 +197,9 @@ def first_request(records: list[Any], processes: dict[int, dict[str, Any]], chil
             ms = c["ms"] * scale
             if ms <= 0:
                 continue
-            m = merged.setdefault((c["cause"], c["evidence"]), {**c, "ms": 0.0, "detail": ""})
+            m = merged.setdefault((c["cause"], c["evidence"]), {**c, "ms": 0.0, "detail": "", "sources": []})
             m["ms"] += ms
+            m["sources"] = sorted(set(m["sources"]) | set(c["sources"]))
             if c["detail"] not in m["detail"]:
                 m["detail"] = "; ".join(x for x in (m["detail"], c["detail"]) if x)
             by_cause[c["cause"]] = by_cause.get(c["cause"], 0.0) + ms
