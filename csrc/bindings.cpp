@@ -1143,6 +1143,8 @@ PYBIND11_MODULE(_native, m) {
     d["write_error"] = s.write_error;
     return d;
   }, "The C stdout tap's counts: taken lines, creation misses (recorded) and hits, bytes let through.");
+  m.def("stdio_tap_miss_ns", [] { return stdio_tap::miss_ns(); },
+        "The creation misses' times so far in ns (oneDNN's own figures): one atomic load, the GIL kept.");
 
   // Test-only entry points, kept apart so the module's own surface is what the package uses:
   // recorder capacity, the clock's statistics, synthetic CUPTI callbacks, the tap's splitter.

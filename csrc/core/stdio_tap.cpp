@@ -1,6 +1,7 @@
 #include "core/stdio_tap.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <cerrno>
 #include <cstdio>
@@ -20,6 +21,10 @@
 #include "core/recorder.h"
 
 namespace warmprof::stdio_tap {
+
+std::atomic<uint64_t> g_miss_ns{0};
+
+uint64_t miss_ns() { return g_miss_ns.load(std::memory_order_relaxed); }
 
 // --- the filter ---
 
@@ -188,6 +193,7 @@ struct Tap : Filter::Sink {
     } else if (c.outcome == "cache_miss" && c.ms >= 0.0) {
       ++st.misses;
       st.miss_ms += c.ms;
+      g_miss_ns.fetch_add(uint64_t(c.ms * 1e6), std::memory_order_relaxed);
       uint64_t end = clock::ticks();
       uint64_t begin = clock::from_ns(clock::to_ns(end) - int64_t(c.ms * 1e6));
       uint32_t name = recorder::intern("onednn:" + (c.primitive.empty() ? std::string("primitive") : c.primitive));

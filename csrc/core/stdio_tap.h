@@ -74,6 +74,10 @@ struct Stats {
 };
 Stats stats();
 
+// The misses' creation times so far (ns), the process's: one relaxed atomic load, no lock (a clock read's
+// cost: read around a call to see what oneDNN created inside it).
+uint64_t miss_ns();
+
 // Test-only: the filter over chunks (each one write; `cut` says which may end mid-line); returns the
 // passthrough and the taken lines.
 void split(const std::vector<std::string>& chunks, const std::vector<bool>& cut,

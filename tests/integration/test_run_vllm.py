@@ -95,6 +95,14 @@ def test_vllm_offline_under_warmprof_run(tmp_path):
     # the steps of every later request counted are known: EngineCore's steps in the steady request too
     core_part = next(p for p in q["by_part"] if p["pid"] == core["pid"])
     assert core_part["steady_ms"] > 0, q
+    # vLLM's oneDNN matmul sets each new batch size up inside the op (its primitive descriptor: oneDNN
+    # choosing the kernel), which oneDNN's own creation time leaves out: the watched op's first calls at the
+    # first prefill's shapes, on the CPU clock against their later calls, are algorithm_selection (inferred)
+    first_prefill = [c for c in steps[0]["causes"] if c["cause"] == "algorithm_selection"]
+    assert first_prefill and all(c["source"] == "op:_C::onednn_mm" and c["evidence"] == "inferred"
+                                 for c in first_prefill), steps[0]["causes"]
+    assert first_prefill[0]["count"] >= 2, first_prefill  # several weights' shapes at the prompt's length
+    assert any(c["cause"] == "algorithm_selection" for p in q["by_part"] for c in p["causes"]), q["by_part"]
 
 
 def test_a_warm_start_reads_as_a_compile_cache_load_and_compare_names_it(tmp_path):

@@ -95,6 +95,7 @@ CHILD = textwrap.dedent(r"""
         os._exit(0 if _native.stdio_tap_stats()["misses"] == 3 else 3)
     _, status = os.waitpid(pid, 0)
     stats = _native.stdio_tap_stats()
+    stats["miss_ns"] = _native.stdio_tap_miss_ns()  # the same total, one atomic load
     _native.stdio_tap_stop()
     libc.printf(b"after " + MISS + b"\n"); libc.fflush(None)
     d = _native.drain()
@@ -122,6 +123,7 @@ def test_a_process_with_the_tap_on(tmp_path):
     assert got["fd"] == 1 and got["status"] == 0 and got["off"] is False
     s = got["stats"]
     assert (s["on"], s["misses"], s["hits"], s["lines"], s["miss_ms"]) == (True, 2, 1, 3, 5.0), s
+    assert s["miss_ns"] == 5_000_000, s
     # the creation: one span of jit_compile, as long as oneDNN said, ending when its line came
     spans = got["spans"]  # the two (made-up, 2.5 ms each) may overlap: paired in order
     assert {c for _, c, _ in spans} == {JIT_COMPILE}

@@ -33,7 +33,7 @@ from typing import Any, Callable
 
 from .. import _native
 from ..import_spans import SOURCE as IMPORT_SOURCE, ImportFinder, time_metadata_scans
-from . import cupti, onednn
+from . import cupti, onednn, ops
 from .procfs import clk_tck, comm_name, mp_name, process_start_ns, process_title, read_file, shapes_key, thread_clocks
 
 ENV_DIR = "WARMPROF_RUN_DIR"
@@ -649,7 +649,7 @@ class Agent:
             "logs": list(self.logs), "calls": list(self.calls), "builds": list(self.builds),
             "compiles": list(self.compiles), "marks": list(self.marks), "fn_phases": list(self.fn_phases),
             "engine": self.engine, "sample_ms": self.sample_s * 1000.0, "cupti": self.cupti,
-            "onednn": onednn.stats(getattr(self, "onednn", {})),
+            "onednn": onednn.stats(getattr(self, "onednn", {})), "ops": ops.records(),
         }
         with open(base + ".json.tmp", "w") as f:
             json.dump(meta, f)

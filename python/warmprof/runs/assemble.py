@@ -37,6 +37,7 @@ from ..causes import Name
 from ..errors import ReportError
 from ..timeline import COUNTER, STRUCTURE, Timeline
 from . import agent as A
+from . import ops
 
 INTERPRETER = "interpreter start"
 OWN = "warmprof start-up"
@@ -344,7 +345,8 @@ def attribute_process(rec: ProcRecord, engine_phases: list[Phase], calibration: 
 
 def first_calls(rec: ProcRecord, calibration: Any, origin_ns: int) -> list[dict[str, Any]]:
     """Per (label, key): the first call against the median of the later ones at that key, its excess
-    attributed by the engine over the first call's window (steady faults and waits: the later calls' medians)."""
+    attributed by the engine over the first call's window (steady faults and waits: the later calls' medians),
+    with the first-call costs of the watched ops inside it (ops.figures)."""
     import statistics
 
     m = rec.meta
@@ -373,7 +375,8 @@ def first_calls(rec: ProcRecord, calibration: Any, origin_ns: int) -> list[dict[
                 att = attribute_pass(tl, RUN_PASS, calibration=calibration, steady_faults=0,
                                      steady_run_delay_ns=statistics.median(delays) if delays else 0.0,
                                      steady_off_cpu_ns=statistics.median(blocked) if blocked else 0.0,
-                                     window=(first["start_ns"], first["end_ns"]))
+                                     window=(first["start_ns"], first["end_ns"]),
+                                     inferred=ops.figures(m.get("ops") or {}, first["tid"], (first["start_ns"], first["end_ns"])))
                 causes: list[dict[str, Any]] = [{"cause": p.cause, "ms": p.ms, "evidence": p.evidence, "source": p.source,
                                                   "count": int(p.count), "detail": p.detail}
                           for p in att.parts if p.cause != Name.PROFILER_OVERHEAD and p.ms > 0]

@@ -13,7 +13,8 @@ not named): the main process's LLM() (its end is ready) and LLM.generate (a requ
 start of its workers and its init engine (profile, create KV cache, warm up), whose length vLLM logs; the
 model process's load model, build model (its nn.Module's construction, logged), load weights (logged),
 warm-up (the compile, with torch's compile-cache counters across it), KV cache allocation, CUDA graph
-capture (logged), and execute_model (a model step).
+capture (logged), and execute_model (a model step); in every process, vLLM's oneDNN matmul ops are
+watched (ops.py): their first call at each shape is a cost of the step that holds it.
 """
 
 from __future__ import annotations
@@ -55,6 +56,13 @@ VLLM_STEPS = (("vllm.v1.worker.cpu_model_runner", "CPUModelRunner", "execute_mod
               ("vllm.v1.worker.gpu_model_runner", "GPUModelRunner", "sample_tokens", SAMPLE_LABEL),
               ("vllm.v1.engine.core", "EngineCore", "step", ENGINE_STEP_LABEL),
               ("vllm.v1.engine.core", "EngineCore", "step_with_batch_queue", ENGINE_STEP_LABEL))
+# vLLM's ops whose first call at a shape sets the shape up inside the op: (module that loads them, op, what
+# the first call does). Booked as algorithm_selection, inferred (ops.figures)
+ONEDNN_SETUP = ("vLLM's oneDNN matmul handler sets each new batch size of a weight's shape up once in the process: a "
+                "primitive descriptor (oneDNN choosing its kernel for the shape) and a scratchpad, then the primitive "
+                "(its creation, timed by oneDNN, is jit_compile)")
+VLLM_OPS = (("vllm._custom_ops", "_C::onednn_mm", ONEDNN_SETUP),
+            ("vllm._custom_ops", "_C::onednn_scaled_mm", ONEDNN_SETUP))
 # vLLM's own figures: (phase warmprof times, pattern of the record that gives vLLM's figure for it, in s)
 VLLM_LOGGED = (
     ("vllm: build model", re.compile(r"Initializing model took ([\d.]+) seconds")),
@@ -87,6 +95,17 @@ def register(agent: Any) -> None:
     for mod, cls, attr, label in VLLM_STEPS:
         agent.on_import(mod, _step_hook(agent, cls, attr, label))
     agent.on_import("vllm.entrypoints.llm", lambda m: _requests(agent, m))
+    for mod, op, detail in VLLM_OPS:
+        agent.on_import(mod, _op_hook(op, detail))
+
+
+def _op_hook(op: str, detail: str) -> Callable[[Any], None]:
+    def hook(module: Any) -> None:
+        from ..causes import Name
+        from . import ops
+
+        ops.watch(op, Name.ALGORITHM_SELECTION, detail)  # an op this build lacks (a GPU build): not watched
+    return hook
 
 
 def _owner(module: Any, cls: str | None) -> Any:
