@@ -110,6 +110,31 @@ def test_two_first_calls_in_one_part_book_one_entry_per_cause():
     assert sum(r["excess_ms"] for r in q["by_part"]) == pytest.approx(q["excess_ms"])
 
 
+def test_a_parts_later_calls_extra_wait_for_a_cpu_is_booked_beside_its_first_calls():
+    # the first request's later decodes (not the first at their key) waited 2.5 ms for a CPU, the steady
+    # requests' none: the part books it as contention (measured), beside what its first calls booked, and
+    # never twice: the first prefill's own 1 ms of contention is taken off the part's extra wait
+    records, processes, children = _tree()
+    records[2].meta["calls"][0]["run_delay_ns"] = 1 * MS
+    records[2].meta["calls"] += [_call("vllm execute_model", "decode 1", 36, 37.5, delay=0.5),
+                                 _call("vllm execute_model", "decode 1", 37.5, 39.5, delay=2.0),
+                                 _call("vllm execute_model", "decode 1", 108.5, 109), _call("vllm execute_model", "decode 1", 209.5, 210)]
+    processes[3]["calls"][0]["causes"].append({"cause": "cpu_contention", "ms": 1.0, "evidence": "measured"})
+    q = requests.first_request(records, processes, children, 1, "vllm request")
+    worker = next(r for r in q["by_part"] if r["pid"] == 3)
+    assert (worker["first_ms"], worker["steady_ms"]) == pytest.approx((26.5, 6.0))
+    booked = {c["cause"]: c["ms"] for c in worker["causes"]}
+    # 3.5 ms of run delay in the first window, none steady, 1 ms of it the first prefill's: 2.5 more
+    assert booked == {"disk_read": pytest.approx(10.0), "cpu_contention": pytest.approx(3.5)}, worker["causes"]
+    assert worker["unattributed_ms"] == pytest.approx(20.5 - 13.5)
+    assert sum(r["excess_ms"] for r in q["by_part"]) == pytest.approx(q["excess_ms"])
+    # no extra wait: nothing more than the first calls' own
+    records, processes, children = _tree()
+    q = requests.first_request(records, processes, children, 1, "vllm request")
+    worker = next(r for r in q["by_part"] if r["pid"] == 3)
+    assert [c["cause"] for c in worker["causes"]] == ["disk_read"], worker["causes"]
+
+
 def test_one_cause_from_two_sources_in_a_call_is_booked_whole():
     # a first prefill's disk reads outside oneDNN's creations and inside them are two entries of one cause
     # (sources storage and storage_in:onednn): the part books both (it kept only the last, 0.5 of 3.5 ms)

@@ -63,7 +63,7 @@ def test_first_calls_at_each_key_then_only_a_few_later_ones_are_timed(watched):
     x = torch.ones(7, 5)
     for _ in range(ops.LATER + 4):
         torch.ops.warmprof_test.sets_up_shapes.default(x, None)
-    mine = [c for c in watched["calls"] if c["key"] == "[7, 5] -"]
+    mine = [c for c in ops.records()[OP]["calls"] if c["key"] == "[7, 5] -"]
     assert [c["n"] for c in mine] == list(range(ops.LATER + 1)), mine  # the first, then LATER later ones
     assert all(c["tid"] == mine[0]["tid"] and c["end_ns"] >= c["start_ns"] for c in mine)
     # the first call holds the set-up on the CPU clock; the later ones do not
@@ -71,9 +71,11 @@ def test_first_calls_at_each_key_then_only_a_few_later_ones_are_timed(watched):
     # a strided argument is a key of its own, its strides shown
     t = torch.ones(5, 7).t()
     torch.ops.warmprof_test.sets_up_shapes(t, None)
-    assert watched["calls"][-1]["key"] == "[7, 5]/[1, 7] -" and watched["calls"][-1]["n"] == 0
+    last = ops.records()[OP]["calls"][-1]
+    assert last["key"] == "[7, 5]/[1, 7] -" and last["n"] == 0
     torch.ops.warmprof_test.sets_up_shapes(x, x)
-    assert watched["calls"][-1]["key"] == "[7, 5] [7, 5]" and watched["calls"][-1]["n"] == 0
+    last = ops.records()[OP]["calls"][-1]
+    assert last["key"] == "[7, 5] [7, 5]" and last["n"] == 0
 
 
 def test_the_figure_is_the_set_up_the_op_measured_itself(watched):
@@ -124,7 +126,7 @@ def test_a_call_torch_makes_while_it_compiles_is_only_the_call(watched):
     x = torch.ones(2, 13)
     n = len(watched["calls"])
     assert torch.equal(g(x), x * 2 + 1)
-    new = watched["calls"][n:]
+    new = ops.records()[OP]["calls"][n:]
     # the compile ran the op on fake tensors (not timed); the compiled graph's call is the op's, timed
     assert new and all(c["key"] == "[2, 13] -" for c in new), new
     assert [c["n"] for c in new] == [0], new

@@ -31,7 +31,7 @@ from typing import Any, Callable
 
 from .. import _native
 
-LATER = 5  # later calls timed at each key: the median of these is the op's steady figure there
+LATER = 3  # later calls timed at each key: the median of these is the op's steady figure there
 OPS: dict[str, dict[str, Any]] = {}  # "ns::name" -> {"cause", "detail", "calls": [...]} (this process's)
 MARK = "_warmprof_op"
 
@@ -108,7 +108,7 @@ def _timed(tensor: Any, calls: list[dict[str, Any]]) -> Callable[[Any, tuple], A
             inside.on = False
             t1 = _native.now_ns()
             c1 = time.thread_time_ns()
-            calls.append({"key": show_key(k), "n": n, "start_ns": t0, "end_ns": t1, "cpu_ns": c1 - c0,
+            calls.append({"key": k, "n": n, "start_ns": t0, "end_ns": t1, "cpu_ns": c1 - c0,
                           "tid": threading.get_native_id(),
                           "created_ms": (miss_ns() - made) / 1e6})
 
@@ -133,8 +133,9 @@ def show_key(k: tuple) -> str:
 
 
 def records() -> dict[str, dict[str, Any]]:
-    """This process's watched ops and their timed calls (the record's "ops")."""
-    return {q: {**e, "calls": list(e["calls"])} for q, e in OPS.items()}
+    """This process's watched ops and their timed calls (the record's "ops"; keys as text, made here, not
+    in the op's call)."""
+    return {q: {**e, "calls": [{**c, "key": show_key(c["key"])} for c in list(e["calls"])]} for q, e in OPS.items()}
 
 
 def _after_fork() -> None:  # a forked child's record starts at the fork (its keys are warm: inherited)

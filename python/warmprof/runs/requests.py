@@ -13,10 +13,11 @@ and each part's excess (first less steady) adds up to the request's excess.
 Each part's excess is then booked to causes:
 - a part made of a process's calls: the excess causes of the calls in the first window that were the
   first at their key (as `first_calls` attributed them, each against the later calls at its key), up to
-  the part's excess (scaled down to it when they add up to more); the request's own part, the request's
-  own causes. A call books no wait where another process's calls lie inside it (what it waited on is the
-  deeper part's), nor the causes of its own process's first calls nested in it (first_calls measured it
-  over its whole window; those are booked in their own part);
+  the part's excess (scaled down to it when they add up to more), with the extra wait for a CPU of its
+  other calls there (the part's run delay, first window less steady, less what its first calls booked of
+  it); the request's own part, the request's own causes. A call books no wait where another process's
+  calls lie inside it (what it waited on is the deeper part's), nor the causes of its own process's first
+  calls nested in it (first_calls measured it over its whole window; those are booked in their own part);
 - a part whose process did not run first calls there: its extra wait for a CPU (the run delay its calls'
   or the request's clocks measured, first window less steady), up to the part's excess;
 - what is left is unattributed (negative where a part ran faster the first time).
@@ -178,6 +179,14 @@ def first_request(records: list[Any], processes: dict[int, dict[str, Any]], chil
                                    "detail": f"the first {e['label']} [{e['key']}] (its excess against its later calls)"})
             row["first_calls"] = [{"key": e["key"], "first_ms": e["first_ms"], "steady_ms": e["steady_ms"],
                                    "excess_ms": e["excess_ms"]} for _, e in firsts[key]]
+            if lab != OUTSIDE:  # its other calls' extra wait for a CPU: the part's, less what its first calls booked
+                same = [c for c in metas[p].get("calls", []) if c["label"] == lab]
+                extra = ((_delay(window(first), same) - steady_of(lambda c: _delay(window(c), same))) / 1e6
+                         - sum(c["ms"] for c in booked if c["cause"] == Name.CPU_CONTENTION))
+                if extra > 0:
+                    booked.append({"cause": Name.CPU_CONTENTION, "ms": extra, "evidence": "measured", "sources": ["run_queue"],
+                                   "detail": "its later calls' extra wait for a CPU (the part's run delay, first less "
+                                             "steady, less its first calls' own)"})
         elif excess > 0:
             if key == (pid, OUTSIDE):  # the request's own clocks
                 d_first = int(first.get("run_delay_ns", 0))
