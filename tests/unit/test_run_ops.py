@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import statistics
 import time
+import warnings
 
 import pytest
 import torch
@@ -145,3 +146,19 @@ def test_a_forked_child_starts_its_record_at_the_fork(watched):
     os.waitpid(pid, 0)
     os.close(r)
     assert got == b"0" and len(watched["calls"]) > 0
+
+
+def test_an_argument_without_strides_or_a_key_past_the_limit_is_only_the_call(monkeypatch):
+    calls: list = []
+    call = ops._timed(torch.Tensor, calls)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch's prototype warning for nested tensors
+        nested = torch.nested.nested_tensor([torch.ones(2), torch.ones(3)])
+    assert call(lambda *a: "ran", (nested,)) == "ran" and calls == []  # no sizes nor strides: no key, nothing timed
+    monkeypatch.setattr(ops, "MAX_KEYS", 2)
+    for i in range(1, 5):
+        assert call(lambda *a: "ran", (torch.ones(i),)) == "ran"
+    # the first two keys are timed; a third new key finds the limit reached (a server's many batch sizes)
+    assert [ops.show_key(c["key"]) for c in calls] == ["[1]", "[2]"], calls
+    call(lambda *a: "ran", (torch.ones(1),))  # a timed key goes on to its later calls
+    assert [c["n"] for c in calls] == [0, 0, 1]

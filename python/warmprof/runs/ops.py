@@ -32,6 +32,7 @@ from typing import Any, Callable
 from .. import _native
 
 LATER = 3  # later calls timed at each key: the median of these is the op's steady figure there
+MAX_KEYS = 512  # keys timed per op and process (a server meets a new batch size per prompt length): then none
 OPS: dict[str, dict[str, Any]] = {}  # "ns::name" -> {"cause", "detail", "calls": [...]} (this process's)
 MARK = "_warmprof_op"
 
@@ -86,16 +87,19 @@ def _timed(tensor: Any, calls: list[dict[str, Any]]) -> Callable[[Any, tuple], A
         if getattr(inside, "on", False):
             return op(*args)
         key: list[Any] = []
-        for a in args:
-            if type(a) is tensor:
-                key.append((a.shape, a.stride()))
-            elif isinstance(a, tensor):  # a fake or functional tensor: torch is compiling, not running it
-                return op(*args)
-            else:
-                key.append(a is None)
+        try:
+            for a in args:
+                if type(a) is tensor:
+                    key.append((a.shape, a.stride()))
+                elif isinstance(a, tensor):  # a fake or functional tensor: torch is compiling, not running it
+                    return op(*args)
+                else:
+                    key.append(a is None)
+        except RuntimeError:  # a tensor without sizes or strides (nested): no key, only the call
+            return op(*args)
         k = tuple(key)
         n = counts.get(k, 0)
-        if n > LATER:
+        if n > LATER or (n == 0 and len(counts) >= MAX_KEYS):
             return op(*args)
         counts[k] = n + 1
         made = miss_ns()
