@@ -128,6 +128,14 @@ def test_a_parts_later_calls_extra_wait_for_a_cpu_is_booked_beside_its_first_cal
     assert booked == {"disk_read": pytest.approx(10.0), "cpu_contention": pytest.approx(3.5)}, worker["causes"]
     assert worker["unattributed_ms"] == pytest.approx(20.5 - 13.5)
     assert sum(r["excess_ms"] for r in q["by_part"]) == pytest.approx(q["excess_ms"])
+    # its later calls' share of the excess: the part's 20.5 ms less the first prefill's own 17.5; the
+    # engine's step holds the worker's calls (not the deepest): no such figure there
+    assert worker["later_ms"] == pytest.approx(3.0)
+    assert "later_ms" not in next(r for r in q["by_part"] if r["pid"] == 2)
+    procs = [{"pid": p, "parent": {2: 1, 3: 2}.get(p), "role": processes[p]["role"], "start_ms": 0.0, "end_ms": 300.0,
+              "phases": []} for p in (1, 2, 3)]
+    text = str(RunReport(command=["x"], duration_ms=300.0, processes=procs, first_request=q))
+    assert "unattributed 7.00 ms (+3.00 ms of the excess in its later calls, not the first at their key)" in text, text
     # no extra wait: nothing more than the first calls' own
     records, processes, children = _tree()
     q = requests.first_request(records, processes, children, 1, "vllm request")

@@ -70,7 +70,9 @@ def _first_request_lines(r: Any) -> list[str]:
                          for c in row.get("causes", [])[:3])
         out.append(f"  {one_line(roles.get(row['pid'], str(row['pid'])))}: {one_line(row['part'])} "
                    f"{_ms(row['first_ms'])} vs {_ms(row['steady_ms'])}: {row['excess_ms']:+.2f} ms"
-                   + (f" = {said}" if said else "") + f", unattributed {_ms(row['unattributed_ms'])}")
+                   + (f" = {said}" if said else "") + f", unattributed {_ms(row['unattributed_ms'])}"
+                   + (f" ({row['later_ms']:+.2f} ms of the excess in its later calls, not the first at their key)"
+                      if abs(row.get("later_ms", 0.0)) >= 0.05 else ""))
     if len(q["by_part"]) > 6:
         rest = q["by_part"][6:]
         out.append(f"  ({len(rest)} more parts, {sum(x['excess_ms'] for x in rest):+.2f} ms in all)")

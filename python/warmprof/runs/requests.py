@@ -20,7 +20,10 @@ Each part's excess is then booked to causes:
   calls nested in it (first_calls measured it over its whole window; those are booked in their own part);
 - a part whose process did not run first calls there: its extra wait for a CPU (the run delay its calls'
   or the request's clocks measured, first window less steady), up to the part's excess;
-- what is left is unattributed (negative where a part ran faster the first time).
+- what is left is unattributed (negative where a part ran faster the first time). Where a part's calls are
+  the deepest, `later_ms` says how much of its excess its other calls (not the first at their key) made:
+  the part's excess less its first calls' own (vLLM's later decode steps in the first request, slower than
+  the steady request's).
 """
 
 from __future__ import annotations
@@ -112,6 +115,7 @@ def first_request(records: list[Any], processes: dict[int, dict[str, Any]], chil
                   key=lambda k: (-(first_parts.get(k, 0) - sum(p.get(k, 0) for p in steady_parts) / len(middle)), k))
     # the first calls (at their key) of each process that lie inside the first window, with their causes
     firsts: dict[tuple[int, str], list[tuple[dict[str, Any], dict[str, Any]]]] = {}  # part -> [(call, entry)]
+    every_first: dict[tuple[int, str], list[tuple[dict[str, Any], dict[str, Any]]]] = {}
     a, b = window(first)
     for p, m in metas.items():
         if p not in depth:
@@ -124,9 +128,11 @@ def first_request(records: list[Any], processes: dict[int, dict[str, Any]], chil
                 continue
             seen.add(k)
             e = entries.get((c["label"], c["key"]))
-            if e is None or not e.get("causes") or c is first or not (c["start_ns"] >= a and c["end_ns"] <= b):
+            if e is None or c is first or not (c["start_ns"] >= a and c["end_ns"] <= b):
                 continue
-            firsts.setdefault((p, c["label"]), []).append((c, e))
+            every_first.setdefault((p, c["label"]), []).append((c, e))  # with causes or not (later_ms)
+            if e.get("causes"):
+                firsts.setdefault((p, c["label"]), []).append((c, e))
     # the request's own part: the request's own causes (first_calls attributed it on its thread, against
     # the later ones at its key)
     own = next((e for e in processes.get(pid, {}).get("calls", [])
@@ -179,6 +185,10 @@ def first_request(records: list[Any], processes: dict[int, dict[str, Any]], chil
                                    "detail": f"the first {e['label']} [{e['key']}] (its excess against its later calls)"})
             row["first_calls"] = [{"key": e["key"], "first_ms": e["first_ms"], "steady_ms": e["steady_ms"],
                                    "excess_ms": e["excess_ms"]} for _, e in firsts[key]]
+            if lab != OUTSIDE and not any(holds_another_process(c, p) for c, _ in every_first[key]):
+                # its calls are the deepest (each whole in the part): what its first calls' own excess leaves
+                # is its other calls' (not the first at their key), first request against steady
+                row["later_ms"] = excess - sum(float(e.get("excess_ms") or 0.0) for _, e in every_first[key])
             if lab != OUTSIDE:  # its other calls' extra wait for a CPU: the part's, less what its first calls booked
                 same = [c for c in metas[p].get("calls", []) if c["label"] == lab]
                 extra = ((_delay(window(first), same) - steady_of(lambda c: _delay(window(c), same))) / 1e6
