@@ -169,6 +169,7 @@ COUNT_UNITS: dict[str, tuple[str, str] | None] = {
     "clock": None,  # clock:<reader>: one clock-ramp figure a pass
     "mps:pipeline": None,  # one pipeline-compile figure
     "mps:driver_allocated": ("module", "modules"),  # one figure per module the growth was placed in
+    "op": ("shape", "shapes"),  # op:<ns::name>: a watched op's first calls at new shapes (runs/ops.py figures)
     # Folds after the passes (traces: the controls, --explain)
     "warm_process": ("site", "sites"),  # unattributed rows (modules, or (module, op) sites) it was placed over
     "warm_same_shape": ("site", "sites"),
