@@ -1144,7 +1144,7 @@ PYBIND11_MODULE(_native, m) {
     return d;
   }, "The C stdout tap's counts: taken lines, creation misses (recorded) and hits, bytes let through.");
   m.def("stdio_tap_miss_ns", [] { return stdio_tap::miss_ns(); },
-        "The creation misses' times so far in ns (oneDNN's own figures): one atomic load, the GIL kept.");
+        "The creation misses' times so far in ns on this thread (oneDNN's own figures): a thread-local read, the GIL kept.");
 
   // Test-only entry points, kept apart so the module's own surface is what the package uses:
   // recorder capacity, the clock's statistics, synthetic CUPTI callbacks, the tap's splitter.

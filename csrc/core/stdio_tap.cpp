@@ -1,7 +1,6 @@
 #include "core/stdio_tap.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cctype>
 #include <cerrno>
 #include <cstdio>
@@ -22,9 +21,10 @@
 
 namespace warmprof::stdio_tap {
 
-std::atomic<uint64_t> g_miss_ns{0};
+// Per thread: oneDNN prints a creation's line on the thread that made it, which the tap's line() runs on.
+thread_local uint64_t t_miss_ns = 0;
 
-uint64_t miss_ns() { return g_miss_ns.load(std::memory_order_relaxed); }
+uint64_t miss_ns() { return t_miss_ns; }
 
 // --- the filter ---
 
@@ -193,7 +193,7 @@ struct Tap : Filter::Sink {
     } else if (c.outcome == "cache_miss" && c.ms >= 0.0) {
       ++st.misses;
       st.miss_ms += c.ms;
-      g_miss_ns.fetch_add(uint64_t(c.ms * 1e6), std::memory_order_relaxed);
+      t_miss_ns += uint64_t(c.ms * 1e6);
       uint64_t end = clock::ticks();
       uint64_t begin = clock::from_ns(clock::to_ns(end) - int64_t(c.ms * 1e6));
       uint32_t name = recorder::intern("onednn:" + (c.primitive.empty() ? std::string("primitive") : c.primitive));

@@ -74,8 +74,9 @@ struct Stats {
 };
 Stats stats();
 
-// The misses' creation times so far (ns), the process's: one relaxed atomic load, no lock (a clock read's
-// cost: read around a call to see what oneDNN created inside it).
+// The misses' creation times so far (ns) on the calling thread (oneDNN prints a creation's line on the thread
+// that made it): a thread-local read, no lock (a clock read's cost: read around a call to see what oneDNN
+// created inside it, on that call's thread only).
 uint64_t miss_ns();
 
 // Test-only: the filter over chunks (each one write; `cut` says which may end mid-line); returns the

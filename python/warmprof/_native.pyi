@@ -282,7 +282,7 @@ def stdio_tap_stop() -> None:
     """C stdout back (flushed); a no-op without a tap."""
 
 def stdio_tap_miss_ns() -> int:
-    """The creation misses' times so far in ns (oneDNN's own figures): one atomic load, the GIL kept."""
+    """The creation misses' times so far in ns on this thread (oneDNN's own figures): a thread-local read, the GIL kept."""
 
 def stdio_tap_stats() -> dict[str, Any]:
     """The C stdout tap's counts: taken lines, creation misses (recorded) and hits, bytes let through."""

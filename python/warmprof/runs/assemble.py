@@ -376,7 +376,8 @@ def first_calls(rec: ProcRecord, calibration: Any, origin_ns: int) -> list[dict[
                                      steady_run_delay_ns=statistics.median(delays) if delays else 0.0,
                                      steady_off_cpu_ns=statistics.median(blocked) if blocked else 0.0,
                                      window=(first["start_ns"], first["end_ns"]),
-                                     inferred=ops.figures(m.get("ops") or {}, first["tid"], (first["start_ns"], first["end_ns"])))
+                                     inferred=ops.figures(m.get("ops") or {}, first["tid"], (first["start_ns"], first["end_ns"]),
+                                                          fault_ns=getattr(calibration, "fault_cost_ns", 0.0) or 0.0))
                 causes: list[dict[str, Any]] = [{"cause": p.cause, "ms": p.ms, "evidence": p.evidence, "source": p.source,
                                                   "count": int(p.count), "detail": p.detail}
                           for p in att.parts if p.cause != Name.PROFILER_OVERHEAD and p.ms > 0]

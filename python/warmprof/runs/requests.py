@@ -13,17 +13,18 @@ and each part's excess (first less steady) adds up to the request's excess.
 Each part's excess is then booked to causes:
 - a part made of a process's calls: the excess causes of the calls in the first window that were the
   first at their key (as `first_calls` attributed them, each against the later calls at its key), up to
-  the part's excess (scaled down to it when they add up to more), with the extra wait for a CPU of its
-  other calls there (the part's run delay, first window less steady, less what its first calls booked of
-  it); the request's own part, the request's own causes. A call books no wait where another process's
+  the part's excess (scaled down to it when they add up to more), and where its calls are the deepest
+  (none holds another process's calls), the extra wait for a CPU of its other calls there (the part's run
+  delay, first window less steady, less its first calls' own beyond their later calls', which first_calls
+  booked as contention or left inside a cause span's time); the request's own part, the request's own causes. A call books no wait where another process's
   calls lie inside it (what it waited on is the deeper part's), nor the causes of its own process's first
   calls nested in it (first_calls measured it over its whole window; those are booked in their own part);
 - a part whose process did not run first calls there: its extra wait for a CPU (the run delay its calls'
   or the request's clocks measured, first window less steady), up to the part's excess;
 - what is left is unattributed (negative where a part ran faster the first time). Where a part's calls are
-  the deepest, `later_ms` says how much of its excess its other calls (not the first at their key) made:
-  the part's excess less its first calls' own (vLLM's later decode steps in the first request, slower than
-  the steady request's).
+  the deepest and each first call has its own excess, `later_ms` says how much of the part's excess its
+  other calls (not the first at their key) made: the part's excess less its first calls' own (vLLM's later
+  decode steps in the first request, slower than the steady request's).
 """
 
 from __future__ import annotations
@@ -167,6 +168,13 @@ def first_request(records: list[Any], processes: dict[int, dict[str, Any]], chil
             out = {k: v for k, v in out.items() if k[0] != Name.WAIT}
         return out
 
+    def first_delay(c: dict[str, Any], same: list[dict[str, Any]]) -> float:
+        """A first call's run delay beyond the median of the later calls' at its key (its own extra wait,
+        booked by first_calls as contention or inside a cause span's time)."""
+        later = [int(x.get("run_delay_ns", 0)) for x in same if x["key"] == c["key"] and x is not c
+                 and x["start_ns"] > c["start_ns"]]
+        return int(c.get("run_delay_ns", 0)) - (statistics.median(later) if later else 0.0)
+
     rows: list[dict[str, Any]] = []
     by_cause: dict[str, float] = {}
     unattributed = 0.0
@@ -185,18 +193,18 @@ def first_request(records: list[Any], processes: dict[int, dict[str, Any]], chil
                                    "detail": f"the first {e['label']} [{e['key']}] (its excess against its later calls)"})
             row["first_calls"] = [{"key": e["key"], "first_ms": e["first_ms"], "steady_ms": e["steady_ms"],
                                    "excess_ms": e["excess_ms"]} for _, e in firsts[key]]
-            if lab != OUTSIDE and not any(holds_another_process(c, p) for c, _ in every_first[key]):
-                # its calls are the deepest (each whole in the part): what its first calls' own excess leaves
-                # is its other calls' (not the first at their key), first request against steady
-                row["later_ms"] = excess - sum(float(e.get("excess_ms") or 0.0) for _, e in every_first[key])
-            if lab != OUTSIDE:  # its other calls' extra wait for a CPU: the part's, less what its first calls booked
+            deepest = lab != OUTSIDE and not any(holds_another_process(c, p) for c, _ in every_first[key])
+            if deepest:  # its other calls' extra wait for a CPU: the part's, less its first calls' own
                 same = [c for c in metas[p].get("calls", []) if c["label"] == lab]
-                extra = ((_delay(window(first), same) - steady_of(lambda c: _delay(window(c), same))) / 1e6
-                         - sum(c["ms"] for c in booked if c["cause"] == Name.CPU_CONTENTION))
+                extra = (_delay(window(first), same) - steady_of(lambda c: _delay(window(c), same))
+                         - sum(first_delay(c, same) for c, _ in every_first[key])) / 1e6
                 if extra > 0:
                     booked.append({"cause": Name.CPU_CONTENTION, "ms": extra, "evidence": "measured", "sources": ["run_queue"],
                                    "detail": "its later calls' extra wait for a CPU (the part's run delay, first less "
-                                             "steady, less its first calls' own)"})
+                                             "steady, less its first calls' own beyond their later calls')"})
+                if all(e.get("excess_ms") is not None for _, e in every_first[key]):
+                    # what its first calls' own excess leaves is its other calls' (not the first at their key)
+                    row["later_ms"] = excess - sum(float(e["excess_ms"]) for _, e in every_first[key])
         elif excess > 0:
             if key == (pid, OUTSIDE):  # the request's own clocks
                 d_first = int(first.get("run_delay_ns", 0))
