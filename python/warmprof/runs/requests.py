@@ -16,8 +16,8 @@ Each part's excess is then booked to causes:
   the part's excess (scaled down to it when they add up to more), and where its calls are the deepest
   (none holds another process's calls), the extra wait for a CPU of its other calls there (the part's run
   delay, first window less steady, less its first calls' own beyond their later calls', which first_calls
-  booked as contention or left inside a cause span's time); the request's own part, the request's own causes. A call books no wait where another process's
-  calls lie inside it (what it waited on is the deeper part's), nor the causes of its own process's first
+  booked as contention or left inside a cause span's time); the request's own part, the request's own
+  causes. A call books no wait where another process's calls lie inside it (what it waited on is the deeper part's), nor the causes of its own process's first
   calls nested in it (first_calls measured it over its whole window; those are booked in their own part);
 - a part whose process did not run first calls there: its extra wait for a CPU (the run delay its calls'
   or the request's clocks measured, first window less steady), up to the part's excess;
@@ -115,8 +115,7 @@ def first_request(records: list[Any], processes: dict[int, dict[str, Any]], chil
     keys = sorted(set(first_parts) | {k for p in steady_parts for k in p},
                   key=lambda k: (-(first_parts.get(k, 0) - sum(p.get(k, 0) for p in steady_parts) / len(middle)), k))
     # the first calls (at their key) of each process that lie inside the first window, with their causes
-    firsts: dict[tuple[int, str], list[tuple[dict[str, Any], dict[str, Any]]]] = {}  # part -> [(call, entry)]
-    every_first: dict[tuple[int, str], list[tuple[dict[str, Any], dict[str, Any]]]] = {}
+    every_first: dict[tuple[int, str], list[tuple[dict[str, Any], dict[str, Any]]]] = {}  # part -> [(call, entry)]
     a, b = window(first)
     for p, m in metas.items():
         if p not in depth:
@@ -131,9 +130,9 @@ def first_request(records: list[Any], processes: dict[int, dict[str, Any]], chil
             e = entries.get((c["label"], c["key"]))
             if e is None or c is first or not (c["start_ns"] >= a and c["end_ns"] <= b):
                 continue
-            every_first.setdefault((p, c["label"]), []).append((c, e))  # with causes or not (later_ms)
-            if e.get("causes"):
-                firsts.setdefault((p, c["label"]), []).append((c, e))
+            every_first.setdefault((p, c["label"]), []).append((c, e))
+    # those with causes (every_first's others count for later_ms and the part's run delay)
+    firsts = {k: with_causes for k, v in every_first.items() if (with_causes := [x for x in v if x[1].get("causes")])}
     # the request's own part: the request's own causes (first_calls attributed it on its thread, against
     # the later ones at its key)
     own = next((e for e in processes.get(pid, {}).get("calls", [])
@@ -175,6 +174,12 @@ def first_request(records: list[Any], processes: dict[int, dict[str, Any]], chil
                  and x["start_ns"] > c["start_ns"]]
         return int(c.get("run_delay_ns", 0)) - (statistics.median(later) if later else 0.0)
 
+    def part_delay(p: int, lab: str) -> tuple[list[dict[str, Any]], float]:
+        """The part's process's calls of that label, and their run delay inside the first window less the
+        steady windows' (ns)."""
+        same = [c for c in metas[p].get("calls", []) if c["label"] == lab]
+        return same, _delay(window(first), same) - steady_of(lambda c: _delay(window(c), same))
+
     rows: list[dict[str, Any]] = []
     by_cause: dict[str, float] = {}
     unattributed = 0.0
@@ -195,9 +200,8 @@ def first_request(records: list[Any], processes: dict[int, dict[str, Any]], chil
                                    "excess_ms": e["excess_ms"]} for _, e in firsts[key]]
             deepest = lab != OUTSIDE and not any(holds_another_process(c, p) for c, _ in every_first[key])
             if deepest:  # its other calls' extra wait for a CPU: the part's, less its first calls' own
-                same = [c for c in metas[p].get("calls", []) if c["label"] == lab]
-                extra = (_delay(window(first), same) - steady_of(lambda c: _delay(window(c), same))
-                         - sum(first_delay(c, same) for c, _ in every_first[key])) / 1e6
+                same, delay = part_delay(p, lab)
+                extra = (delay - sum(first_delay(c, same) for c, _ in every_first[key])) / 1e6
                 if extra > 0:
                     booked.append({"cause": Name.CPU_CONTENTION, "ms": extra, "evidence": "measured", "sources": ["run_queue"],
                                    "detail": "its later calls' extra wait for a CPU (the part's run delay, first less "
@@ -207,13 +211,10 @@ def first_request(records: list[Any], processes: dict[int, dict[str, Any]], chil
                     row["later_ms"] = excess - sum(float(e["excess_ms"]) for _, e in every_first[key])
         elif excess > 0:
             if key == (pid, OUTSIDE):  # the request's own clocks
-                d_first = int(first.get("run_delay_ns", 0))
-                d_steady = steady_of(lambda c: int(c.get("run_delay_ns", 0)))
+                delay = int(first.get("run_delay_ns", 0)) - steady_of(lambda c: int(c.get("run_delay_ns", 0)))
             else:  # the part's process's calls of that label inside each window
-                same = [c for c in metas[p].get("calls", []) if c["label"] == lab]
-                d_first = _delay(window(first), same)
-                d_steady = steady_of(lambda c: _delay(window(c), same))
-            extra = (d_first - d_steady) / 1e6
+                _, delay = part_delay(p, lab)
+            extra = delay / 1e6
             if extra > 0:
                 booked.append({"cause": Name.CPU_CONTENTION, "ms": extra, "evidence": "measured", "sources": ["run_queue"],
                                "detail": "its extra wait for a CPU, from the thread's run delay (first less steady)"})
