@@ -32,6 +32,7 @@ NOT_CAUSE_NAMES = {"torch:nvrtc_cache_file"}  # timeline.NVRTC_CACHE_FILE, a cou
 PASSED_ON = {
     ("attribution/estimators.py", "src"),  # cause_spans: source_of(a cause span's name)
     ("runs/agent.py", "n"),  # agent.HOST_COUNTER_NAMES: the host counters' names (counters, no cause span)
+    ("runs/agent.py", "OWN_SPAN"),  # ops.OWN_SPAN, "warmprof:agent" (read in runs/ops.py, where it is made)
     ("attribution/estimators.py", "e.source"),  # inferred_figures: an instrument's Figure
     ("attribution/estimators.py", "source"),  # cpu_contention: a wait inside a cause span, on that span's own (cause, source)
     ("attribution/off_cpu.py", "source"),  # the lowered span part's own key

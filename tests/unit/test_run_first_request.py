@@ -226,3 +226,56 @@ def test_the_parts_of_many_calls_are_cut_as_by_hand():
     q = requests.first_request(records, processes, children, 1, "vllm request")
     assert q["later"] == 3 and q["steady_ms"] == pytest.approx(32.0)  # the median of 30, 32 and 40
     assert sum(r["excess_ms"] for r in q["by_part"]) == pytest.approx(q["excess_ms"])
+
+
+def _own(*spans):
+    return [(int(a * MS), int(b * MS)) for a, b in spans]
+
+
+def test_warmprofs_own_time_in_the_first_request_is_its_own_line_and_on_neither_side_of_the_share():
+    records, processes, children = _tree()
+    # the worker's first call holds 2 ms of warmprof's own spans, each later one 0.5 ms; the request's own
+    # part 1 ms in the first window (none later); an own span of another thread is not the part's
+    # the worker's own 1 ms after its call (its record of it), inside the engine's step, is the step's part's; the
+    # main process's own span during the engine's step runs beside it (not the step's)
+    own = {3: {1: _own((20, 22), (36, 37), (104, 104.5), (204, 204.5)), 7: _own((13, 30))},
+           1: {1: _own((20, 21), (50, 51))}}
+    q = requests.first_request(records, processes, children, 1, "vllm request", own_spans=own)
+    parts = {(r["pid"], r["part"]): r for r in q["by_part"]}
+    worker, core, outside = (parts[(3, "vllm execute_model")], parts[(2, "vllm engine step")],
+                             parts[(1, requests.OUTSIDE)])
+    assert (worker["own_ms"], core["own_ms"], outside["own_ms"]) == pytest.approx((1.5, 1.0, 1.0))
+    assert ("profiler_overhead", pytest.approx(1.5)) in [(c["cause"], c["ms"]) for c in worker["causes"]]
+    assert worker["unattributed_ms"] == pytest.approx(17.5 - 10.0 - 1.5)
+    # the engine step's part: 4 ms of excess, warmprof's own 1 ms measured, its contention (4 ms) scaled to the 3 left
+    assert sorted((c["cause"], c["ms"]) for c in core["causes"]) == [
+        ("cpu_contention", pytest.approx(3.0)), ("profiler_overhead", pytest.approx(1.0))]
+    # the own line is apart from the model's causes and the share is of the rest
+    assert q["by_cause"] == {"disk_read": pytest.approx(10.0), "cpu_contention": pytest.approx(5.0)}
+    assert q["own_ms"] == pytest.approx(3.5)
+    assert q["excess_ms"] == pytest.approx(sum(q["by_cause"].values()) + q["own_ms"] + q["unattributed_ms"])
+    assert q["explained_share"] == pytest.approx(15.0 / (29.0 - 3.5))
+    procs = [{"pid": p, "parent": {2: 1, 3: 2}.get(p), "role": processes[p]["role"], "start_ms": 0.0, "end_ms": 300.0,
+              "phases": []} for p in (1, 2, 3)]
+    text = str(RunReport(command=["x"], duration_ms=300.0, processes=procs, first_request=q))
+    assert "excess 29.0 ms (warmprof's own 3.50 ms of it), 59% of the rest to causes" in text, text
+    assert "warmprof's own 3.50 ms, unattributed 10.5 ms" in text, text
+    assert "warmprof's own 1.50 ms (measured: own_spans)" in text, text
+    # without own spans (or with less own time in the first window than in the steady ones) no own line
+    own[3][1] = _own((20, 20.2), (104, 104.5), (204, 204.5))
+    own[1][1] = _own((20, 21))
+    q = requests.first_request(records, processes, children, 1, "vllm request", own_spans=own)
+    assert q["own_ms"] == 0.0 and q["explained_share"] == pytest.approx(16.0 / 29.0)
+
+
+def test_own_spans_are_read_per_thread_outermost_from_a_timeline():
+    from warmprof.runs import assemble
+    from warmprof.runs.agent import OWN_SPAN
+    from warmprof.timeline import Timeline
+
+    names = ["other", OWN_SPAN]
+    recs = [(10, 0, 8, 1, 0, 0), (12, 0, 8, 1, 0, 0), (14, 1, 8, 1, 0, 0), (20, 1, 8, 1, 0, 0),  # nested: 10-20
+            (15, 0, 0, 0, 0, 0), (16, 1, 0, 0, 0, 0),  # another name
+            (30, 0, 8, 1, 0, 1), (35, 1, 8, 1, 0, 1), (40, 0, 8, 1, 0, 0), (41, 1, 8, 1, 0, 0)]
+    rec = assemble.ProcRecord({"pid": 5, "os_tids": [100, 200]}, Timeline.from_records(recs, names), 0)
+    assert assemble.own_spans(rec) == {100: [(10, 20), (40, 41)], 200: [(30, 35)]}

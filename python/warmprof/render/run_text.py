@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..causes import Name
 from .base import Renderer
 from .format import ms as _ms
 from .registry import register
@@ -13,6 +14,7 @@ from .safe import one_line
 BAR = 40  # waterfall width in characters
 SHOWN_PHASES = 14
 SHOWN_CAUSES = 3
+OWN_LINE = "warmprof's own"
 
 
 def _bar(start: float, ms: float, total: float) -> str:
@@ -42,7 +44,7 @@ def _path_lines(r: Any, title: str, path: dict[str, Any] | None, mark: dict[str,
         out.append("  by process: " + ", ".join(f"{one_line(roles.get(int(pid), pid))} {_ms(ms)}" for pid, ms in by_proc))
     causes = [f"{c} {_ms(ms)}" for c, ms in path["by_cause"].items() if ms >= 0.5]
     if path["own_ms"] >= 0.05:
-        causes.append(f"warmprof's own {_ms(path['own_ms'])}")
+        causes.append(f"{OWN_LINE} {_ms(path['own_ms'])}")
     causes.append(f"unattributed {_ms(path['unattributed_ms'])}")
     out.append("  by cause:   " + ", ".join(causes))
     top = [row for row in path["by_phase"] if row["ms"] >= 0.01 * path["ms"]][:6]
@@ -59,15 +61,19 @@ def _first_request_lines(r: Any) -> list[str]:
     share = q.get("explained_share")
     head = (f"first {one_line(q['label'])} across the tree: {_ms(q['first_ms'])} vs steady {_ms(q['steady_ms'])} "
             f"({q.get('later', 0)} later): excess {_ms(q['excess_ms'])}")
+    own = q.get("own_ms", 0.0)
+    if own > 0:
+        head += f" ({OWN_LINE} {_ms(own)} of it)"
     if share is not None:
-        head += f", {share:.0%} of it to causes"
+        head += f", {share:.0%} of {'the rest' if own > 0 else 'it'} to causes"
     out = [head]
     by = ", ".join(f"{c} {_ms(ms)}" for c, ms in q["by_cause"].items())
-    out.append(f"  by cause:   {by + ', ' if by else ''}unattributed {_ms(q['unattributed_ms'])}")
+    out.append(f"  by cause:   {by + ', ' if by else ''}" + (f"{OWN_LINE} {_ms(own)}, " if own > 0 else "")
+               + f"unattributed {_ms(q['unattributed_ms'])}")
     for row in q["by_part"][:6]:
-        said = ", ".join(f"{c['cause']} {_ms(c['ms'])} ({c['evidence']}"
+        said = ", ".join(f"{OWN_LINE if c['cause'] == Name.PROFILER_OVERHEAD else c['cause']} {_ms(c['ms'])} ({c['evidence']}"
                          + (f": {', '.join(one_line(x) for x in c['sources'])}" if c.get("sources") else "") + ")"
-                         for c in row.get("causes", [])[:3])
+                         for c in [c for c in row.get("causes", []) if c["ms"] >= 5e-5][:3])  # none shown as 0.0 µs
         out.append(f"  {one_line(roles.get(row['pid'], str(row['pid'])))}: {one_line(row['part'])} "
                    f"{_ms(row['first_ms'])} vs {_ms(row['steady_ms'])}: {row['excess_ms']:+.2f} ms"
                    + (f" = {said}" if said else "") + f", unattributed {_ms(row['unattributed_ms'])}"
@@ -117,7 +123,7 @@ class RunTextRenderer(Renderer):
                 continue
             out += ["", f"{pad}{one_line(p['role'])} (pid {p['pid']}{', parent ' + str(p['parent']) if p.get('parent') else ''}): "
                         f"{_ms(p['start_ms'])} .. {_ms(p['end_ms'])}, ended by {one_line(p.get('end', ''))}; "
-                        f"warmprof's own {_ms(p.get('own_ms', 0.0))}" + _cupti_said(p.get("cupti")) +
+                        f"{OWN_LINE} {_ms(p.get('own_ms', 0.0))}" + _cupti_said(p.get("cupti")) +
                         _onednn_said(p.get("onednn"))]
             phases = p["phases"]
             shown = sorted(phases, key=lambda ph: -ph["ms"])[:SHOWN_PHASES]

@@ -24,7 +24,7 @@ _PATH = S.Obj({"ms": S.NUM, "by_phase": S.ListOf(S.ANY), "by_cause": S.MapOf(S.N
                "unattributed_ms": S.NUM}, {"by_process": S.MapOf(S.NUM)})
 _SPLIT = S.Obj({"pid": S.NON_NEGATIVE_INT, "label": S.STR, "first_ms": S.NUM, "steady_ms": S.NUM, "excess_ms": S.NUM,
                 "by_part": S.ListOf(S.ANY), "by_cause": S.MapOf(S.NUM), "unattributed_ms": S.NUM},
-               {"key": S.STR, "later": S.NON_NEGATIVE_INT, "explained_share": S.Nullable(S.NUM)})
+               {"key": S.STR, "later": S.NON_NEGATIVE_INT, "explained_share": S.Nullable(S.NUM), "own_ms": S.NUM})
 SCHEMA = S.Obj(
     {"command": S.ListOf(S.STR), "duration_ms": S.NUM, "processes": S.ListOf(_PROCESS)},
     {"returncode": S.Nullable(S.INT), "ended_by": S.STR, "unrecorded": S.ListOf(S.ANY),
@@ -55,7 +55,7 @@ class RunReport(ReportBase):
     to_ready: dict[str, Any] | None = None  # the path: {"ms", "by_phase", "by_cause", "own_ms", "unattributed_ms"}
     to_first_response: dict[str, Any] | None = None
     # the first request's excess split across the tree: {"first_ms", "steady_ms", "excess_ms", "by_part",
-    # "by_cause", "unattributed_ms", "explained_share"} (runs/requests.py says how)
+    # "by_cause", "own_ms", "unattributed_ms", "explained_share"} (runs/requests.py says how)
     first_request: dict[str, Any] | None = None
     engine: dict[str, Any] = field(default_factory=dict)  # {"name", "checks": [...]}
     calibration: dict[str, Any] = field(default_factory=dict)

@@ -69,7 +69,7 @@ SAMPLED_PREFIX = "host:sampled-main:"
 ASLEEP_COUNTER = "host:sampled-main:asleep"  # samples that found the main thread asleep, cumulative
 # timeline.py's process counters (minor and major faults, RSS, file-backed bytes, threads; a unit test checks)
 HOST_COUNTER_NAMES = ("host:minor_faults", "host:major_faults", "host:rss_bytes", "host:file_bytes", "host:threads")
-OWN_SPAN = "warmprof:agent"
+OWN_SPAN = ops.OWN_SPAN  # "warmprof:agent": warmprof's own time (the op watch's bookkeeping too)
 TIMED = "_warmprof_run_timed"  # set on the functions the agent wrapped (a decorator's __wrapped__ is no sign)
 COMPILE_SPAN = "dynamo"  # the source the trace's TorchCompile names its dynamo compiles by
 

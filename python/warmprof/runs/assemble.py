@@ -173,6 +173,33 @@ def thread_spans(tl: Timeline, thread: int, prefix: str) -> list[tuple[int, int,
     return out
 
 
+def own_spans(rec: ProcRecord) -> dict[int, list[tuple[int, int]]]:
+    """warmprof's own spans (the agent's clock reads and records, the op watch's bookkeeping) per OS thread
+    id, outermost only, by start: the records of the own span's name are picked out first (a recording
+    holds far more of other names)."""
+    import numpy as np
+
+    tl = rec.timeline
+    if A.OWN_SPAN not in tl.names or not len(tl):
+        return {}
+    nid = tl.names.index(A.OWN_SPAN)
+    sel = np.flatnonzero((tl.name == nid) & (tl.kind <= 1))
+    tids = list(rec.meta.get("os_tids", []))
+    open_at: dict[int, list[int]] = {}
+    out: dict[int, list[tuple[int, int]]] = {}
+    for i in sel.tolist():
+        th = int(tl.thread[i])
+        if int(tl.kind[i]) == 0:
+            open_at.setdefault(th, []).append(int(tl.ts_ns[i]))
+        elif open_at.get(th):
+            a = open_at[th].pop()
+            if not open_at[th] and th < len(tids):  # an outermost one ended
+                out.setdefault(int(tids[th]), []).append((a, int(tl.ts_ns[i])))
+    for v in out.values():
+        v.sort()
+    return out
+
+
 def candidate_phases(rec: ProcRecord, engine_phases: list[Phase]) -> list[list[Phase]]:
     """The named intervals of a process, in order of precedence (each list before the next)."""
     m = rec.meta

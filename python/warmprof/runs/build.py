@@ -108,7 +108,8 @@ def build_report(out: Outcome, opts: Options, calibration: Any, calibration_dict
                 to_ready = path
             else:
                 to_first = path
-    first_request = (requests.first_request(records, tree.procs, tree.children, first["pid"], first["by"])
+    first_request = (requests.first_request(records, tree.procs, tree.children, first["pid"], first["by"],
+                                            own_spans={r.pid: M.own_spans(r) for r in records})
                      if first is not None else None)
     if first is not None and first_request is None:
         notes.append(f"the first {first['by']} is not split across the tree: no later one of its key (inside every "

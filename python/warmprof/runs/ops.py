@@ -32,6 +32,7 @@ import time
 from typing import Any, Callable
 
 from .. import _native
+from ..causes import PROFILER_OVERHEAD
 
 try:
     import resource
@@ -44,6 +45,7 @@ LATER = 3  # later calls timed at each key: the median of these is the op's stea
 MAX_KEYS = 512  # keys timed per op and process (a server meets a new batch size per prompt length): then none
 OPS: dict[str, dict[str, Any]] = {}  # "ns::name" -> {"cause", "detail", "calls": [...]} (this process's)
 MARK = "_warmprof_op"
+OWN_SPAN = "warmprof:agent"  # warmprof's own time in a process of the tree (the agent's name for it too)
 
 
 def watch(qualname: str, cause: str, detail: str) -> str:
@@ -105,6 +107,7 @@ def _timed(plain: tuple[type, ...], calls: list[dict[str, Any]]) -> Callable[[An
     a layer's bias); any other tensor type is torch compiling (fake, functional)."""
     counts: dict[tuple, int] = {}
     miss_ns = _native.stdio_tap_miss_ns
+    begin, end, own = _native.begin, _native.end, _native.intern(OWN_SPAN)
     tensor = plain[0]
     inside = threading.local()  # a call of the op inside a timed one (torch's own re-dispatch) is part of it
 
@@ -126,9 +129,13 @@ def _timed(plain: tuple[type, ...], calls: list[dict[str, Any]]) -> Callable[[An
         n = counts.get(k, 0)
         if n > LATER or (n == 0 and len(counts) >= MAX_KEYS):
             return run(obj, *args)
+        # a timed call's reads and record are warmprof's own time (spans of their own, booked as such where
+        # they fall in a first request); the key above is every call's, first or later alike
+        begin(PROFILER_OVERHEAD, own)
         made = miss_ns()
         f0 = _thread_faults()
         c0 = time.thread_time_ns()
+        end(PROFILER_OVERHEAD, own)
         t0 = _native.now_ns()
         inside.on = True
         try:
@@ -137,11 +144,13 @@ def _timed(plain: tuple[type, ...], calls: list[dict[str, Any]]) -> Callable[[An
             inside.on = False
         t1 = _native.now_ns()
         c1 = time.thread_time_ns()
+        begin(PROFILER_OVERHEAD, own)
         # a call that raised is not counted: the next one at its key does the set-up
         counts[k] = n + 1
         calls.append({"key": k, "n": n, "start_ns": t0, "end_ns": t1, "cpu_ns": c1 - c0,
                       "tid": threading.get_native_id(), "created_ms": (miss_ns() - made) / 1e6,
                       "faults": _thread_faults() - f0})
+        end(PROFILER_OVERHEAD, own)
         return out
 
     return call

@@ -21,6 +21,12 @@ Each part's excess is then booked to causes:
   calls nested in it (first_calls measured it over its whole window; those are booked in their own part);
 - a part whose process did not run first calls there: its extra wait for a CPU (the run delay its calls'
   or the request's clocks measured, first window less steady), up to the part's excess;
+- warmprof's own time in the part (its own spans: a watched call's clock reads and record, the op watch's
+  timed calls' bookkeeping) at the instants the part owns, of its process and of those under it (a step's
+  record in the Worker lies inside the engine's step), first window less steady, where `own_spans` gives
+  them: its own line
+  (profiler_overhead, `own_ms`), never a cause of the model's; the share explained is the causes' share of
+  the excess less it (warmprof's own cost on neither side);
 - what is left is unattributed (negative where a part ran faster the first time). Where a part's calls are
   the deepest and each first call has its own excess, `later_ms` says how much of the part's excess its
   other calls (not the first at their key) made: the part's excess less its first calls' own (vLLM's later
@@ -51,14 +57,16 @@ def _depths(children: dict[int, list[int]], root: int) -> dict[int, int]:
     return out
 
 
-def _parts(window: tuple[int, int], calls: list[tuple[int, int, int, int, str]], root: int) -> dict[tuple[int, str], int]:
-    """ns of the window owned by each (pid, label): at each instant the deepest call covering it (the one
-    that started last among equals), else (root, OUTSIDE). calls: (depth, start, end, pid, label). A sweep
-    over the calls' ends, the covering ones in a heap: O(n log n) in the calls inside the window."""
+def _segments(window: tuple[int, int], calls: list[tuple[int, int, int, int, str]],
+              root: int) -> list[tuple[int, int, tuple[int, str]]]:
+    """The window cut by owner: (lo, hi, (pid, label)) in time order, the owner at each instant the deepest
+    call covering it (the one that started last among equals), else (root, OUTSIDE). calls: (depth, start,
+    end, pid, label). A sweep over the calls' ends, the covering ones in a heap: O(n log n) in the calls
+    inside the window."""
     a, b = window
     inside = sorted((max(s, a), min(e, b), d, pid, lab) for d, s, e, pid, lab in calls if s < b and e > a)
     cuts = sorted({a, b, *(s for s, _, _, _, _ in inside), *(e for _, e, _, _, _ in inside)})
-    out: dict[tuple[int, str], int] = {}
+    out: list[tuple[int, int, tuple[int, str]]] = []
     heap: list[tuple[int, int, int, int, str]] = []  # (-depth, -start, end, pid, label): the owner on top
     i = 0
     for lo, hi in zip(cuts, cuts[1:]):
@@ -68,7 +76,14 @@ def _parts(window: tuple[int, int], calls: list[tuple[int, int, int, int, str]],
             i += 1
         while heap and heap[0][2] <= lo:  # ended: gone (lazily, once on top)
             heapq.heappop(heap)
-        key = (heap[0][3], heap[0][4]) if heap else (root, OUTSIDE)
+        out.append((lo, hi, (heap[0][3], heap[0][4]) if heap else (root, OUTSIDE)))
+    return out
+
+
+def _parts(window: tuple[int, int], calls: list[tuple[int, int, int, int, str]], root: int) -> dict[tuple[int, str], int]:
+    """ns of the window owned by each (pid, label) (_segments)."""
+    out: dict[tuple[int, str], int] = {}
+    for lo, hi, key in _segments(window, calls, root):
         out[key] = out.get(key, 0) + (hi - lo)
     return out
 
@@ -79,10 +94,31 @@ def _delay(window: tuple[int, int], calls: list[dict[str, Any]]) -> int:
     return sum(int(c.get("run_delay_ns", 0)) for c in calls if c["start_ns"] >= a and c["end_ns"] <= b)
 
 
+def _own_ns(spans: list[tuple[int, int]], starts: list[int], lo: int, hi: int) -> int:
+    """ns of the (sorted, disjoint) spans inside [lo, hi]."""
+    i = max(0, bisect.bisect_right(starts, lo) - 1)
+    total = 0
+    while i < len(spans) and spans[i][0] < hi:
+        total += max(0, min(spans[i][1], hi) - max(spans[i][0], lo))
+        i += 1
+    return total
+
+
+def _union(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for a, b in sorted(spans):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
 def first_request(records: list[Any], processes: dict[int, dict[str, Any]], children: dict[int, list[int]],
-                  pid: int, label: str) -> dict[str, Any] | None:
+                  pid: int, label: str, own_spans: dict[int, dict[int, list[tuple[int, int]]]] | None = None) -> dict[str, Any] | None:
     """The split of process pid's first `label` call (the first response) against its later calls of the
-    same key, or None where there is no later one to compare it with."""
+    same key, or None where there is no later one to compare it with. own_spans: each process's own spans by OS
+    thread id (assemble.own_spans), for warmprof's own line."""
     metas = {r.pid: r.meta for r in records}
     mine = [c for c in metas.get(pid, {}).get("calls", []) if c["label"] == label]
     if not mine:
@@ -180,9 +216,36 @@ def first_request(records: list[Any], processes: dict[int, dict[str, Any]], chil
         same = [c for c in metas[p].get("calls", []) if c["label"] == lab]
         return same, _delay(window(first), same) - steady_of(lambda c: _delay(window(c), same))
 
+    # warmprof's own spans of each process on the threads that make its calls (the request's, a step's), as
+    # one union by start: another thread's (a sampler's) runs beside them
+    def call_tids(q: int) -> set[Any]:
+        return {c.get("tid") for c in metas.get(q, {}).get("calls", [])} or {metas.get(q, {}).get("main_tid")}
+
+    own_of = {q: _union([x for t, v in by_tid.items() if t in call_tids(q) for x in v])
+              for q, by_tid in (own_spans or {}).items()}
+    own_starts = {q: [x[0] for x in v] for q, v in own_of.items()}
+    below = {q: set(_depths(children, q)) for q in depth}  # each process and those under it
+
+    def own_by_part(w: tuple[int, int]) -> dict[tuple[int, str], int]:
+        """warmprof's own ns in window w by part: at the instants a part owns, the own spans of its process
+        and of the processes under it (what its call waits on: the Worker's record of a step inside the
+        engine's step); in the request's own part, the request's process's only (the others' run beside it)."""
+        out: dict[tuple[int, str], int] = {}
+        if not own_of:
+            return out
+        for lo, hi, key in _segments(w, spans, pid):
+            procs = [key[0]] if key[1] == OUTSIDE else below.get(key[0], {key[0]})
+            ns = sum(_own_ns(own_of[q], own_starts[q], lo, hi) for q in procs if q in own_of)
+            if ns:
+                out[key] = out.get(key, 0) + ns
+        return out
+
+    own_first = own_by_part(window(first))
+    own_steady = [own_by_part(window(c)) for c in middle]
+
     rows: list[dict[str, Any]] = []
     by_cause: dict[str, float] = {}
-    unattributed = 0.0
+    unattributed = own_total = 0.0
     for key in keys:
         p, lab = key
         f_ms = first_parts.get(key, 0) / 1e6
@@ -191,6 +254,8 @@ def first_request(records: list[Any], processes: dict[int, dict[str, Any]], chil
         row: dict[str, Any] = {"pid": p, "part": lab, "first_ms": f_ms, "steady_ms": s_ms, "excess_ms": excess,
                                "causes": []}
         booked: list[dict[str, Any]] = []
+        own_ms = (own_first.get(key, 0) - sum(o.get(key, 0) for o in own_steady) / len(middle)) / 1e6
+        own_ms = min(own_ms, excess) if own_ms > 0 and excess > 0 else 0.0  # measured, and never the model's
         if excess > 0 and key in firsts:
             for c, e in firsts[key]:
                 for (cause, evidence), (ms, sources) in causes_of(c, e, p).items():
@@ -219,10 +284,15 @@ def first_request(records: list[Any], processes: dict[int, dict[str, Any]], chil
                 booked.append({"cause": Name.CPU_CONTENTION, "ms": extra, "evidence": "measured", "sources": ["run_queue"],
                                "detail": "its extra wait for a CPU, from the thread's run delay (first less steady)"})
         total = sum(c["ms"] for c in booked)
-        scale = min(1.0, excess / total) if total > 0 and excess > 0 else 0.0
+        room = excess - own_ms  # the model's causes share what warmprof's own time leaves of the part's excess
+        scale = min(1.0, room / total) if total > 0 and room > 0 else 0.0
+        if own_ms > 0:
+            booked.append({"cause": Name.PROFILER_OVERHEAD, "ms": own_ms, "evidence": "measured",
+                           "sources": ["own_spans"], "detail": "warmprof's own time in the part (its own spans), first "
+                           "less steady"})
         merged: dict[tuple[str, str], dict[str, Any]] = {}  # one entry per cause and evidence
         for c in booked:
-            ms = c["ms"] * scale
+            ms = c["ms"] if c["cause"] == Name.PROFILER_OVERHEAD else c["ms"] * scale
             if ms <= 0:
                 continue
             m = merged.setdefault((c["cause"], c["evidence"]), {**c, "ms": 0.0, "detail": "", "sources": []})
@@ -230,8 +300,12 @@ def first_request(records: list[Any], processes: dict[int, dict[str, Any]], chil
             m["sources"] = sorted(set(m["sources"]) | set(c["sources"]))
             if c["detail"] not in m["detail"]:
                 m["detail"] = "; ".join(x for x in (m["detail"], c["detail"]) if x)
-            by_cause[c["cause"]] = by_cause.get(c["cause"], 0.0) + ms
+            if c["cause"] == Name.PROFILER_OVERHEAD:
+                own_total += ms
+            else:
+                by_cause[c["cause"]] = by_cause.get(c["cause"], 0.0) + ms
         row["causes"] = sorted(merged.values(), key=lambda c: -c["ms"])
+        row["own_ms"] = sum(c["ms"] for c in row["causes"] if c["cause"] == Name.PROFILER_OVERHEAD)
         row["unattributed_ms"] = excess - sum(c["ms"] for c in row["causes"])
         unattributed += row["unattributed_ms"]
         rows.append(row)
@@ -239,7 +313,8 @@ def first_request(records: list[Any], processes: dict[int, dict[str, Any]], chil
     s_total = statistics.median((c["end_ns"] - c["start_ns"]) / 1e6 for c in later)
     excess_total = f_total - s_total
     explained = sum(by_cause.values())
+    model = excess_total - own_total  # the model's excess: warmprof's own on neither side
     return {"pid": pid, "label": label, "key": str(first["key"]), "first_ms": f_total, "steady_ms": s_total,
             "later": len(later), "excess_ms": excess_total, "by_part": rows,
-            "by_cause": dict(sorted(by_cause.items(), key=lambda kv: -kv[1])), "unattributed_ms": unattributed,
-            "explained_share": explained / excess_total if excess_total > 0 else None}
+            "by_cause": dict(sorted(by_cause.items(), key=lambda kv: -kv[1])), "own_ms": own_total,
+            "unattributed_ms": unattributed, "explained_share": explained / model if model > 0 else None}
