@@ -79,17 +79,17 @@ def main() -> None:
         rows.append({"pair": i, "bare_first_ms": b[0], "bare_steady_ms": statistics.median(b[1:]), "bare_excess_ms": bx,
                      "first_ms": q.get("first_ms"), "steady_ms": q.get("steady_ms"), "excess_ms": q.get("excess_ms"),
                      "explained_share": q.get("explained_share"), "by_cause": q.get("by_cause", {}),
-                     "unattributed_ms": q.get("unattributed_ms"),
+                     "unattributed_ms": q.get("unattributed_ms"), "own_ms": q.get("own_ms", 0.0),
                      "by_part": [{k: p.get(k) for k in ("pid", "part", "excess_ms", "unattributed_ms", "later_ms")}
                                  for p in q.get("by_part", [])]})
     print(f"{'pair':>4} {'bare 1st':>9} {'steady':>7} {'excess':>7} | {'run 1st':>8} {'steady':>7} {'excess':>7} "
-          f"{'explained':>9}  by cause (ms)")
+          f"{'explained':>9}  by cause (ms; explained: the causes' share of the excess less warmprof's own)")
     for x in rows:
         share = f"{x['explained_share']:.0%}" if x["explained_share"] is not None else "-"
         causes = ", ".join(f"{c} {ms:.2f}" for c, ms in x["by_cause"].items())
         print(f"{x['pair']:>4} {x['bare_first_ms']:>9.1f} {x['bare_steady_ms']:>7.1f} {x['bare_excess_ms']:>7.1f} | "
               f"{x['first_ms'] or 0:>8.1f} {x['steady_ms'] or 0:>7.1f} {x['excess_ms'] or 0:>7.1f} {share:>9}  {causes}, "
-              f"unattributed {x['unattributed_ms'] or 0:.2f}")
+              f"warmprof's own {x['own_ms'] or 0:.2f}, unattributed {x['unattributed_ms'] or 0:.2f}")
     shares = [x["explained_share"] for x in rows if x["explained_share"] is not None]
     ratio = [x["excess_ms"] / x["bare_excess_ms"] for x in rows if x["excess_ms"] and x["bare_excess_ms"] > 0]
     summary = {"pairs": len(rows), "median_bare_excess_ms": statistics.median(x["bare_excess_ms"] for x in rows),
