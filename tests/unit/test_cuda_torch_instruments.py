@@ -312,3 +312,28 @@ def test_the_warm_control_does_not_book_cudnns_first_call_again(monkeypatch):
 
     with pytest.raises(RuntimeError, match="first call already ran"):
         control_serve._warm(FakeApi, torch.nn.Conv2d(1, 1, 1), (), {}, "cpu", None, False, {})
+
+
+def test_the_warm_control_starts_from_a_collected_heap(monkeypatch):
+    """A full collection the earlier phases left due would land in the warm control's first pass and be
+    sized as warmprof's own cost: the warm control collects before its trace."""
+    import gc
+
+    from warmprof.traces import calibrate, control_serve
+
+    monkeypatch.setattr(calibrate, "seed", lambda costs: None)
+    monkeypatch.setattr(calibrate.MachineCosts, "from_dict", classmethod(lambda cls, d: None))
+    garbage = [[i] for i in range(5000)]  # young objects the collector has not seen yet
+    assert gc.get_count()[0] > 0
+    seen = []
+
+    class FakeApi:
+        @staticmethod
+        def trace(*a, **k):
+            seen.append(gc.get_count())
+            raise RuntimeError("stop here")
+
+    with pytest.raises(RuntimeError, match="stop here"):
+        control_serve._warm(FakeApi, torch.nn.Conv2d(1, 1, 1), (), {}, "cpu", None, False, {})
+    del garbage
+    assert seen and seen[0][1:] == (0, 0) and seen[0][0] < 50, seen

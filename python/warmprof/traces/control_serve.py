@@ -306,10 +306,16 @@ def _clean(torch: Any, runner: Any, args: tuple, kwargs: dict, sync: Any,
 
 def _warm(api: Any, model: Any, args: tuple, kwargs: dict, device: str, compile: Any, op_view: bool,
           calibration: dict[str, Any], generate: int | None = None, kv_cache: str | None = None) -> dict[str, Any]:
-    """The trace's protocol on the model already warm, instruments fresh, at the trace's calibration."""
+    """The trace's protocol on the model already warm, instruments fresh, at the trace's calibration. It
+    starts from a collected heap: the earlier phases' garbage (the clean and other-shape passes, the model's
+    build) can leave Python's full collection due, and one inside the warm control's first pass (170 ms on a
+    T5 from a small config, its build's many objects) would be sized as warmprof's own first-pass cost."""
+    import gc
+
     from ..instruments.torch_cuda import CudnnFind
     from . import calibrate
 
+    gc.collect()
     calibrate.seed(calibrate.MachineCosts.from_dict(calibration))
     CudnnFind.already_called()  # the clean pass ran the model here: cuDNN's first call is behind it
     token = _in_warm_control.set(True)
