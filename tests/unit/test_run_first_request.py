@@ -88,7 +88,7 @@ def test_no_later_request_no_split_and_a_split_that_does_not_add_up_is_refused()
     with pytest.raises(ReportError, match="first_request: its parts' excesses add up to"):
         RunReport.from_dict(RunReport(command=["x"], duration_ms=300.0, processes=[], first_request=bad).to_dict())
     bad = dict(q, unattributed_ms=q["unattributed_ms"] + 5.0)
-    with pytest.raises(ReportError, match="first_request: causes and unattributed add up to"):
+    with pytest.raises(ReportError, match="first_request: causes, warmprof's own and unattributed add up to"):
         RunReport.from_dict(RunReport(command=["x"], duration_ms=300.0, processes=[], first_request=bad).to_dict())
 
 
@@ -261,6 +261,12 @@ def test_warmprofs_own_time_in_the_first_request_is_its_own_line_and_on_neither_
     assert "excess 29.0 ms (warmprof's own 3.50 ms of it), 59% of the rest to causes" in text, text
     assert "warmprof's own 3.50 ms, unattributed 10.5 ms" in text, text
     assert "warmprof's own 1.50 ms (measured: own_spans)" in text, text
+    # the JSON keeps it and its load checks the sum with it (and refuses one without it)
+    report = RunReport(command=["x"], duration_ms=300.0, processes=procs, first_request=q)
+    assert RunReport.from_json(report.to_json()).first_request["own_ms"] == pytest.approx(3.5)
+    with pytest.raises(ReportError, match="warmprof's own and unattributed add up to"):
+        RunReport.from_dict(RunReport(command=["x"], duration_ms=300.0, processes=procs,
+                                      first_request=dict(q, own_ms=0.0)).to_dict())
     # without own spans (or with less own time in the first window than in the steady ones) no own line
     own[3][1] = _own((20, 20.2), (104, 104.5), (204, 204.5))
     own[1][1] = _own((20, 21))

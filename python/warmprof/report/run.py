@@ -112,9 +112,9 @@ class RunReport(ReportBase):
             if abs(parts - split["excess_ms"]) > slack:
                 raise ReportError(f"first_request: its parts' excesses add up to {parts:.3f} ms, not its "
                                   f"{split['excess_ms']:.3f} ms")
-            booked = sum(split["by_cause"].values()) + split["unattributed_ms"]
+            booked = sum(split["by_cause"].values()) + split.get("own_ms", 0.0) + split["unattributed_ms"]
             if abs(booked - split["excess_ms"]) > slack:
-                raise ReportError(f"first_request: causes and unattributed add up to {booked:.3f} ms, not its "
+                raise ReportError(f"first_request: causes, warmprof's own and unattributed add up to {booked:.3f} ms, not its "
                                   f"{split['excess_ms']:.3f} ms excess")
             for r in split["by_part"]:
                 for c in r.get("causes", []):
