@@ -217,7 +217,7 @@ def test_a_call_nested_in_the_same_process_is_not_booked_twice():
 def test_the_parts_of_many_calls_are_cut_as_by_hand():
     # calls that straddle the window's ends, equal depths (the later start owns), an odd count of later requests
     calls = [(1, -5, 10, 2, "a"), (1, 5, 20, 3, "b"), (2, 8, 12, 4, "c"), (1, 50, 120, 2, "a")]
-    got = requests._parts((0, 100), calls, 1)
+    got = requests._totals(requests._segments((0, 100), calls, 1))
     # 0-5 a; 5-8 b (later start); 8-12 c (deeper); 12-20 b; 20-50 outside; 50-100 a
     assert got == {(2, "a"): 55, (3, "b"): 11, (4, "c"): 4, (1, requests.OUTSIDE): 30}
     assert sum(got.values()) == 100

@@ -24,9 +24,8 @@ Each part's excess is then booked to causes:
 - warmprof's own time in the part (its own spans: a watched call's clock reads and record, the op watch's
   timed calls' bookkeeping) at the instants the part owns, of its process and of those under it (a step's
   record in the Worker lies inside the engine's step), first window less steady, where `own_spans` gives
-  them: its own line
-  (profiler_overhead, `own_ms`), never a cause of the model's; the share explained is the causes' share of
-  the excess less it (warmprof's own cost on neither side);
+  them: its own line (profiler_overhead, `own_ms`), never a cause of the model's; the share explained is
+  the causes' share of the excess less it (warmprof's own cost on neither side);
 - what is left is unattributed (negative where a part ran faster the first time). Where a part's calls are
   the deepest and each first call has its own excess, `later_ms` says how much of the part's excess its
   other calls (not the first at their key) made: the part's excess less its first calls' own (vLLM's later
@@ -80,10 +79,10 @@ def _segments(window: tuple[int, int], calls: list[tuple[int, int, int, int, str
     return out
 
 
-def _parts(window: tuple[int, int], calls: list[tuple[int, int, int, int, str]], root: int) -> dict[tuple[int, str], int]:
-    """ns of the window owned by each (pid, label) (_segments)."""
+def _totals(segments: list[tuple[int, int, tuple[int, str]]]) -> dict[tuple[int, str], int]:
+    """ns owned by each (pid, label) in a window's segments."""
     out: dict[tuple[int, str], int] = {}
-    for lo, hi, key in _segments(window, calls, root):
+    for lo, hi, key in segments:
         out[key] = out.get(key, 0) + (hi - lo)
     return out
 
@@ -146,8 +145,10 @@ def first_request(records: list[Any], processes: dict[int, dict[str, Any]], chil
     def steady_of(fn: Any) -> float:
         return sum(fn(c) for c in middle) / len(middle)
 
-    first_parts = _parts(window(first), spans, pid)
-    steady_parts = [_parts(window(c), spans, pid) for c in middle]
+    first_segments = _segments(window(first), spans, pid)
+    steady_segments = [_segments(window(c), spans, pid) for c in middle]
+    first_parts = _totals(first_segments)
+    steady_parts = [_totals(x) for x in steady_segments]
     keys = sorted(set(first_parts) | {k for p in steady_parts for k in p},
                   key=lambda k: (-(first_parts.get(k, 0) - sum(p.get(k, 0) for p in steady_parts) / len(middle)), k))
     # the first calls (at their key) of each process that lie inside the first window, with their causes
@@ -226,22 +227,22 @@ def first_request(records: list[Any], processes: dict[int, dict[str, Any]], chil
     own_starts = {q: [x[0] for x in v] for q, v in own_of.items()}
     below = {q: set(_depths(children, q)) for q in depth}  # each process and those under it
 
-    def own_by_part(w: tuple[int, int]) -> dict[tuple[int, str], int]:
-        """warmprof's own ns in window w by part: at the instants a part owns, the own spans of its process
+    def own_by_part(segments: list[tuple[int, int, tuple[int, str]]]) -> dict[tuple[int, str], int]:
+        """warmprof's own ns in a window's segments by part: at the instants a part owns, the own spans of its process
         and of the processes under it (what its call waits on: the Worker's record of a step inside the
         engine's step); in the request's own part, the request's process's only (the others' run beside it)."""
         out: dict[tuple[int, str], int] = {}
         if not own_of:
             return out
-        for lo, hi, key in _segments(w, spans, pid):
+        for lo, hi, key in segments:
             procs = [key[0]] if key[1] == OUTSIDE else below.get(key[0], {key[0]})
             ns = sum(_own_ns(own_of[q], own_starts[q], lo, hi) for q in procs if q in own_of)
             if ns:
                 out[key] = out.get(key, 0) + ns
         return out
 
-    own_first = own_by_part(window(first))
-    own_steady = [own_by_part(window(c)) for c in middle]
+    own_first = own_by_part(first_segments)
+    own_steady = [own_by_part(x) for x in steady_segments]
 
     rows: list[dict[str, Any]] = []
     by_cause: dict[str, float] = {}
