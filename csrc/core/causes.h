@@ -16,7 +16,8 @@ enum Cause : uint8_t {
   kClockRamp = 7,
   kProfilerOverhead = 8,    // warmprof's / CUPTI's own first-use cost, never blamed on the model
   kCpuContention = 9,       // the model's threads were runnable with no CPU (schedstat run-queue delay)
-  kNumCauses = 10,
+  kGarbageCollection = 10,  // Python's cyclic garbage collector ran (gc.callbacks' start and stop)
+  kNumCauses = 11,
 };
 
 enum RecordKind : uint8_t {

@@ -69,6 +69,13 @@ _ROWS: list[Cause] = [
           advice="The model's threads waited for a CPU: this is the machine's load, not a first-call cost, and no "
                  "warm-up removes it. Give the process CPUs of its own (taskset, a CPU quota or request), or fewer "
                  "threads than CPUs (torch.set_num_threads); trace again on a quieter machine for the first-call figures."),
+    # Python's cyclic garbage collector ran (gc.callbacks' start to stop, the collection's own time): a full
+    # collection that the set-up left due (building a model makes many objects) lands in the first call that
+    # allocates, and scans every object the model holds.
+    Cause(10, "garbage_collection", "garbage collection", "#98df8a", "cq_build_attempt_passed", True,
+          advice="Python's garbage collector ran a collection on the first call (building the model made many "
+                 "objects, so one was due): call gc.collect() and then gc.freeze() after loading the model, before "
+                 "traffic, so the collection runs at start-up and later ones skip the model's objects."),
     # Off-CPU time the pass thread spent neither running nor waiting for a CPU (its wall time less its
     # CPU time less its run-queue delay, at module boundaries): a sleep, a lock, a socket, a remote store.
     Cause(None, "wait", "off-CPU wait", "#7f7f7f", "thread_state_sleeping", True,
@@ -99,6 +106,7 @@ DATA_TRANSFER = _id("data_transfer")
 CLOCK_RAMP = _id("clock_ramp")
 PROFILER_OVERHEAD = _id("profiler_overhead")
 CPU_CONTENTION = _id("cpu_contention")
+GARBAGE_COLLECTION = _id("garbage_collection")
 
 class Name:
     """Each cause's name as a constant, for code that books or tests a cause: outside this table no
@@ -113,6 +121,7 @@ class Name:
     CLOCK_RAMP = "clock_ramp"
     PROFILER_OVERHEAD = "profiler_overhead"
     CPU_CONTENTION = "cpu_contention"
+    GARBAGE_COLLECTION = "garbage_collection"
     WAIT = "wait"
     DISK_READ = "disk_read"
     UNATTRIBUTED = "unattributed"
@@ -148,6 +157,7 @@ COUNT_UNITS: dict[str, tuple[str, str] | None] = {
     "cudnn": ("call", "calls"),  # convolution calls bracketed: cuDNN's first call, a benchmark find
     "onednn": ("primitive", "primitives"),  # oneDNN primitives created (cache misses its verbose output placed)
     "python_import": ("import", "imports"),
+    "gc": ("collection", "collections"),  # Python's garbage collections (gc:gen0, gc:gen1, gc:gen2 spans)
     "python_metadata": ("scan", "scans"),  # importlib.metadata.entry_points() calls (import_spans.time_metadata_scans)
     "mps": ("compile", "compiles"),  # mps:compile_shader
     "cupy": ("call", "calls"),  # CuPy's kernel-cache misses and the NVRTC/NVCC compiles inside them

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import gc
 import importlib
 import os
 import sys
@@ -106,6 +107,43 @@ class FirstCallPython(nn.Module):
         return x + 1
 
 
+class _Cycle:
+    def __init__(self) -> None:
+        self.me = self
+
+
+class CollectsOnFirstCall(nn.Module):
+    """Its first call drops `n` objects in reference cycles and runs a full collection (as a
+    collection the set-up left due does on a first call); later calls only add one."""
+
+    def __init__(self, n: int = 200_000) -> None:
+        super().__init__()
+        self.n = n
+        self.done = False
+
+    def forward(self, x):
+        if not self.done:
+            self.done = True
+            heap = [_Cycle() for _ in range(self.n)]
+            del heap
+            gc.collect()
+        return x + 1
+
+
+def collect_alone(n: int = 200_000, rounds: int = 3) -> float:
+    """The ground truth for CollectsOnFirstCall, without warmprof: ms of one full collection of the
+    same garbage, the least of `rounds` (a busy machine slows a round and never speeds it up)."""
+    best = float("inf")
+    for _ in range(rounds):
+        gc.collect()
+        heap = [_Cycle() for _ in range(n)]
+        del heap
+        t = time.perf_counter()
+        gc.collect()
+        best = min(best, (time.perf_counter() - t) * 1e3)
+    return best
+
+
 class ImportsInForward(nn.Module):
     """Imports module `name` in every forward (a lazy import: executed on the first call only)."""
 
@@ -147,6 +185,7 @@ class Leftovers:
         self.fd1 = os.fstat(1)
         self.env = os.environ.get("ONEDNN_VERBOSE_TIMESTAMP")
         self.finders = [id(f) for f in sys.meta_path]
+        self.gc_callbacks = [id(c) for c in gc.callbacks]
 
     def check(self) -> None:
         assert not timeline.active(), "recording left on"
@@ -166,3 +205,4 @@ class Leftovers:
         assert not any(isinstance(f, ImportFinder) for f in sys.meta_path), "import finder left on sys.meta_path"
         kept = [id(f) for f in sys.meta_path if id(f) in set(self.finders)]
         assert kept == self.finders, "sys.meta_path's finders changed"
+        assert [id(c) for c in gc.callbacks] == self.gc_callbacks, "gc.callbacks changed (a collection callback left on)"

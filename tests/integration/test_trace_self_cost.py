@@ -16,7 +16,8 @@ import warmprof
 from warmprof.errors import ModelError
 from warmprof.traces.passes import SELF_COST_PASSES
 
-from .helpers import FirstCallPython, ImportsInForward, Leftovers, RaisesOnCall, write_slow_modules
+from .helpers import (CollectsOnFirstCall, FirstCallPython, ImportsInForward, Leftovers, RaisesOnCall, collect_alone,
+                      write_slow_modules)
 
 
 class Tiny(nn.Sequential):
@@ -130,6 +131,27 @@ def test_an_import_inside_forward_is_runtime_init_in_that_module(tmp_path):
     assert spans[f"python_import:{name}_inner"].depth > spans[f"python_import:{name}"].depth  # nested
     assert not [c for c in r.seen_rerun_causes if c.source == "python_import"]  # cached from then on
     assert r.instruments["python_imports"]["imports"] >= 2
+
+
+def test_a_collection_on_the_first_call_is_garbage_collection_in_that_module():
+    """A full collection on the first call (the cyclic garbage the call drops) is booked as
+    garbage_collection, measured, in its module, at about the collection's own time measured without
+    warmprof; the seen re-run pays none, and gc.callbacks is left as it was (Leftovers)."""
+    model = nn.Sequential(nn.Linear(8, 8), CollectsOnFirstCall())
+    left = Leftovers(model)
+    r = warmprof.trace(model, (4, 8), steady=5)
+    left.check()
+    truth = collect_alone()
+    gcs = [c for c in r.causes if c.cause == "garbage_collection"]
+    assert gcs and {(c.evidence, c.source) for c in gcs} == {("measured", "gc")}, gcs
+    top = max(gcs, key=lambda c: c.ms)
+    assert top.module == "Sequential.1" and top.count >= 1
+    # the full collection and the gen-0 collections making the garbage triggers (a wait for a CPU inside
+    # them included): at least half the full collection alone, at most the first pass
+    booked = sum(c.ms for c in gcs)
+    assert 0.5 * truth <= booked <= r.first_pass_ms, (booked, truth)
+    assert not [c for c in r.seen_rerun_causes if c.cause == "garbage_collection" and c.ms > 0.5 * truth]
+    assert sum(r.instruments["gc_collections"]["collections"]) >= 1
 
 
 def test_first_call_python_work_is_placed_in_its_module_and_left_unattributed():

@@ -19,6 +19,7 @@ from .. import _native, devices
 from ..errors import InputError, ModelError, WarmprofError
 from ..instruments.host import HostCounters, blocked_ns, thread_times
 from ..instruments.modules import ModuleHooks
+from ..instruments.gc_collections import GcCollections
 from ..instruments.python_imports import PythonImports
 from ..timeline import BEGIN, STRUCTURE, Recording, Timeline, begin, begin_section, end, name_id
 from .inputs import put_back
@@ -47,7 +48,7 @@ def instruments(model: Any, device: Any, compiled: bool, op_view: bool = False) 
     from ..instruments.device_set import device_instruments
     from ..instruments.torch_compile import TorchCompile
 
-    inst: list = [HostCounters(), ModuleHooks(model, top_level_only=compiled), PythonImports()]
+    inst: list = [HostCounters(), ModuleHooks(model, top_level_only=compiled), PythonImports(), GcCollections()]
     if op_view:
         from ..instruments.aten_ops import AtenOps
 

@@ -28,6 +28,7 @@ from ..attribution import Part, PassAttribution, attribute_pass
 from ..causes import Name
 from ..instruments.device_set import setup_instruments
 from ..instruments.host import HostCounters
+from ..instruments.gc_collections import GcCollections
 from ..instruments.python_imports import PythonImports
 from ..report.trace import CauseEntry, Setup
 from .build import _entries
@@ -158,7 +159,7 @@ def run_setup(kind: Any, device: Any, steps: list[tuple[str, Callable[[], Any]]]
     `notes`: step -> what its figures leave out, said in its entry. A step that raises ends the set-up
     (instruments off, recording released) and the error goes to the caller as it was."""
     if instruments is None:
-        instruments = [HostCounters(), PythonImports(), *setup_instruments(kind, {"device": device})]
+        instruments = [HostCounters(), PythonImports(), GcCollections(), *setup_instruments(kind, {"device": device})]
     done: list[tuple[str, int, int]] = []
     pass_id = name_id(f"pass:{SETUP}")
     with _stdio_held(), Recording(spare_buffers=2) as rec:
@@ -191,14 +192,14 @@ def run_setup(kind: Any, device: Any, steps: list[tuple[str, Callable[[], Any]]]
 
 
 COLD_START_HOW = ("the cold start before the model reached the trace (importing torch, the factory's module, the "
-                  "factory: its build or weight load), timed in the trace's own fresh process with host counters and "
-                  "Python imports on; then ")
+                  "factory: its build or weight load), timed in the trace's own fresh process with host counters, "
+                  "Python imports and garbage collections on; then ")
 
 
 def cold_start_instruments() -> list[Any]:
     """The cold start's instruments: the host's and Python imports' (no device instruments: they start
     before torch is imported, and a device's context is created in the set-up's to(device) step)."""
-    return [HostCounters(), PythonImports()]
+    return [HostCounters(), PythonImports(), GcCollections()]
 
 
 def merged(first: Setup | None, then: Setup | None) -> Setup | None:
