@@ -19,7 +19,7 @@ LAYERS = (
     ("cli", ("warmprof.cli", "warmprof.commands", "warmprof.__main__")),
     ("protocols", ("warmprof.traces", "warmprof.probes", "warmprof.serving", "warmprof.runs")),
     ("engines", ("warmprof.instruments", "warmprof.attribution", "warmprof.render")),
-    ("data", ("warmprof.report", "warmprof.timeline", "warmprof.import_spans")),
+    ("data", ("warmprof.report", "warmprof.timeline", "warmprof.import_spans", "warmprof.gc_spans")),
     ("ground", ("warmprof.causes", "warmprof.devices", "warmprof.system", "warmprof.errors", "warmprof.stats",
                 "warmprof.opspec", "warmprof._native", "warmprof")),
 )

@@ -7,8 +7,8 @@ runs: the standard library and warmprof._native only (the attribution code and t
 record at the end imports numpy (the recorder's drain gives numpy arrays), after the recorded end. What it records:
 - the native recorder on for the process's life: each Python import a span `python_import:<module>`
   (runtime_init, measured: import_spans' finder, the one the trace's python_imports instrument puts on
-  for its passes, light to import), dynamo's compiles (jit_compile,
-  measured, from dynamo's own start/end callbacks, registered when torch._dynamo.callback is imported);
+  for its passes, light to import), each garbage collection a span `gc:gen<N>` (gc_spans), dynamo's
+  compiles (jit_compile, measured, from dynamo's own start/end callbacks, once torch._dynamo.callback is in);
 - a sampler thread (every WARMPROF_RUN_SAMPLE_MS, 20 ms by default): the process's fault and memory
   counters, and the main thread's CPU time, run-queue delay, voluntary switches, storage reads and major
   faults (its /proc/self/task files), the clocks the attribution engine reads off-CPU time and CPU
@@ -32,6 +32,7 @@ import time
 from typing import Any, Callable
 
 from .. import _native
+from ..gc_spans import GcSpans
 from ..import_spans import SOURCE as IMPORT_SOURCE, ImportFinder, time_metadata_scans
 from . import cupti, onednn, ops
 from .procfs import clk_tck, comm_name, mp_name, process_start_ns, process_title, read_file, shapes_key, thread_clocks
@@ -133,6 +134,7 @@ class Agent:
             self.onednn = onednn.start()  # before oneDNN reads its settings: its creation lines, each a span
             self.finder = ImportFinder(on_executed=self.imported)
             sys.meta_path.insert(0, self.finder)
+            self.gc = GcSpans().install()  # each garbage collection a span, for the process's life
             self.on_import("logging", self._attach_logging)
             self.on_import("importlib.metadata", time_metadata_scans)
             self.on_import("torch._dynamo.callback", self._attach_dynamo)
