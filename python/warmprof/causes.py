@@ -75,7 +75,9 @@ _ROWS: list[Cause] = [
     Cause(10, "garbage_collection", "garbage collection", "#98df8a", "cq_build_attempt_passed", True,
           advice="Python's garbage collector ran a collection on the first call (building the model made many "
                  "objects, so one was due): call gc.collect() and then gc.freeze() after loading the model, before "
-                 "traffic, so the collection runs at start-up and later ones skip the model's objects."),
+                 "traffic, so the collection runs at start-up and later ones skip the model's objects. torch.compile "
+                 "also collects after each compile (torch._dynamo.config.run_gc_after_compile): warming the compiled "
+                 "shapes moves those."),
     # Off-CPU time the pass thread spent neither running nor waiting for a CPU (its wall time less its
     # CPU time less its run-queue delay, at module boundaries): a sleep, a lock, a socket, a remote store.
     Cause(None, "wait", "off-CPU wait", "#7f7f7f", "thread_state_sleeping", True,

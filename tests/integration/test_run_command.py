@@ -23,8 +23,10 @@ from .procs import pids_whose
 TIMEOUT = 600
 
 # A main process that spawns a child (multiprocessing, spawn: a fresh interpreter that imports torch
-# again), then builds a watched model whose first call sleeps SLEEP_S and touches fresh memory.
+# again), then builds a watched model whose first call sleeps SLEEP_S, touches fresh memory and runs a
+# full garbage collection of the cycles it dropped (timing the collection itself, printed).
 TREE = textwrap.dedent("""
+    import gc
     import multiprocessing as mp
     import time
 
@@ -33,6 +35,10 @@ TREE = textwrap.dedent("""
     def child(q):
         import torch
         q.put(float(torch.ones(4).sum()))
+
+    class Cycle:
+        def __init__(self):
+            self.me = self
 
     if __name__ == "__main__":
         import torch
@@ -48,6 +54,11 @@ TREE = textwrap.dedent("""
                 if self.buf is None:
                     time.sleep(SLEEP_S)
                     self.buf = torch.ones(32 << 20, dtype=torch.uint8)
+                    cycles = [Cycle() for _ in range(100_000)]
+                    del cycles
+                    t = time.perf_counter()
+                    gc.collect()
+                    print(f"collect_ms {(time.perf_counter() - t) * 1e3:.3f}", flush=True)
                 return self.lin(x)
 
         ctx = mp.get_context("spawn")
@@ -126,6 +137,9 @@ def test_a_spawned_tree_is_recorded_with_its_phases_calls_and_the_path_to_ready(
     booked = {c["cause"]: c["ms"] for c in call["causes"]}
     assert booked.get("wait", 0.0) >= 0.5 * 200, call
     assert "allocator_growth" in booked, call
+    # and its collection (the agent's gc.callbacks spans): at least half of what the script timed of it
+    collect_ms = float(next(ln.split()[1] for ln in p.stdout.splitlines() if ln.startswith("collect_ms")))
+    assert booked.get("garbage_collection", 0.0) >= 0.5 * collect_ms, (collect_ms, call)
     # ready: the first watched call's start; the path to it crosses into the child while the main process waited
     assert r.ready is not None and r.ready["by"] == "first-call" and r.ready["pid"] == main["pid"]
     assert r.to_ready is not None and abs(r.to_ready["ms"] - r.ready["ms"]) < 1e-6

@@ -194,3 +194,19 @@ def test_module_calls_times_the_calibrated_hook_cost_is_estimated_profiler_overh
     assert p.ms == pytest.approx(0.008)
     assert p.by_module == {"M": pytest.approx(0.002 * MS), "M.a": pytest.approx(0.004 * MS), "M.b": pytest.approx(0.002 * MS)}
     assert not [p for p in attribute_pass(tl, "first").parts if p.cause == "profiler_overhead"]  # no calibration, no estimate
+
+
+def test_a_collection_is_its_own_cause_but_inside_a_compile_it_stays_the_compiles():
+    """A garbage collection is the innermost span where it lands (garbage_collection, measured), but one
+    inside a compile span stays the compile's time, as the compiler's imports do (torch's compile timers
+    count it too)."""
+    from warmprof.causes import GARBAGE_COLLECTION
+
+    tl = (TL().span(STRUCTURE, "pass:first", 0, 100)
+          .span(STRUCTURE, "module:M", 0, 100)
+          .span(GARBAGE_COLLECTION, "gc:gen2", 5, 9)     # in the module: its own cause
+          .span(JIT_COMPILE, "torch.compile:compile", 10, 50)
+          .span(GARBAGE_COLLECTION, "gc:gen1", 20, 30)   # inside the compile: the compile's
+          .build())
+    att = attribute_pass(tl, "first")
+    assert parts(att) == {("garbage_collection", "gc"): 4.0, ("jit_compile", "torch.compile"): 40.0}

@@ -74,3 +74,14 @@ def test_the_table_refuses_a_taken_name_or_id():
     with pytest.raises(WarmprofError, match="cannot remove"):
         causes.unregister("unattributed")
     assert causes.names()[-1] == "unattributed"
+
+
+def test_every_cause_a_warm_up_moves_says_how_the_advice_test_follows_it():
+    """traces/advice.FOLLOW says what following a cause's advice means for tests/integration/
+    test_advice_followed.py (a warm-up pass at the served shape, at any, at the largest): a cause the
+    table says a warm-up moves and advises on has an entry, or that test fails once the cause is advised."""
+    from warmprof.traces.advice import FOLLOW
+
+    missing = [n for n in causes.names() if (c := causes.get(n)) is not None and c.warmup_fixes and c.advice
+               and n not in FOLLOW]
+    assert not missing, missing

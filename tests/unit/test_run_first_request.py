@@ -285,3 +285,21 @@ def test_own_spans_are_read_per_thread_outermost_from_a_timeline():
             (30, 0, 8, 1, 0, 1), (35, 1, 8, 1, 0, 1), (40, 0, 8, 1, 0, 0), (41, 1, 8, 1, 0, 0)]
     rec = assemble.ProcRecord({"pid": 5, "os_tids": [100, 200]}, Timeline.from_records(recs, names), 0)
     assert assemble.own_spans(rec) == {100: [(10, 20), (40, 41)], 200: [(30, 35)]}
+
+
+def test_a_collection_inside_an_own_span_is_not_warmprofs_too():
+    """A garbage collection the agent's bookkeeping triggered is its own span (garbage_collection, booked
+    by the engine): the own spans leave its time out, so it is not on the own line as well."""
+    from warmprof.causes import GARBAGE_COLLECTION
+    from warmprof.runs import assemble
+    from warmprof.runs.agent import OWN_SPAN
+    from warmprof.timeline import Timeline
+
+    names = ["other", OWN_SPAN, "gc:gen0", "gc:gen2"]
+    g = GARBAGE_COLLECTION
+    recs = [(10, 0, 8, 1, 0, 0), (12, 0, g, 2, 0, 0), (14, 1, g, 2, 0, 0), (20, 1, 8, 1, 0, 0),  # own 10-20, gc 12-14
+            (25, 0, g, 3, 0, 0), (28, 1, g, 3, 0, 0),  # a collection outside every own span: nothing to cut
+            (30, 0, 8, 1, 0, 1), (31, 0, g, 2, 0, 1), (35, 1, 8, 1, 0, 1), (36, 1, g, 2, 0, 1),  # gc past the own end
+            (40, 0, 8, 1, 0, 0), (41, 1, 8, 1, 0, 0)]
+    rec = assemble.ProcRecord({"pid": 5, "os_tids": [100, 200]}, Timeline.from_records(recs, names), 0)
+    assert assemble.own_spans(rec) == {100: [(10, 12), (14, 20), (40, 41)], 200: [(30, 31)]}

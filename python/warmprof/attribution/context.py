@@ -25,7 +25,7 @@ from .reading import (
     Segment,
     _counter_steps,
     _cover,
-    _imports_inside_compiles,
+    _kept_in_compiles,
     _memory_growth,
     _module_of,
     _pass_span,
@@ -177,9 +177,9 @@ def build_context(
     mine = [s for s in in_window if s.thread == th]
     off_thread_ns = sum(min(s.end_ns, t1) - max(s.start_ns, t0) for s in in_window
                         if s.thread != th and s.cause != STRUCTURE)
-    # Python imports the compiler runs inside its own compile span stay the compile's time (torch's
-    # compile timers count them too): they are not segmented as causes of their own.
-    in_compile = _imports_inside_compiles(mine)
+    # Python imports the compiler runs and garbage collections inside its own compile span stay the
+    # compile's time (torch's compile timers count them too): they are not segmented as causes of their own.
+    in_compile = _kept_in_compiles(mine)
     segs = _segments([sp for sp in mine if id(sp) not in in_compile], t0, t1)
     starts = [sg[0] for sg in segs]
     fault_steps = _counter_steps(tl, FAULT_COUNTERS, segs, starts, t0, t1)

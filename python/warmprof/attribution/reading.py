@@ -292,3 +292,10 @@ def _imports_inside_compiles(spans: Sequence[SpanRec]) -> set[int]:
     """ids of the python_import spans nested in a jit_compile span (inductor importing its own
     modules as it compiles)."""
     return {id(s) for s in _nested_in_compiles(spans, "python_import:")}
+
+
+def _kept_in_compiles(spans: Sequence[SpanRec]) -> set[int]:
+    """ids of the spans whose time stays the compile's that holds them: Python imports and garbage
+    collections nested in a jit_compile span (the compiler's own imports and the collections its
+    allocations trigger; torch's compile timers count both)."""
+    return {id(s) for s in _nested_in_compiles(spans, ("python_import:", "gc:"))}

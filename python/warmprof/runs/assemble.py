@@ -197,6 +197,39 @@ def own_spans(rec: ProcRecord) -> dict[int, list[tuple[int, int]]]:
                 out.setdefault(int(tids[th]), []).append((a, int(tl.ts_ns[i])))
     for v in out.values():
         v.sort()
+    return _less_collections(tl, tids, out) if any(n.startswith(GC_PREFIX) for n in tl.names) else out
+
+
+GC_PREFIX = "gc:"  # gc_spans' span names
+
+
+def _less_collections(tl: Any, tids: list[int], own: dict[int, list[tuple[int, int]]]) -> dict[int, list[tuple[int, int]]]:
+    """The own spans less the garbage collections inside them: a collection is its own span
+    (garbage_collection, booked by the engine as the innermost span), so its time is not warmprof's too."""
+    import numpy as np
+
+    ids = [k for k, n in enumerate(tl.names) if n.startswith(GC_PREFIX)]
+    sel = np.flatnonzero(np.isin(tl.name, ids) & (tl.kind <= 1))
+    holes: dict[int, list[tuple[int, int]]] = {}
+    started: dict[int, int] = {}
+    for i in sel.tolist():
+        th = int(tl.thread[i])
+        if int(tl.kind[i]) == 0:
+            started[th] = int(tl.ts_ns[i])
+        elif th in started and th < len(tids):
+            holes.setdefault(int(tids[th]), []).append((started.pop(th), int(tl.ts_ns[i])))
+    out: dict[int, list[tuple[int, int]]] = {}
+    for tid, spans in own.items():
+        cut = sorted(holes.get(tid, []))
+        for a, b in spans:
+            for ha, hb in cut:
+                if hb <= a or ha >= b:
+                    continue
+                if ha > a:
+                    out.setdefault(tid, []).append((a, ha))
+                a = max(a, hb)
+            if b > a:
+                out.setdefault(tid, []).append((a, b))
     return out
 
 

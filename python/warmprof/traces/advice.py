@@ -51,6 +51,7 @@ FOLLOW = {
     causes.Name.JIT_COMPILE: "same", causes.Name.ALGORITHM_SELECTION: "same", causes.Name.GRAPH_CAPTURE: "same",
     causes.Name.ALLOCATOR_GROWTH: "largest", causes.Name.RUNTIME_INIT: "any", causes.Name.CLOCK_RAMP: "same",
     causes.Name.WAIT: "same", causes.Name.DISK_READ: "same", causes.Name.UNATTRIBUTED: "same",
+    causes.Name.GARBAGE_COLLECTION: "any",  # a pass at any shape runs the collection that was due
 }
 
 
