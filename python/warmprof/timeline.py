@@ -22,6 +22,7 @@ from .causes import (  # noqa: F401
     CLOCK_RAMP,
     CPU_CONTENTION,
     DATA_TRANSFER,
+    GARBAGE_COLLECTION,
     GRAPH_CAPTURE,
     JIT_COMPILE,
     PROFILER_OVERHEAD,

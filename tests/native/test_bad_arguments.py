@@ -12,7 +12,7 @@ HOT_PATH_CASES = [
     (_native.begin, ("a", NID), TypeError, "cause must be an int, not str"),
     (_native.begin, (1.0, NID), TypeError, "cause must be an int, not float"),
     (_native.begin, (0, "x"), TypeError, "name id must be an int, not str"),
-    (_native.begin, (_native.NUM_CAUSES, NID), ValueError, "cause 10 out of range"),
+    (_native.begin, (_native.NUM_CAUSES, NID), ValueError, f"cause {_native.NUM_CAUSES} out of range"),
     (_native.begin, (-1, NID), ValueError, "cause must be a non-negative int"),
     (_native.begin, (0, UNKNOWN), ValueError, "name id 1000000000 out of range"),
     (_native.begin, (0,), TypeError, r"begin\(\) takes exactly 2 arguments \(1 given\)"),
