@@ -18,6 +18,7 @@ from . import _native
 from .causes import GARBAGE_COLLECTION
 
 SOURCE = "gc"
+PREFIX = f"{SOURCE}:"  # every collection span's name starts so (gc:gen0, gc:gen1, gc:gen2)
 GENERATIONS = 3  # gc.collect(generation) takes 0, 1 or 2
 
 
@@ -83,4 +84,4 @@ def callbacks() -> list[int]:
     return [id(c) for c in gc.callbacks]
 
 
-__all__ = ["GENERATIONS", "GcSpans", "SOURCE", "callbacks"]
+__all__ = ["GENERATIONS", "GcSpans", "PREFIX", "SOURCE", "callbacks"]

@@ -9,6 +9,7 @@ from typing import Iterable, NamedTuple, Sequence
 
 import numpy as np
 
+from ..gc_spans import PREFIX as GC_PREFIX
 from ..timeline import (
     BEGIN,
     COUNTER,
@@ -298,4 +299,4 @@ def _kept_in_compiles(spans: Sequence[SpanRec]) -> set[int]:
     """ids of the spans whose time stays the compile's that holds them: Python imports and garbage
     collections nested in a jit_compile span (the compiler's own imports and the collections its
     allocations trigger; torch's compile timers count both)."""
-    return {id(s) for s in _nested_in_compiles(spans, ("python_import:", "gc:"))}
+    return {id(s) for s in _nested_in_compiles(spans, ("python_import:", GC_PREFIX))}

@@ -35,6 +35,7 @@ from typing import Any
 from ..attribution import attribute_pass
 from ..causes import Name
 from ..errors import ReportError
+from ..gc_spans import PREFIX as GC_PREFIX
 from ..timeline import COUNTER, STRUCTURE, Timeline
 from . import agent as A
 from . import ops
@@ -173,20 +174,30 @@ def thread_spans(tl: Timeline, thread: int, prefix: str) -> list[tuple[int, int,
     return out
 
 
-def own_spans(rec: ProcRecord) -> dict[int, list[tuple[int, int]]]:
-    """warmprof's own spans (the agent's clock reads and records, the op watch's bookkeeping) per OS thread
-    id, outermost only, by start: the records of the own span's name are picked out first (a recording
-    holds far more of other names)."""
-    import numpy as np
+Spans = dict[int, list[tuple[int, int]]]  # per OS thread id: (start_ns, end_ns), by start
 
+
+def own_spans(rec: ProcRecord) -> Spans:
+    """warmprof's own spans (the agent's clock reads and records, the op watch's bookkeeping) per OS thread
+    id, outermost only, by start, less the garbage collections inside them: a collection is a span of its own
+    (garbage_collection, booked by the engine as the innermost span), so its time is not warmprof's too."""
     tl = rec.timeline
     if A.OWN_SPAN not in tl.names or not len(tl):
         return {}
-    nid = tl.names.index(A.OWN_SPAN)
-    sel = np.flatnonzero((tl.name == nid) & (tl.kind <= 1))
     tids = list(rec.meta.get("os_tids", []))
+    own = _outermost_by_tid(tl, tids, [tl.names.index(A.OWN_SPAN)])
+    collections = [k for k, n in enumerate(tl.names) if n.startswith(GC_PREFIX)]
+    return _less(own, _outermost_by_tid(tl, tids, collections)) if collections else own
+
+
+def _outermost_by_tid(tl: Any, tids: list[int], nids: list[int]) -> Spans:
+    """The spans of the names `nids` per OS thread id, outermost only, by start: their records are picked
+    out first (a recording holds far more of other names)."""
+    import numpy as np
+
+    sel = np.flatnonzero(np.isin(tl.name, nids) & (tl.kind <= 1))
     open_at: dict[int, list[int]] = {}
-    out: dict[int, list[tuple[int, int]]] = {}
+    out: Spans = {}
     for i in sel.tolist():
         th = int(tl.thread[i])
         if int(tl.kind[i]) == 0:
@@ -197,32 +208,15 @@ def own_spans(rec: ProcRecord) -> dict[int, list[tuple[int, int]]]:
                 out.setdefault(int(tids[th]), []).append((a, int(tl.ts_ns[i])))
     for v in out.values():
         v.sort()
-    return _less_collections(tl, tids, out) if any(n.startswith(GC_PREFIX) for n in tl.names) else out
+    return out
 
 
-GC_PREFIX = "gc:"  # gc_spans' span names
-
-
-def _less_collections(tl: Any, tids: list[int], own: dict[int, list[tuple[int, int]]]) -> dict[int, list[tuple[int, int]]]:
-    """The own spans less the garbage collections inside them: a collection is its own span
-    (garbage_collection, booked by the engine as the innermost span), so its time is not warmprof's too."""
-    import numpy as np
-
-    ids = [k for k, n in enumerate(tl.names) if n.startswith(GC_PREFIX)]
-    sel = np.flatnonzero(np.isin(tl.name, ids) & (tl.kind <= 1))
-    holes: dict[int, list[tuple[int, int]]] = {}
-    started: dict[int, int] = {}
-    for i in sel.tolist():
-        th = int(tl.thread[i])
-        if int(tl.kind[i]) == 0:
-            started[th] = int(tl.ts_ns[i])
-        elif th in started and th < len(tids):
-            holes.setdefault(int(tids[th]), []).append((started.pop(th), int(tl.ts_ns[i])))
-    out: dict[int, list[tuple[int, int]]] = {}
-    for tid, spans in own.items():
-        cut = sorted(holes.get(tid, []))
-        for a, b in spans:
-            for ha, hb in cut:
+def _less(spans: Spans, holes: Spans) -> Spans:
+    """Each thread's spans with its holes cut out (both by start)."""
+    out: Spans = {}
+    for tid, v in spans.items():
+        for a, b in v:
+            for ha, hb in holes.get(tid, []):
                 if hb <= a or ha >= b:
                     continue
                 if ha > a:

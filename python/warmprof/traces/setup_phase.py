@@ -197,8 +197,8 @@ COLD_START_HOW = ("the cold start before the model reached the trace (importing 
 
 
 def cold_start_instruments() -> list[Any]:
-    """The cold start's instruments: the host's and Python imports' (no device instruments: they start
-    before torch is imported, and a device's context is created in the set-up's to(device) step)."""
+    """The cold start's instruments: the host's, Python imports' and garbage collections' (no device
+    instruments: they start before torch is imported, and a device's context is created in the set-up's to(device) step)."""
     return [HostCounters(), PythonImports(), GcCollections()]
 
 
