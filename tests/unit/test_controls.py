@@ -197,6 +197,40 @@ def test_a_control_runs_its_clean_pass_and_its_warm_control_when_asked(tmp_path)
     assert ctl._proc.poll() is not None
 
 
+SHAPED = """import torch
+def tokens():
+    return torch.nn.Embedding(10, 4)
+def features():
+    return torch.nn.Linear(12, 4)
+"""
+
+
+@pytest.mark.parametrize("factory, shape, want", [
+    ("tokens", "1,12", [[1, 12 - k] for k in range(1, controls.OTHER_SHAPES + 1)]),  # a sequence made smaller
+    ("features", "2,12", [[2 + k, 12] for k in range(1, controls.OTHER_SHAPES + 1)]),  # refused: the batch grows
+])
+def test_other_shapes_are_smaller_where_the_model_takes_it_and_a_larger_batch_where_not(tmp_path, factory, shape,
+                                                                                        want):
+    (tmp_path / "m.py").write_text(SHAPED)
+    ctl = controls.ControlProcess(["trace", f"{tmp_path / 'm.py'}:{factory}", "--shape", shape, "--in-process",
+                                   "--quiet"])
+    try:
+        got = ctl.run_clean(timeout_s=300)
+        assert got is not None, ctl.failed
+    finally:
+        ctl.close()
+    assert [o["shape"] for o in got.other_shapes] == [[w] for w in want] and not got.other_shape_refused
+
+
+def test_control_other_shapes_try_each_dimension_after_the_batch_then_the_batch():
+    from warmprof.traces.explain import SHRINK_MIN, control_other_shapes
+
+    assert control_other_shapes([1, 128], 2) == [[[1, 127], [1, 126]], [[2, 128], [3, 128]]]
+    assert control_other_shapes([1, 3, 224, 224], 1) == [[[1, 3, 223, 224]], [[1, 3, 224, 223]], [[2, 3, 224, 224]]]
+    assert control_other_shapes([2, SHRINK_MIN - 1], 3) == [[[3, 7], [4, 7], [5, 7]]]  # too small to shrink
+    assert control_other_shapes([], 3) == []
+
+
 INPUTS = """import torch
 def kw():
     return {"ids": torch.zeros(1, 6, dtype=torch.long), "mask": torch.ones(1, 6)}

@@ -68,15 +68,15 @@ def serve(fds: str, load: Any, *, device: str, threads: int | None, shape: Any, 
             would change the heap the first pass grows, and its page faults, which are compared)."""
             if generate is not None:  # a generation has no other-shape pass: its phases are the figures
                 return []
-            if spec is None and shape is not None:  # k more in the batch dimension
-                from .explain import other_shape
+            if spec is None and shape is not None:  # a dimension k smaller, or k more in the batch dimension
+                from .explain import control_other_shapes
                 from .inputs import parse_shape
 
-                return [make_inputs(model, tuple(other_shape(list(parse_shape(shape)), k)), dtype, None, dev)[:2]
-                        for k in range(1, OTHER_SHAPES + 1)]
+                return [[make_inputs(model, tuple(s), dtype, None, dev)[:2] for s in shapes]
+                        for shapes in control_other_shapes(list(parse_shape(shape)), OTHER_SHAPES)]
             if spec is not None:  # given inputs: each tensor k rows longer in its batch dimension, where they share one
                 grown = [other_inputs(torch, args, kwargs, k) for k in range(1, OTHER_SHAPES + 1)]
-                return [g for g in grown if g is not None]
+                return [[g for g in grown if g is not None]]
             return []
         # a pass is as many calls as the trace's (cudagraph trees: calls 1+2 are the cold start)
         gen = None
@@ -234,6 +234,18 @@ def other_inputs(torch: Any, args: tuple, kwargs: dict, rows: int = 1) -> tuple[
     return tuple(grow(v) for v in args), {k: grow(v) for k, v in kwargs.items()}
 
 
+def _other_passes(others: Any, done: list[dict[str, Any]]) -> Any:
+    """Each other-shape input to run, set by set (explain.control_other_shapes): a set whose first shape the
+    model refused (nothing in `done` after it) gives way to the next; the first set that ran is the last."""
+    for group in (others() if callable(others) else others or []):
+        for other in group:
+            yield other
+            if not done:
+                break
+        if done:
+            return
+
+
 def _clean(torch: Any, runner: Any, args: tuple, kwargs: dict, sync: Any,
            others: Any = None) -> dict[str, Any]:
     """The clean first pass and steady passes: the pass timer only, and around each pass (outside
@@ -241,8 +253,9 @@ def _clean(torch: Any, runner: Any, args: tuple, kwargs: dict, sync: Any,
     `others` (the inputs at other shapes, each new to the process), that shape's first pass and a few
     steady passes: what the model pays again at a new shape in a process that already ran it; the rest
     of the clean excess is paid once per process, whatever the shape, and the several shapes say how
-    many agree (fold._once_per_process). `others` is a function that makes them, called only then. Last, a few warm passes at the traced inputs, each after a short
-    sleep: what a pass after other work pays over back-to-back ones."""
+    many agree (fold._once_per_process). `others` is a function that makes them, called only then, as sets
+    to try in order (_other_passes). Last, a few warm passes at the traced inputs, each after a short sleep:
+    what a pass after other work pays over back-to-back ones."""
     from ..instruments.torch_compile import compile_timer_marks, compile_timer_ms_since
     from .passes import check_output
 
@@ -268,14 +281,16 @@ def _clean(torch: Any, runner: Any, args: tuple, kwargs: dict, sync: Any,
             splits.append(split)
             if len(steady_ms) >= CLEAN_STEADY[0] and time.monotonic() > deadline:
                 break
-        for other in (others() if callable(others) else others or []):
+        for other in _other_passes(others, shapes):
             try:
                 o_first, o_split, out = one(*other)
                 del out
                 o_steady = [one(*other)[:2] for _ in range(OTHER_STEADY)]
             except Exception as e:  # a model that takes only its own batch size: no other-shape pass
-                refused = refused or f"{type(e).__name__}: {e}"[:300]
-                break
+                refused = f"{type(e).__name__}: {e}"[:300]
+                if shapes:
+                    break
+                continue  # the set's first shape refused: the next set
             o_ms = [t for t, _ in o_steady]
             got = {"first_pass_ms": o_first, "steady_median_ms": median(o_ms), "first": o_split,
                    "excess_ms": o_first - median(o_ms),

@@ -69,7 +69,8 @@ READY_TIMEOUT_S = 1200.0
 PHASE_FACTOR, PHASE_MARGIN_S = 4.0, 60.0  # a phase may take this many times the trace's own, plus this
 CLEAN_STEADY = (10, 40)  # the control's clean steady passes: at least, at most...
 CLEAN_STEADY_BUDGET_S = 0.35  # ...within this (past the minimum)
-# Other shapes the control runs after its steady passes (1, 2, ... more in the batch dimension), each new to
+# Other shapes the control runs after its steady passes (a dimension after the batch 1, 2, ... smaller, or
+# 1, 2, ... more in the batch dimension where the model refuses that: explain.control_other_shapes), each new to
 # the process: a first pass and OTHER_STEADY steady passes (its excess is the first against their median).
 # What the traced shape's first pass paid beyond each is paid once per process; several say how many agree.
 OTHER_SHAPES = 3
@@ -96,7 +97,7 @@ class Clean:
     first: dict[str, Any] = field(default_factory=dict)  # _off_cpu() of the first pass
     steady: dict[str, Any] = field(default_factory=dict)  # the steady passes' median run delay and off-CPU time
     # the first other-shape pass (_clean): first_pass_ms, steady_median_ms, excess_ms, shape; None where the
-    # inputs have no batch dimension to grow (given inputs: other_inputs) or the model refused it
+    # inputs have no batch dimension to grow (given inputs: other_inputs) or the model refused every other shape
     other_shape: dict[str, Any] | None = None
     other_shape_refused: str = ""  # why the model ran no pass at the other shape (what it raised)
     # warm passes at the traced inputs, each after a short sleep (ms): what a pass after other work pays
