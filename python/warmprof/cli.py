@@ -104,7 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     except (KeyboardInterrupt, Exception) as e:  # Ctrl-C anywhere, the imports included (before them: system/launch.py)
         if not _an_interrupt(e):
             raise
-        _say("warmprof: interrupted")
+        lost = "" if _in_chain(e) else f" (what it landed in then raised {type(e).__name__}: {str(e)[:200]})"
+        _say("warmprof: interrupted" + lost)
         from .system.launch import INTERRUPTED, is_command_line
 
         if is_command_line():
@@ -121,7 +122,15 @@ def main(argv: list[str] | None = None) -> int:
 def _an_interrupt(e: BaseException) -> bool:
     """A Ctrl-C, or an error it caused: a KeyboardInterrupt raised inside a class body's __set_name__ (an
     import that inductor's compile made) comes out as RuntimeError, wrapped again by inductor, with the
-    interrupt in its chain of causes."""
+    interrupt in its chain of causes; where the code it landed in lost it from the chain, the SIGINT's own
+    mark (launch.interrupt_seen) says it."""
+    from .system.launch import interrupt_seen
+
+    return interrupt_seen() or _in_chain(e)
+
+
+def _in_chain(e: BaseException) -> bool:
+    """A KeyboardInterrupt in e's chain of causes and contexts."""
     seen: set[int] = set()
     cur: BaseException | None = e
     while cur is not None and id(cur) not in seen:
@@ -153,6 +162,10 @@ def _main(argv: list[str] | None) -> int:
         print(f"warmprof: error: {e}", file=sys.stderr)
         return e.exit_code
     except WarmprofError as e:
+        from .system.launch import interrupt_seen
+
+        if interrupt_seen():  # a Ctrl-C the model's code turned into its own error: main() says "interrupted"
+            raise
         from .render.safe import safe_text
 
         if getattr(args, "traceback", False):

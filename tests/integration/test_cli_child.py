@@ -75,6 +75,15 @@ class M(torch.nn.Module):
             deadline = time.monotonic() + 300
             while time.monotonic() < deadline:
                 time.sleep(0.05)
+        if self.action == "swallow":  # Ctrl-C lands in code that loses it and raises an error of its own
+            pathlib.Path(os.environ["WPH_PIDFILE"]).write_text(str(os.getpid()))
+            try:
+                deadline = time.monotonic() + 300
+                while time.monotonic() < deadline:
+                    time.sleep(0.05)
+            except BaseException:
+                pass
+            raise TypeError("expected a message argument")  # what CPython said inside inductor's compile
         if self.action == "atexit":  # a teardown that never returns (a log shipper's flush, say)
             import atexit, threading
             atexit.register(threading.Event().wait)
@@ -156,6 +165,28 @@ def test_a_signal_stops_the_child_and_removes_the_folder(model, tmp_path, sig, t
     _wait_for(lambda: gone(child_pid), "the child to end")
     _wait_for(lambda: gone(sub_pid), "the model's own subprocess to end")
     assert list((tmp_path / "tmp").iterdir()) == []
+
+
+def test_a_ctrl_c_the_model_turned_into_its_own_error_is_still_an_interrupt(model, tmp_path):
+    """The hogged suite: Ctrl-C during `watch --demo`'s compile came out of inductor as `InductorError:
+    TypeError: expected a message argument`, the KeyboardInterrupt lost from its chain, and the command
+    ended with a traceback and status 1. The SIGINT's own mark says it was an interrupt: one line, 130."""
+    pidfile = tmp_path / "in.pid"
+    env = _env(tmp_path, WPH_ACTION="swallow", WPH_PIDFILE=str(pidfile))
+    with subprocess.Popen(_argv(model, "--in-process", "--no-control"), env=env, stderr=subprocess.PIPE, text=True,
+                          start_new_session=True,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)) as p:
+        try:
+            _wait_for(lambda: pidfile.exists() and pidfile.read_text(), "the model's forward")
+            assert int(pidfile.read_text()) == p.pid  # the command line's own process runs the model
+            os.kill(p.pid, signal.SIGINT)
+            _, err = p.communicate(timeout=TIMEOUT)
+        finally:
+            kill_quietly(p.pid, group=True)
+    assert p.returncode == 130, err
+    assert "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("warmprof: interrupted") and "TypeError: expected a message argument" in last, err
 
 
 def test_a_parent_killed_outright_takes_the_child_with_it(model, tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 
 import pytest
 import torch
@@ -302,3 +303,46 @@ def test_an_interrupt_inside_a_class_body_is_an_interrupt_however_it_is_wrapped(
     plain = ValueError("a model that raises")
     plain.__context__ = RuntimeError("inside")
     assert not _an_interrupt(plain)
+
+
+def test_an_error_after_a_sigint_is_an_interrupt_even_with_the_interrupt_lost(monkeypatch):
+    import signal
+
+    from warmprof.cli import _an_interrupt
+    from warmprof.system import launch
+
+    monkeypatch.setattr(launch, "_sigint_seen", False)
+    lost = TypeError("expected a message argument")  # no KeyboardInterrupt in its chain
+    assert not _an_interrupt(lost)
+    with pytest.raises(KeyboardInterrupt):  # the handler the command line runs with: Python's own interrupt...
+        launch._raise_interrupt(signal.SIGINT, None)
+    assert launch.interrupt_seen() and _an_interrupt(lost)  # ...and its mark
+
+
+def test_a_ctrl_c_lost_in_a_callback_is_raised_again_in_the_main_thread(monkeypatch):
+    """Ctrl-C inside the weakref callback importlib's module locks run: Python prints "Exception ignored" and
+    loses it. The command line's unraisablehook prints nothing and raises it again, in the main thread, once
+    the hook has returned; any other unraisable error goes to the hook that was there before."""
+    import signal
+    import types
+
+    from warmprof.system import launch
+
+    seen = []
+    monkeypatch.setattr(launch, "_unraisable_before", seen.append)
+    monkeypatch.setattr(launch, "_sigint_seen", False)
+    other = types.SimpleNamespace(exc_type=ValueError, exc_value=ValueError("x"), exc_traceback=None, object=None)
+    launch._unraisable(other)
+    assert seen == [other] and not launch.interrupt_seen()
+    lost = types.SimpleNamespace(exc_type=KeyboardInterrupt, exc_value=KeyboardInterrupt(), exc_traceback=None,
+                                 object=None)
+    before = signal.signal(signal.SIGINT, launch._raise_interrupt)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            launch._unraisable(lost)  # returns: the interrupt comes after it, from another thread
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                time.sleep(0.01)
+    finally:
+        signal.signal(signal.SIGINT, before)
+    assert seen == [other] and launch.interrupt_seen()

@@ -133,11 +133,63 @@ def quiet_start() -> None:
         pass
 
 
+_sigint_seen = False
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    """SIGINT once cli.main is in place: Python's own KeyboardInterrupt, and a mark that it came. Code the
+    interrupt lands in may turn it into another error and lose it from the chain (CPython's C paths inside
+    an import that inductor's compile made: `TypeError: expected a message argument`), and the mark still
+    says that what ended the command was a Ctrl-C (cli._an_interrupt)."""
+    global _sigint_seen
+    _sigint_seen = True
+    _sig.default_int_handler(signum, frame)
+
+
+def _unraisable(unraisable: Any) -> None:
+    """sys.unraisablehook in the command line: a Ctrl-C that landed in code Python cannot raise from (the
+    weakref callback importlib's module locks run, a __del__) would be printed as "Exception ignored" with a
+    traceback, and lost; it is raised again in the main thread instead (the SIGINT handler runs again)."""
+    global _sigint_seen, _in_hook
+    exc_type = getattr(unraisable, "exc_type", None)
+    if not (isinstance(exc_type, type) and issubclass(exc_type, KeyboardInterrupt)):
+        _unraisable_before(unraisable)
+        return
+    import _thread
+
+    _sigint_seen = _in_hook = True
+    # Raised again from another thread once this hook has returned: raised here, it would be lost again.
+    _thread.start_new_thread(_interrupt_main_after_hook, ())
+    _in_hook = False  # the last statement: nothing between it and the return checks for signals
+
+
+_in_hook = False
+
+
+def _interrupt_main_after_hook() -> None:
+    import _thread
+    import time
+
+    while _in_hook:
+        time.sleep(0.001)
+    _thread.interrupt_main()
+
+
+_unraisable_before = sys.__unraisablehook__
+
+
+def interrupt_seen() -> bool:
+    """A SIGINT reached this command line since cli.main took over."""
+    return _sigint_seen
+
+
 def started() -> None:
     """cli.main is in place (its own `except KeyboardInterrupt` says it): Ctrl-C raises again."""
     try:
         if _sig.getsignal(_sig.SIGINT) is _interrupted:
-            _sig.signal(_sig.SIGINT, _sig.default_int_handler)
+            global _unraisable_before
+            _sig.signal(_sig.SIGINT, _raise_interrupt)
+            _unraisable_before, sys.unraisablehook = sys.unraisablehook, _unraisable
     except (ValueError, OSError):
         pass
 

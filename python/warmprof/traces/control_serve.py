@@ -63,9 +63,10 @@ def serve(fds: str, load: Any, *, device: str, threads: int | None, shape: Any, 
             model = model.to(dev)
         model = cast_model(model, parse_model_dtype(model_dtype))
         args, kwargs, _ = make_inputs(model, shape if spec is None else None, dtype, spec, dev)
-        def others() -> list[tuple[tuple, dict]]:
-            """The inputs at the other shapes, made after the clean first pass and steady passes (their tensors
-            would change the heap the first pass grows, and its page faults, which are compared)."""
+        def others() -> list[list[tuple[tuple, dict]]]:
+            """The inputs at the other shapes, as sets to try in order (_other_passes), made after the clean first
+            pass and steady passes (their tensors would change the heap the first pass grows, and its page
+            faults, which are compared)."""
             if generate is not None:  # a generation has no other-shape pass: its phases are the figures
                 return []
             if spec is None and shape is not None:  # a dimension k smaller, or k more in the batch dimension
