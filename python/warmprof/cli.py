@@ -104,7 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     except (KeyboardInterrupt, Exception) as e:  # Ctrl-C anywhere, the imports included (before them: system/launch.py)
         if not _an_interrupt(e):
             raise
-        lost = "" if _in_chain(e) else f" (what it landed in then raised {type(e).__name__}: {str(e)[:200]})"
+        said = (str(e).strip().splitlines() or [""])[0][:200]  # one line, whatever the error's message holds
+        lost = "" if _in_chain(e) else f" (what it landed in then raised {type(e).__name__}: {said})"
         _say("warmprof: interrupted" + lost)
         from .system.launch import INTERRUPTED, is_command_line
 
