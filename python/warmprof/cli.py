@@ -104,8 +104,11 @@ def main(argv: list[str] | None = None) -> int:
     except (KeyboardInterrupt, Exception) as e:  # Ctrl-C anywhere, the imports included (before them: system/launch.py)
         if not _an_interrupt(e):
             raise
-        said = (str(e).strip().splitlines() or [""])[0][:200]  # one line, whatever the error's message holds
-        lost = "" if _in_chain(e) else f" (what it landed in then raised {type(e).__name__}: {said})"
+        lost = "" if _in_chain(e) else f" (what it landed in then raised {_one_line(e)})"
+        if not isinstance(e, KeyboardInterrupt) and "--traceback" in (sys.argv if argv is None else argv):
+            from .render.safe import safe_text
+
+            print(safe_text("".join(traceback.format_exception(e))), end="", file=sys.stderr)
         _say("warmprof: interrupted" + lost)
         from .system.launch import INTERRUPTED, is_command_line
 
@@ -118,6 +121,17 @@ def main(argv: list[str] | None = None) -> int:
             _flush_streams()
             os._exit(INTERRUPTED)
         return INTERRUPTED
+
+
+def _one_line(e: BaseException) -> str:
+    """`Type: the first line of its message`, printable whatever the message holds (or its __str__ does)."""
+    from .render.safe import safe_text
+
+    try:
+        said = (str(e).strip().splitlines() or [""])[0][:200]
+    except Exception:  # a broken __str__
+        said = "(its message could not be read)"
+    return safe_text(f"{type(e).__name__}: {said}")
 
 
 def _an_interrupt(e: BaseException) -> bool:

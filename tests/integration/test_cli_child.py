@@ -167,13 +167,14 @@ def test_a_signal_stops_the_child_and_removes_the_folder(model, tmp_path, sig, t
     assert list((tmp_path / "tmp").iterdir()) == []
 
 
-def test_a_ctrl_c_the_model_turned_into_its_own_error_is_still_an_interrupt(model, tmp_path):
+@pytest.mark.parametrize("extra", [(), ("--traceback",)], ids=["plain", "traceback"])
+def test_a_ctrl_c_the_model_turned_into_its_own_error_is_still_an_interrupt(model, tmp_path, extra):
     """The hogged suite: Ctrl-C during `watch --demo`'s compile came out of inductor as `InductorError:
     TypeError: expected a message argument`, the KeyboardInterrupt lost from its chain, and the command
     ended with a traceback and status 1. The SIGINT's own mark says it was an interrupt: one line, 130."""
     pidfile = tmp_path / "in.pid"
     env = _env(tmp_path, WPH_ACTION="swallow", WPH_PIDFILE=str(pidfile))
-    with subprocess.Popen(_argv(model, "--in-process", "--no-control"), env=env, stderr=subprocess.PIPE, text=True,
+    with subprocess.Popen(_argv(model, "--in-process", "--no-control", *extra), env=env, stderr=subprocess.PIPE, text=True,
                           start_new_session=True,
                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)) as p:
         try:
@@ -184,7 +185,7 @@ def test_a_ctrl_c_the_model_turned_into_its_own_error_is_still_an_interrupt(mode
         finally:
             kill_quietly(p.pid, group=True)
     assert p.returncode == 130, err
-    assert "Traceback" not in err
+    assert ("Traceback" in err) == bool(extra), err  # the error's own traceback only when asked for
     last = err.strip().splitlines()[-1]
     assert last.startswith("warmprof: interrupted") and "TypeError: expected a message argument" in last, err
 

@@ -222,12 +222,14 @@ def test_other_shapes_are_smaller_where_the_model_takes_it_and_a_larger_batch_wh
     assert [o["shape"] for o in got.other_shapes] == [[w] for w in want] and not got.other_shape_refused
 
 
-def test_control_other_shapes_try_each_dimension_after_the_batch_then_the_batch():
+def test_control_other_shapes_try_the_first_dimension_after_the_batch_then_the_batch():
     from warmprof.traces.explain import SHRINK_MIN, control_other_shapes
 
     assert control_other_shapes([1, 128], 2) == [[[1, 127], [1, 126]], [[2, 128], [3, 128]]]
-    assert control_other_shapes([1, 3, 224, 224], 1) == [[[1, 3, 223, 224]], [[1, 3, 224, 223]], [[2, 3, 224, 224]]]
+    # the channels are too few to shrink: the height; one refused set at most, then the batch
+    assert control_other_shapes([1, 3, 224, 224], 1) == [[[1, 3, 223, 224]], [[2, 3, 224, 224]]]
     assert control_other_shapes([2, SHRINK_MIN - 1], 3) == [[[3, 7], [4, 7], [5, 7]]]  # too small to shrink
+    assert control_other_shapes([1, 128], 1, shrink=False) == [[[2, 128]]]  # off the host: the batch, as before
     assert control_other_shapes([], 3) == []
 
 

@@ -158,8 +158,12 @@ def _unraisable(unraisable: Any) -> None:
     import _thread
 
     _sigint_seen = _in_hook = True
-    # Raised again from another thread once this hook has returned: raised here, it would be lost again.
-    _thread.start_new_thread(_interrupt_main_after_hook, ())
+    try:  # raised again from another thread once this hook has returned: raised here, it would be lost again
+        _thread.start_new_thread(_interrupt_main_after_hook, ())
+    except Exception:  # no thread to be had (the interpreter is ending): said as Python would have
+        _in_hook = False
+        _unraisable_before(unraisable)
+        return
     _in_hook = False  # the last statement: nothing between it and the return checks for signals
 
 

@@ -63,18 +63,21 @@ def serve(fds: str, load: Any, *, device: str, threads: int | None, shape: Any, 
             model = model.to(dev)
         model = cast_model(model, parse_model_dtype(model_dtype))
         args, kwargs, _ = make_inputs(model, shape if spec is None else None, dtype, spec, dev)
-        def others() -> list[list[tuple[tuple, dict]]]:
-            """The inputs at the other shapes, as sets to try in order (_other_passes), made after the clean first
-            pass and steady passes (their tensors would change the heap the first pass grows, and its page
-            faults, which are compared)."""
+        def others() -> list[Any]:
+            """The inputs at the other shapes, as sets to try in order (_other_passes), each input made when its
+            pass comes, after the clean first pass and steady passes (their tensors would change the heap the
+            first pass grows, and its page faults, which are compared)."""
             if generate is not None:  # a generation has no other-shape pass: its phases are the figures
                 return []
             if spec is None and shape is not None:  # a dimension k smaller, or k more in the batch dimension
                 from .explain import control_other_shapes
                 from .inputs import parse_shape
 
-                return [[make_inputs(model, tuple(s), dtype, None, dev)[:2] for s in shapes]
-                        for shapes in control_other_shapes(list(parse_shape(shape)), OTHER_SHAPES)]
+                # Off the host the batch grows, as it always did: the control counts no device memory per pass,
+                # so a smaller shape's clean difference would hold the device allocator's growth, which the
+                # trace books as allocator_growth too.
+                return [(make_inputs(model, tuple(s), dtype, None, dev)[:2] for s in shapes)
+                        for shapes in control_other_shapes(list(parse_shape(shape)), OTHER_SHAPES, shrink=kind.host)]
             if spec is not None:  # given inputs: each tensor k rows longer in its batch dimension, where they share one
                 grown = [other_inputs(torch, args, kwargs, k) for k in range(1, OTHER_SHAPES + 1)]
                 return [[g for g in grown if g is not None]]
@@ -289,6 +292,8 @@ def _clean(torch: Any, runner: Any, args: tuple, kwargs: dict, sync: Any,
                 o_steady = [one(*other)[:2] for _ in range(OTHER_STEADY)]
             except Exception as e:  # a model that takes only its own batch size: no other-shape pass
                 refused = f"{type(e).__name__}: {e}"[:300]
+                with contextlib.suppress(Exception):  # what the refused forward queued on a device, not the next pass's
+                    sync()
                 if shapes:
                     break
                 continue  # the set's first shape refused: the next set

@@ -227,19 +227,22 @@ def other_shape(shape: list[int], more: int = 1) -> list[int]:
 SHRINK_MIN = 8  # a dimension is made smaller for the control's other shapes only from this size
 
 
-def control_other_shapes(shape: list[int], n: int) -> list[list[list[int]]]:
+def control_other_shapes(shape: list[int], n: int, shrink: bool = True) -> list[list[list[int]]]:
     """The control's other shapes, as sets to try in order (a model that refuses the first shape of a set
-    gets the next set): for each dimension after the batch of at least SHRINK_MIN (a sequence, an image's
-    height), that dimension 1..n smaller; last, 1..n more in the batch dimension, which every model takes.
-    A smaller shape is new to the process but fits in the memory the traced shape's passes already grew,
-    so its first pass pays what a new shape pays (shape-keyed kernels and primitives, new code paths) and
-    no allocator growth, at the traced pass's own cost and noise; a larger batch pays growth too (booked
-    apart, as allocator_growth) and its passes, 2-4x the traced one's, are that much noisier (the demo at
-    1x128 in fresh processes: a first pass at batch 2-4 over its steady passes -10 to +8 ms, at 127-125
-    tokens -1.1 to +1.0 ms, against 1-2 ms paid per process)."""
-    sets = [[[*shape[:d], shape[d] - k, *shape[d + 1:]] for k in range(1, n + 1)]
-            for d in range(1, len(shape)) if shape[d] >= SHRINK_MIN]
-    return [*sets, [other_shape(shape, k) for k in range(1, n + 1)]] if shape else []
+    gets the next set): the first dimension after the batch of at least SHRINK_MIN (a sequence, an image's
+    height) 1..n smaller; then 1..n more in the batch dimension, which every model takes (one refused pass
+    at most: a forward the model gave up partway leaves what it did). A smaller shape is new to the process
+    but fits in the memory the traced shape's passes already grew, so its first pass pays what a new shape
+    pays (shape-keyed kernels and primitives, new code paths) and no allocator growth, at the traced pass's
+    own cost and noise; a larger batch pays growth too (booked apart, as allocator_growth) and its passes,
+    2-4x the traced one's, are that much noisier (the demo at 1x128 in fresh processes: a first pass at
+    batch 2-4 over its steady passes -10 to +8 ms, at 127-125 tokens -1.1 to +1.0 ms, against 1-2 ms paid
+    per process). `shrink` False: the batch set only."""
+    if not shape:
+        return []
+    dims = [d for d in range(1, len(shape)) if shrink and shape[d] >= SHRINK_MIN][:1]
+    sets = [[[*shape[:d], shape[d] - k, *shape[d + 1:]] for k in range(1, n + 1)] for d in dims]
+    return [*sets, [other_shape(shape, k) for k in range(1, n + 1)]]
 
 
 def _row_key(w: Mapping[str, Any]) -> tuple[str, str]:
