@@ -104,6 +104,12 @@ def main(argv: list[str] | None = None) -> int:
     except (KeyboardInterrupt, Exception) as e:  # Ctrl-C anywhere, the imports included (before them: system/launch.py)
         if not _an_interrupt(e):
             raise
+        from .system.launch import is_command_line as _cli
+
+        if _cli():  # deciding to end: a second Ctrl-C (or one the unraisable hook raises again) must not cut this short
+            import signal
+
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
         lost = "" if _in_chain(e) else f" (what it landed in then raised {_one_line(e)})"
         if not isinstance(e, KeyboardInterrupt) and "--traceback" in (sys.argv if argv is None else argv):
             from .render.safe import safe_text
