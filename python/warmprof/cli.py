@@ -104,21 +104,18 @@ def main(argv: list[str] | None = None) -> int:
     except (KeyboardInterrupt, Exception) as e:  # Ctrl-C anywhere, the imports included (before them: system/launch.py)
         if not _an_interrupt(e):
             raise
-        from .system.launch import is_command_line as _cli
+        from .system.launch import INTERRUPTED, is_command_line
 
-        if _cli():  # deciding to end: a second Ctrl-C (or one the unraisable hook raises again) must not cut this short
+        ending = is_command_line()
+        if ending:  # deciding to end: a second Ctrl-C (or one the unraisable hook raises again) must not cut this short
             import signal
 
             signal.signal(signal.SIGINT, signal.SIG_IGN)
         lost = "" if _in_chain(e) else f" (what it landed in then raised {_one_line(e)})"
         if not isinstance(e, KeyboardInterrupt) and "--traceback" in (sys.argv if argv is None else argv):
-            from .render.safe import safe_text
-
-            print(safe_text("".join(traceback.format_exception(e))), end="", file=sys.stderr)
+            _print_traceback(e)
         _say("warmprof: interrupted" + lost)
-        from .system.launch import INTERRUPTED, is_command_line
-
-        if is_command_line():
+        if ending:
             # Out now, 130: a KeyboardInterrupt that went through code exec() ran (dataclasses makes each
             # class's methods so: Ctrl-C during an import) sets CPython's "unhandled KeyboardInterrupt" flag
             # even when caught, and the interpreter would end itself with SIGINT after main() returned.
@@ -127,6 +124,13 @@ def main(argv: list[str] | None = None) -> int:
             _flush_streams()
             os._exit(INTERRUPTED)
         return INTERRUPTED
+
+
+def _print_traceback(e: BaseException) -> None:
+    """--traceback: the chain first (the model's own exception, then warmprof's), printable whatever it holds."""
+    from .render.safe import safe_text
+
+    print(safe_text("".join(traceback.format_exception(e))), end="", file=sys.stderr)
 
 
 def _one_line(e: BaseException) -> str:
@@ -190,8 +194,7 @@ def _main(argv: list[str] | None) -> int:
         from .render.safe import safe_text
 
         if getattr(args, "traceback", False):
-            # The chain first (the model's own exception, then warmprof's), the one line last.
-            print(safe_text("".join(traceback.format_exception(e))), end="", file=sys.stderr)
+            _print_traceback(e)  # the one line last
         # One line, whatever the message quotes (a path or a name with control characters in it).
         print(f"warmprof: error: {safe_text(str(e))}", file=sys.stderr)
         return e.exit_code
