@@ -42,3 +42,41 @@ def wait_for(cond: Callable[[], object], what: str, timeout: float) -> None:
 def kill_quietly(pid: int, group: bool = False) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL) if group else os.kill(pid, signal.SIGKILL)
+
+
+def tree(pgid: int) -> str:
+    """Each live process of a process group: pid, parent, state, the kernel function it waits in, command
+    (for a test that timed out: where each process of the tree stood)."""
+    lines = []
+    for entry in sorted((e for e in os.listdir("/proc") if e.isdigit()), key=int):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            if int(fields[2]) != pgid:
+                continue
+            with open(f"/proc/{entry}/wchan") as f:
+                wchan = f.read().strip()
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+            lines.append(f"pid {entry} ppid {fields[1]} state {fields[0]} wchan {wchan or '-'}: {cmd[:160]}")
+    return "\n".join(lines) or f"(no process left in group {pgid})"
+
+
+def communicate_or_explain(proc, timeout: float) -> tuple[str, str]:
+    """proc.communicate(timeout=timeout); on a hang, an AssertionError that says where the tree stood and,
+    for a Python started with PYTHONFAULTHANDLER=1, where its threads were (SIGABRT makes faulthandler
+    print them), with what it had written to its stderr (a PIPE) by then."""
+    import subprocess
+
+    try:
+        return proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        where = tree(proc.pid)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGABRT)
+        try:
+            _, err = proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired as e:  # a process still holds the pipe: what it had until now
+            err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
+        raise AssertionError(f"no end after {timeout:g} s; the tree then:\n{where}\nits stderr (the Python "
+                             f"stacks after SIGABRT, where faulthandler is on):\n{err}") from None

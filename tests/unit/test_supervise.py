@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -113,3 +114,43 @@ print("\\n".join(supervise.stop_descendants(grace_s=0.2)))
             if not _gone(pid):
                 os.kill(pid, signal.SIGKILL)
 
+
+
+def test_stop_ends_a_child_whose_popen_lock_an_interrupted_wait_left_taken():
+    """Popen.wait takes a lock of its own before its try; a Ctrl-C that lands between the two leaves it
+    taken, and a proc.wait() without a timeout then blocks for ever. stop() (the path a Ctrl-C takes)
+    and reap() call waitpid themselves: the child ends, stop() returns, its status is read."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+    try:
+        assert proc._waitpid_lock.acquire(False)  # as the interrupted wait leaves it
+        assert not supervise.reap(proc, 0.05)  # still running: False after the timeout, not a hang
+        stopping = threading.Thread(target=supervise.stop, args=(proc,), daemon=True)
+        stopping.start()
+        stopping.join(WAIT_S)  # the old stop(): proc.wait() on the taken lock, for ever
+        assert not stopping.is_alive(), "stop() did not return"
+        assert proc.returncode == -signal.SIGTERM
+        assert supervise.reap(proc, 0)  # ended: at once
+    finally:
+        proc.kill()
+
+
+def test_stop_kills_a_child_that_ignores_sigterm_and_never_waits_without_end(monkeypatch):
+    monkeypatch.setattr(supervise, "GRACE_S", 0.2)
+    ready_r, ready_w = os.pipe()
+    proc = subprocess.Popen([sys.executable, "-c", "import os, signal, sys, time; signal.signal(signal.SIGTERM, "
+                             "signal.SIG_IGN); os.write(int(sys.argv[1]), b'.'); time.sleep(300)", str(ready_w)],
+                            pass_fds=(ready_w,))
+    os.close(ready_w)
+    try:
+        assert os.read(ready_r, 1) == b"."  # SIGTERM ignored from now on
+        supervise.stop(proc)
+        assert proc.returncode == -signal.SIGKILL
+    finally:
+        os.close(ready_r)
+        proc.kill()
+
+
+def test_reap_reads_the_exit_code_of_a_child_that_ended():
+    proc = subprocess.Popen([sys.executable, "-c", "raise SystemExit(7)"])
+    assert supervise.reap(proc, WAIT_S)
+    assert proc.returncode == 7 and proc.wait() == 7  # Popen agrees, and has nothing left to wait for

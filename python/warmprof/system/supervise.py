@@ -20,6 +20,7 @@ from typing import Any, Iterable, Iterator
 
 GRACE_S = 5.0  # a stopped child gets this long after SIGTERM before SIGKILL
 HELPER_GRACE_S = 2.0  # a helper the model left running gets this long after SIGTERM at the end
+KILL_WAIT_S = 10.0  # after SIGKILL: a process still there later waits where the kernel does not break in
 OUTPUT_GRACE_S = 2.0  # a child's stderr pipe, after the child exited: a helper may hold it open
 
 
@@ -55,15 +56,60 @@ def die_with(parent: int) -> None:
 
 def stop(proc: subprocess.Popen) -> None:
     """SIGTERM to the child and every process it started (the model's own subprocesses), SIGKILL
-    to what is left after GRACE_S. Its descendants are found before it ends (then they are orphans)."""
+    to what is left after GRACE_S. Its descendants are found before it ends (then they are orphans).
+    Never waits without end: a child SIGKILL has not ended KILL_WAIT_S later (a wait the kernel does
+    not break: a disk or network file system) is named on stderr and left to the system."""
     family = [_identity(proc.pid), *_descendants(proc.pid)]
     _signal_all(family, signal.SIGTERM)
-    try:
-        proc.wait(GRACE_S)
-    except subprocess.TimeoutExpired:
-        pass
+    if reap(proc, GRACE_S):
+        _signal_all(family, signal.SIGKILL)  # what the child started and left (it ended by itself)
+        return
     _signal_all(family + _descendants(proc.pid), signal.SIGKILL)
-    proc.wait()
+    if not reap(proc, KILL_WAIT_S):
+        _say(f"warmprof: process {proc.pid} had not ended {KILL_WAIT_S:g} s after SIGKILL "
+             f"({_describe(proc.pid)}); left to the system")
+
+
+def reap(proc: subprocess.Popen, timeout_s: float) -> bool:
+    """Whether the child ended within timeout_s (its exit code then in proc.returncode). waitpid is called
+    here, not through proc.wait: Popen's wait holds a lock of its own, and a Ctrl-C that lands between
+    its taking and its try (CPython's Lib/subprocess.py, _wait) leaves it taken, and every later
+    proc.wait() without a timeout then blocks for ever. The interrupted wait is the one Ctrl-C ends, and
+    then stop() runs, so stop() must not go through that lock."""
+    end = time.monotonic() + timeout_s
+    delay = 0.001
+    while proc.returncode is None:
+        try:
+            pid, status = os.waitpid(proc.pid, os.WNOHANG)
+        except ChildProcessError:  # reaped elsewhere: it ended, its status lost (0, as Popen's own wait reads it)
+            if proc.returncode is None:
+                proc.returncode = 0
+            return True
+        if pid == proc.pid:
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            break
+        left = end - time.monotonic()
+        if left <= 0:
+            return False
+        time.sleep(min(delay, left))
+        delay = min(delay * 2, 0.05)
+    return True
+
+
+def _describe(pid: int) -> str:
+    """A process's state and the kernel function it waits in, from /proc (for a stop that did not end it)."""
+    state = _state(pid) or "?"
+    try:
+        with open(f"/proc/{pid}/wchan") as f:
+            wchan = f.read().strip()
+    except OSError:
+        wchan = ""
+    return f"state {state}" + (f", waiting in {wchan}" if wchan and wchan != "0" else "")
+
+
+def _say(line: str) -> None:
+    with contextlib.suppress(OSError):
+        os.write(2, (line + "\n").encode("utf-8", "replace"))
 
 
 def adopt_orphans() -> None:

@@ -26,6 +26,7 @@ from ..system.launch import option, python_argv, with_options
 from ..system.progress import say_on_stderr
 from ..system.supervise import GRACE_S, STOPPING, Deadline, Terminated  # noqa: F401  (part of this module's interface)
 from ..system.supervise import die_with as _die_with
+from ..system.supervise import reap as _reap
 from ..system.supervise import signals_held as _signals_held
 from ..system.supervise import sigterm_raises as _sigterm_raises
 from ..system.supervise import stop as _stop
@@ -231,10 +232,9 @@ def _wait_for_exit(proc: subprocess.Popen, status: str) -> int:
     stands: the exit code is the one it would have had (0 after DONE)."""
     said_at = None
     while True:
-        try:
-            return proc.wait(POLL_S)
-        except subprocess.TimeoutExpired:
-            pass
+        if _reap(proc, POLL_S):  # not proc.wait: a Ctrl-C in it can leave Popen's lock taken (supervise.reap)
+            assert proc.returncode is not None
+            return proc.returncode
         if said_at is None:
             if _read_status(status) in (DONE, EXPLAINED):
                 said_at = time.monotonic()
