@@ -202,18 +202,24 @@ def test_a_forked_child_counts_its_own_threads_and_memory():
         pid = os.fork()
         if pid == 0:  # the child: only the forking thread exists here
             try:
-                os.write(w, f"{_native.thread_count()} {_stat_threads()}".encode())
+                names = ",".join(open(f"/proc/self/task/{t}/comm").read().strip() or "?"
+                                 for t in sorted(os.listdir("/proc/self/task")))
+                os.write(w, f"{_native.thread_count()} {_stat_threads()} {names}".encode())
             finally:
                 os._exit(0)
         os.close(w)
-        ours, theirs = (int(x) for x in os.read(r, 64).split())
+        got = b""
+        while chunk := os.read(r, 4096):
+            got += chunk
         os.close(r)
         os.waitpid(pid, 0)
     finally:
         release.set()
         for t in threads:
             t.join()
-    assert ours == theirs == 1 and parent_threads >= 4
+    ours, theirs, names = got.decode().split(" ", 2)
+    # where a thread was started in the child (an at-fork handler: its name says whose), the names say it
+    assert int(ours) == int(theirs) == 1 and parent_threads >= 4, f"the child's threads: {names}"
 
 
 def test_fault_cost_probe_is_positive_and_plausible():
