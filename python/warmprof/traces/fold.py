@@ -285,7 +285,8 @@ def _once_per_process(report: Any, causes: list[Any], clean: Clean) -> list[Any]
     the runtime_init already booked from counts, as runtime_init, inferred, at its own size (never at what
     the other causes leave), placed over the modules' unattributed rows in proportion (their
     warm_process_ms). A warm model books nothing: its clean first pass pays no more than a new shape's, nor
-    more than the steady passes' net spread and what a warm pass after a short pause pays (the verdict's bound).
+    more than the steady passes' net spread and what a warm pass after a short pause pays (the verdict's test,
+    with that net spread in place of the wall-time band).
     Each figure is net of the anonymous page faults the first pass took beyond that shape's (counted in the
     control, priced as the trace's allocator_growth prices them): a first touch paid once per process is
     already booked as allocator_growth, and is not booked again here (a planted 64 MiB first touch was)."""
@@ -313,9 +314,10 @@ def _once_per_process(report: Any, causes: list[Any], clean: Clean) -> list[Any]
             report.notes.append(NOTE_PREFIX + f"nothing booked as paid once per process: only {said}")
         return causes
     # The figures share one term, the clean first pass: a single pass over its steady passes' spread (a warm
-    # model's, 1 time in 4 at a pre-run llama) makes every figure agree. A first pass also pays for coming
-    # after other work (the build), which a warm pass after a short pause pays too: the verdict's own bound,
-    # with the spread net of waits in place of the load-widened band. A clean pass within it is a warm one.
+    # model's, 3 times in 10 at a pre-run llama) makes every figure agree. A first pass also pays for coming
+    # after other work (the build), which a warm pass after a short pause pays too (after_pause: wall time).
+    # The verdict's test with the net spread in place of the load-widened band (the verdict leaves the time off
+    # the CPU in): a clean pass within it is a warm one.
     pause = after_pause_ms(report)
     warm_bound = spread + pause
     evidence["warm_bound_ms"] = warm_bound
