@@ -317,11 +317,18 @@ def _clean(torch: Any, runner: Any, args: tuple, kwargs: dict, sync: Any,
         out_d["other_shapes"] = shapes
     if refused and not shapes:
         out_d["other_shape_refused"] = refused
-    paused = []
+    paused, paused_splits = [], []
     for _ in range(AFTER_PAUSE_PASSES):  # last: warm passes at the traced inputs, each after a short sleep
         time.sleep(AFTER_PAUSE_S)
-        paused.append(one()[0])
+        ms, split, _ = one()
+        paused.append(ms)
+        paused_splits.append(split)
     out_d["after_pause_ms"] = paused
+    if paused_splits and all("run_delay_ms" in s for s in paused_splits):
+        # each less what it waited for a CPU and off it: a pass woken from a sleep on a busy machine first waits
+        # for a CPU, which the wall time would count as what coming after other work costs (fold reads this)
+        out_d["after_pause_net_ms"] = [ms - s["run_delay_ms"] - s.get("off_cpu_ms", 0.0)
+                                       for ms, s in zip(paused, paused_splits)]
     return out_d
 
 

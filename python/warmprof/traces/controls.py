@@ -108,6 +108,8 @@ class Clean:
     # each steady pass less what it waited for a CPU and off it (ms): a spread load does not widen as it widens
     # the wall times
     steady_net_ms: list[float] = field(default_factory=list)
+    # the after-pause passes less what each waited for a CPU and off it (ms)
+    after_pause_net_ms: list[float] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.other_shape and not self.other_shapes:
@@ -133,6 +135,8 @@ class Clean:
                 **({"after_pause": {
                     "passes_ms": list(self.after_pause_ms), "pause_s": AFTER_PAUSE_S,
                     "excess_ms": min(self.after_pause_ms) - stats.median,
+                    **({"net_excess_ms": min(self.after_pause_net_ms) - median(self.steady_net_ms)}
+                       if self.after_pause_net_ms and self.steady_net_ms else {}),
                     "how": f"warm passes at the traced inputs, each after a {AFTER_PAUSE_S * 1000:.0f} ms sleep, the least "
                            "of them less the steady median: what a pass pays for coming after other work (caches, branch "
                            "predictors, the clock), as a first pass does while steady passes come back to back; not a "
@@ -213,7 +217,8 @@ class ControlProcess:
                                dict(got.get("first", {})), dict(got.get("steady", {})), got.get("other_shape"),
                                str(got.get("other_shape_refused", "")), got.get("after_pause_ms"),
                                got.get("generate"), list(got.get("other_shapes", [])),
-                               [float(t) for t in got.get("steady_net_ms", [])])
+                               [float(t) for t in got.get("steady_net_ms", [])],
+                               [float(t) for t in got.get("after_pause_net_ms", [])])
         return self.clean
 
     def run_warm(self, calibration: dict[str, Any], timeout_s: float) -> WarmControl | None:
