@@ -250,6 +250,14 @@ def _other_passes(others: Any, done: list[dict[str, Any]]) -> Any:
             return
 
 
+def _net(passes: list[tuple[float, dict[str, Any]]]) -> list[float] | None:
+    """Each pass's time less what it waited for a CPU and off it (ms), or None where a pass's waits were not
+    read: a spread the machine's load does not widen the way it widens the wall times."""
+    if not passes or not all("run_delay_ms" in split for _, split in passes):
+        return None
+    return [ms - split["run_delay_ms"] - split.get("off_cpu_ms", 0.0) for ms, split in passes]
+
+
 def _clean(torch: Any, runner: Any, args: tuple, kwargs: dict, sync: Any,
            others: Any = None) -> dict[str, Any]:
     """The clean first pass and steady passes: the pass timer only, and around each pass (outside
@@ -301,34 +309,31 @@ def _clean(torch: Any, runner: Any, args: tuple, kwargs: dict, sync: Any,
             got = {"first_pass_ms": o_first, "steady_median_ms": median(o_ms), "first": o_split,
                    "excess_ms": o_first - median(o_ms),
                    "shape": [list(x.shape) for x in (*other[0], *other[1].values()) if hasattr(x, "shape")][:1]}
-            if all("run_delay_ms" in sp for _, sp in o_steady):  # its steady passes net of their waits, as the first
-                got["steady_net_median_ms"] = median([t - sp["run_delay_ms"] - sp.get("off_cpu_ms", 0.0)
-                                                      for t, sp in o_steady])
+            o_net = _net(o_steady)  # its steady passes net of their waits, as the first
+            if o_net is not None:
+                got["steady_net_median_ms"] = median(o_net)
             shapes.append(got)
     steady_split = {k: median([s[k] for s in splits]) for k in ("run_delay_ms", "off_cpu_ms", "faults")
                     if splits and all(k in s for s in splits)}
     out_d = {"first_pass_ms": first_ms, "steady_ms": steady_ms, "first": first_split, "steady": steady_split}
-    if splits and all("run_delay_ms" in s for s in splits):
-        # each steady pass less what it waited (for a CPU and off it): a spread the machine's load does not
-        # widen the way it widens the passes' wall times (fold._once_per_process reads it)
-        out_d["steady_net_ms"] = [ms - s["run_delay_ms"] - s.get("off_cpu_ms", 0.0) for ms, s in zip(steady_ms, splits)]
+    steady_net = _net(list(zip(steady_ms, splits)))  # fold._once_per_process reads it
+    if steady_net is not None:
+        out_d["steady_net_ms"] = steady_net
     if shapes:
         out_d["other_shape"] = shapes[0]
         out_d["other_shapes"] = shapes
     if refused and not shapes:
         out_d["other_shape_refused"] = refused
-    paused, paused_splits = [], []
+    paused = []
     for _ in range(AFTER_PAUSE_PASSES):  # last: warm passes at the traced inputs, each after a short sleep
         time.sleep(AFTER_PAUSE_S)
-        ms, split, _ = one()
-        paused.append(ms)
-        paused_splits.append(split)
-    out_d["after_pause_ms"] = paused
-    if paused_splits and all("run_delay_ms" in s for s in paused_splits):
-        # each less what it waited for a CPU and off it: a pass woken from a sleep on a busy machine first waits
-        # for a CPU, which the wall time would count as what coming after other work costs (fold reads this)
-        out_d["after_pause_net_ms"] = [ms - s["run_delay_ms"] - s.get("off_cpu_ms", 0.0)
-                                       for ms, s in zip(paused, paused_splits)]
+        paused.append(one()[:2])
+    out_d["after_pause_ms"] = [ms for ms, _ in paused]
+    # a pass woken from a sleep on a busy machine first waits for a CPU, which the wall time would count as what
+    # coming after other work costs (fold reads the net figure)
+    paused_net = _net(paused)
+    if paused_net is not None:
+        out_d["after_pause_net_ms"] = paused_net
     return out_d
 
 

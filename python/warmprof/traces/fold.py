@@ -274,16 +274,6 @@ def modules_as_booked(modules: list[dict[str, Any]], causes: list[Any]) -> list[
     return sorted(out, key=lambda m: -m["ms"])
 
 
-def _after_pause_net_ms(report: Any, clean: Clean) -> float:
-    """What a warm pass after a short pause paid over the steady passes, both net of their waits (for a CPU and
-    off it), as the once-per-process figures are: the least after-pause pass less the steady passes' net median.
-    Under load a pass woken from its sleep first waits for a CPU, which the wall-time figure counts (a t5 with a
-    hog on each core: 4.5-5.7 ms wall). Where the waits were not read, the wall-time figure (verdict's)."""
-    if clean.after_pause_net_ms and clean.steady_net_ms:
-        return max(0.0, min(clean.after_pause_net_ms) - median(clean.steady_net_ms))
-    return after_pause_ms(report)
-
-
 def _once_per_process(report: Any, causes: list[Any], clean: Clean) -> list[Any]:
     """What the clean first pass paid beyond the other-shape passes after it (each net of its waits, each
     at a shape new to the process): what the process pays once whatever the shape (the first run of torch's
@@ -328,7 +318,7 @@ def _once_per_process(report: Any, causes: list[Any], clean: Clean) -> list[Any]
     # after other work (the build), which a warm pass after a short pause pays too (after_pause, net of its
     # waits as the figures are). The verdict's test with net figures in place of the load-widened band and
     # wall-time pause: a clean pass within it is a warm one.
-    pause = _after_pause_net_ms(report, clean)
+    pause = after_pause_ms(report, net=True)  # net of its waits, as the figures are (a t5 under load: 4.5-5.7 ms wall)
     warm_bound = spread + pause
     evidence["warm_bound_ms"] = warm_bound
     if clean_net <= warm_bound:

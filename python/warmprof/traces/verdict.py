@@ -17,13 +17,17 @@ UNSTABLE = "unstable"
 VERDICTS = (FIRST_CALL_COST, NO_COST, FASTER, UNSTABLE)
 
 
-def after_pause_ms(report: Any) -> float:
+def after_pause_ms(report: Any, net: bool = False) -> float:
     """The least a warm pass after a short pause paid over the back-to-back steady passes
-    (report.clean's after_pause, measured by the control); 0 where none was measured or it paid nothing."""
+    (report.clean's after_pause, measured by the control); 0 where none was measured or it paid nothing.
+    net: both net of their waits for a CPU and off it (net_excess_ms), where the control read them; under load
+    a pass woken from its sleep first waits for a CPU, which the wall-time figure counts."""
     clean = getattr(report, "clean", None)
     pause = clean.get("after_pause") if isinstance(clean, dict) else None
+    if not isinstance(pause, dict):
+        return 0.0
     try:
-        return max(0.0, float(pause["excess_ms"])) if isinstance(pause, dict) else 0.0
+        return max(0.0, float(pause["net_excess_ms" if net and "net_excess_ms" in pause else "excess_ms"]))
     except (KeyError, TypeError, ValueError):
         return 0.0
 
