@@ -304,7 +304,7 @@ def _once_per_process(report: Any, causes: list[Any], clean: Clean) -> list[Any]
     n = len(figures)
     said = (f"{agree} of {n} other-shape first pass{'es' if n > 1 else ''} "
             f"({', '.join(f'{f:.2f}' for f in figures)} ms below the traced shape's, net of waits) "
-            f"over the steady passes' spread net of their waits ({spread:.2f} ms)")
+            f"{'were' if agree != 1 else 'was'} over the steady passes' spread net of their waits ({spread:.2f} ms)")
     evidence = {"figures_ms": figures, "agree": agree, "of": n, "steady_net_spread_ms": spread, "median_ms": once,
                 "booked_ms": 0.0}
     if isinstance(report.clean, dict):
@@ -342,7 +342,7 @@ def _once_per_process(report: Any, causes: list[Any], clean: Clean) -> list[Any]
         module=rows[0]["module"] if rows else "", count=len(rows),
         detail=f"the clean first pass paid {once:.2f} ms more over its steady passes than a first pass at "
                f"{shape or 'another shape'}{' and the other new shapes' if n > 1 else ''} right after it (the median; "
-               f"each without its waits; {said} agree): what this process pays once whatever the shape (the first run "
+               f"each without its waits; {said}): what this process pays once whatever the shape (the first run "
                f"of torch's and the model's code and its pages, lazy set-up); {left:.2f} ms of it beyond the runtime_init "
                "booked from counts, placed over the modules' unattributed time in proportion (inferred: clean passes "
                "compared)"))
