@@ -96,8 +96,14 @@ def read_report(r: dict) -> dict:
     # whose causes were measured paid (its instrumented excess less warmprof's own cost: causes + unattributed)
     acc = r.get("accounting") if isinstance(r.get("accounting"), dict) else {}
     run_to_run = _num(acc.get("run_to_run_ms"))
-    instrumented = booked + unattributed if unattributed is not None else None
-    share_instrumented = booked / instrumented if instrumented is not None and instrumented > 0 else None
+    # its own causes are instrumented - unattributed: where the control ran, the table's cpu_contention is the
+    # clean pass's (8283fb6), so booked + unattributed is not that figure
+    rr = acc.get("run_to_run") if isinstance(acc.get("run_to_run"), dict) else {}
+    instrumented = _num(rr.get("instrumented_excess_less_own_ms"))
+    if instrumented is None:
+        instrumented = booked + unattributed if unattributed is not None else None
+    own_causes = instrumented - unattributed if instrumented is not None and unattributed is not None else booked
+    share_instrumented = own_causes / instrumented if instrumented is not None and instrumented > 0 else None
     # warmprof's own cost on the first pass: the new schema's own_cost.first_pass_ms (measured on the model
     # warm), else the profiler_overhead rows (old schema: an estimate from warm instrumented passes).
     own_ms = own_rows

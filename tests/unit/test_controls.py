@@ -132,6 +132,10 @@ def test_the_cpu_contention_row_is_the_headline_passs_wait_not_the_instrumented_
     assert r2.by_cause() == pytest.approx({Name.RUNTIME_INIT: 3.0, Name.CPU_CONTENTION: 4.0})
     row = next(c for c in r2.causes if c.cause == Name.CPU_CONTENTION)
     assert row.evidence == "measured" and "clean first pass" in row.detail
+    # read at the clean pass's edges only: no module of its own, and none of the instrumented pass's
+    assert row.source == "run_queue:clean_pass" and row.module == ""
+    text = str(_round_trip(r2))
+    assert "run_queue:clean_pass" in text and "the clean pass's wait for a CPU outside causes is the cpu_contention row" in text
     assert r2.accounting["run_to_run_ms"] == pytest.approx(7.6 - 7.0 - 0.5)
     # a wait the causes already hold inside their spans is not booked twice
     r3 = _instrumented(**{Name.JIT_COMPILE: 3.0})
@@ -140,6 +144,25 @@ def test_the_cpu_contention_row_is_the_headline_passs_wait_not_the_instrumented_
          WarmControl(first_pass_ms=4.0, causes=[]))
     _identity_holds(r3)
     assert r3.by_cause()[Name.CPU_CONTENTION] == pytest.approx(4.0 - 1.5)
+
+
+def test_the_clean_passs_wait_sits_outside_modules_not_where_the_instrumented_pass_waited():
+    """The clean pass's wait for a CPU has no module reading (the control reads it at the pass's edges): the
+    instrumented pass's 0.05 ms in one module must not carry the clean pass's 4 ms there."""
+    from warmprof.report import CauseEntry
+    from warmprof.traces.fold import modules_as_booked
+
+    modules = [{"module": "A", "ms": 1.05, "causes": {Name.CPU_CONTENTION: 0.05, Name.ALLOCATOR_GROWTH: 1.0}}]
+    causes = [CauseEntry(Name.CPU_CONTENTION, 4.0, 0.0, "measured", "run_queue:clean_pass"),
+              CauseEntry(Name.ALLOCATOR_GROWTH, 1.0, 0.0, "measured", "host_faults", module="A")]
+    rows = {m["module"]: m["causes"] for m in modules_as_booked(modules, causes)}
+    assert set(rows) == {"A", "(outside modules)"}
+    assert rows["A"] == pytest.approx({Name.ALLOCATOR_GROWTH: 1.0})
+    assert rows["(outside modules)"] == pytest.approx({Name.CPU_CONTENTION: 4.0})
+    # the instrumented pass's own contention row (no control) is still placed where it waited
+    own = [CauseEntry(Name.CPU_CONTENTION, 0.05, 0.0, "measured", "run_queue", module="A"), causes[1]]
+    placed = {m["module"]: m["causes"] for m in modules_as_booked(modules, own)}
+    assert list(placed) == ["A"] and placed["A"] == pytest.approx({Name.CPU_CONTENTION: 0.05, Name.ALLOCATOR_GROWTH: 1.0})
 
 
 def test_the_run_to_run_difference_is_its_own_row_said_by_the_two_processes_waits():

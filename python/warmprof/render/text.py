@@ -130,7 +130,8 @@ def _verdict_lines(r: Any) -> list[str]:
         limit = _ms(acc.get("tolerance_ms", 0.0))
         why = []
         if abs(beyond) > float(acc.get("tolerance_ms", 0.0)):
-            why.append(f"the clean and the instrumented first pass differ by {_ms(abs(acc['run_to_run_ms']))}, "
+            gap = acc["excess_ms"] - float(rr.get("instrumented_excess_less_own_ms", acc["excess_ms"] - acc["run_to_run_ms"]))
+            why.append(f"the clean and the instrumented first pass differ by {_ms(abs(gap))}, "
                        f"{_ms(abs(beyond))} of it beyond what their waits explain")
         if acc.get("residual_unsettled"):
             over = acc["unattributed_ms"]
@@ -152,7 +153,9 @@ def _cause_table(r: Any) -> list[str]:
     causes = sorted(r.causes, key=lambda c: -c.ms)
     rows = [(c, " ".join(x for x in (one_line(c.source), count_label(c.source, c.count, c.cause)) if x)) for c in causes]
     unit = table_unit([c.ms for c in causes] + [r.excess_ms, run_to_run, r.unattributed_ms])
-    residual_source = "instrumented excess - own cost - causes" if isinstance(acc, dict) else "excess - attributed"
+    # the instrumented pass's own causes: where the control ran, its own cpu_contention in place of the clean pass's
+    residual_source = (("instrumented excess - own cost - its causes" if r.clean else "instrumented excess - own cost - causes")
+                       if isinstance(acc, dict) else "excess - attributed")
     width = min(max([len(residual_source), 6] + [len(src) for _, src in rows]), 48)
     out = [f"  {'cause':<20} {unit:>10} {'share':>6}  {'evidence':<9} {'source':<{width}} where",
            f"  {'-' * 20} {'-' * 10} {'-' * 6}  {'-' * 9} {'-' * width} {'-' * 20}"]
@@ -177,10 +180,14 @@ def _cause_table(r: Any) -> list[str]:
             def _w(key: str) -> str:
                 return _ms(max(0.0, float(rr[key])))
 
+            waited = max(float(rr["clean_waited_for_cpu_ms"]), float(rr["instrumented_waited_for_cpu_ms"]))
+            booked = ("; the clean pass's wait for a CPU outside causes is the cpu_contention row, the instrumented "
+                      "pass's is not the headline's: this row is their difference without them"
+                      if "booked_waited_for_cpu_ms" in rr and waited >= 0.01 else "")
             out.append(f"  {'':<20} {'':>10} {'':>6}  the clean first pass waited {_w('clean_waited_for_cpu_ms')} for a "
                        f"CPU and {_w('clean_off_cpu_ms')} off it, the instrumented one "
                        f"{_w('instrumented_waited_for_cpu_ms')} and {_w('instrumented_off_cpu_ms')} (the two "
-                       "processes took turns: a wait is the machine's other work)")
+                       f"processes took turns: a wait is the machine's other work{booked})")
             if "clean_torch_compile_ms" in rr:
                 out.append(f"  {'':<20} {'':>10} {'':>6}  torch's own compile timers: {_ms(rr['clean_torch_compile_ms'])} in "
                            f"the clean first pass, {_ms(rr['instrumented_torch_compile_ms'])} in the traced passes")

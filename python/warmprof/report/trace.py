@@ -551,7 +551,8 @@ class Report(ReportBase):
     generate: dict[str, Any] | None = None
     # The one accounting every printed figure comes from (traces/fold.py): "excess_ms" (the headline),
     # "causes_ms" (the causes' sum), "run_to_run_ms" (the clean first pass's excess against the instrumented
-    # one's less warmprof's own cost: a difference between two processes, never a cause; 0 without a clean
+    # one's less warmprof's own cost, each without its wait for a CPU outside causes (the cpu_contention row is
+    # the clean pass's): a difference between two processes, never a cause; 0 without a clean
     # control), "unattributed_ms", with excess = causes + run_to_run + unattributed exactly; "run_to_run"
     # says what the two processes' waits say about the difference, "unstable" whether it is beyond them and
     # the noise ("tolerance_ms"). None in reports written before it (left out of the JSON).

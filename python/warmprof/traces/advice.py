@@ -90,8 +90,11 @@ def _unstable_line(report: Any) -> list[str]:
         return [f"Unstable: {what}, more than the noise of two single passes allows: either a first-call cost no "
                 "instrument names, or one run's noise. Run `warmprof trace ... --repeat 5` (N fresh processes, each "
                 "cause's median and range): what stays in every run is the former."]
+    rr = acc.get("run_to_run", {})
+    gap = float(acc["excess_ms"]) - float(rr.get("instrumented_excess_less_own_ms",
+                                                 float(acc["excess_ms"]) - float(acc["run_to_run_ms"])))
     return [f"Unstable: the clean first pass and the instrumented one (less warmprof's own cost) differ by "
-            f"{abs(float(acc['run_to_run_ms'])):.2f} ms, more than their measured waits and the noise of two single "
+            f"{abs(gap):.2f} ms, more than their measured waits and the noise of two single "
             "passes explain (a compile or a busy machine varies between two fresh processes): the causes' sizes are "
             "one run's. Run `warmprof trace ... --repeat 5` (N fresh processes, each cause's median and range) before "
             "acting on them."]

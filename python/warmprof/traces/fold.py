@@ -37,6 +37,7 @@ from .controls import NOTE_PREFIX, Clean, WarmControl
 from ..stats import median
 from .verdict import UNSTABLE, after_pause_ms, causes_wait_ms, no_cost_bound_ms, verdict
 
+CLEAN_WAIT_SOURCE = "run_queue:clean_pass"  # the clean first pass's own wait for a CPU (_headline_contention)
 ONCE_SOURCE = "warm_process"  # explain.WARM_SOURCE: what a process that ran another shape first did not pay again
 RUN_TO_RUN_SHARE = 0.1  # a run-to-run difference within this share of the excess (or the noise) is settled
 
@@ -206,9 +207,10 @@ def _headline_contention(causes: list[Any], clean: Clean) -> list[Any]:
               + (f", less the {inside:.3f} ms the causes above waited inside their own spans" if inside else "")
               + f"; the instrumented pass waited {was:.3f} ms outside cause spans (in the run-to-run line); not a "
               "first-call cost, a busy machine")
-    top = max(rows, key=lambda c: c.ms) if rows else None
-    return rest + [CauseEntry(cause=Name.CPU_CONTENTION, ms=ms, share=0.0, evidence="measured", source="run_queue",
-                              module=top.module if top is not None else "", count=1, detail=detail)]
+    # no module: the control reads its thread's wait at the pass's edges only (the instrumented pass's
+    # per-module waits are another process's); modules_as_booked puts it outside modules
+    return rest + [CauseEntry(cause=Name.CPU_CONTENTION, ms=ms, share=0.0, evidence="measured",
+                              source=CLEAN_WAIT_SOURCE, module="", count=1, detail=detail)]
 
 
 def _accounting(report: Any, causes: list[Any], attributed: float, run_to_run: float, clean: Clean | None,
@@ -302,6 +304,11 @@ def modules_as_booked(modules: list[dict[str, Any]], causes: list[Any]) -> list[
     table: dict[str, float] = {}
     for c in causes:
         table[c.cause] = table.get(c.cause, 0.0) + c.ms
+    # a cause the table books only from the clean control's pass (its wait for a CPU) has no module reading:
+    # the instrumented pass's per-module figures for it are another process's, not its placement
+    other_process = {c.cause for c in causes if c.source.endswith(":clean_pass")} \
+        - {c.cause for c in causes if not c.source.endswith(":clean_pass")}
+    modules = [{**m, "causes": {k: v for k, v in m["causes"].items() if k not in other_process}} for m in modules]
     held: dict[str, float] = {}
     for m in modules:
         for cause, ms in m["causes"].items():
