@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..report.trace import break_headline, shown_compile
+from ..report.trace import break_headline, passes_gap_ms, shown_compile
 from .base import Renderer
 from .format import in_unit, middle, subject, table_unit
 from .format import ms as _ms
@@ -130,8 +130,7 @@ def _verdict_lines(r: Any) -> list[str]:
         limit = _ms(acc.get("tolerance_ms", 0.0))
         why = []
         if abs(beyond) > float(acc.get("tolerance_ms", 0.0)):
-            gap = acc["excess_ms"] - float(rr.get("instrumented_excess_less_own_ms", acc["excess_ms"] - acc["run_to_run_ms"]))
-            why.append(f"the clean and the instrumented first pass differ by {_ms(abs(gap))}, "
+            why.append(f"the clean and the instrumented first pass differ by {_ms(abs(passes_gap_ms(acc)))}, "
                        f"{_ms(abs(beyond))} of it beyond what their waits explain")
         if acc.get("residual_unsettled"):
             over = acc["unattributed_ms"]

@@ -470,6 +470,14 @@ def warm_left_ms(row: Mapping[str, Any]) -> float:
     return float(row.get("ms", 0.0)) - float(row.get("warm_own_ms", 0.0)) - float(row.get("warm_process_ms", 0.0))
 
 
+def passes_gap_ms(acc: Mapping[str, Any]) -> float:
+    """The clean first pass's excess less the instrumented one's less own cost, waits and all (run_to_run_ms
+    leaves each pass's wait for a CPU outside causes out; older files: run_to_run_ms, that gap then)."""
+    rr = acc.get("run_to_run") or {}
+    inst = rr.get("instrumented_excess_less_own_ms")
+    return float(acc["run_to_run_ms"]) if inst is None else float(acc["excess_ms"]) - float(inst)
+
+
 def unplaced_ms(row: Mapping[str, Any]) -> float:
     """What of a row no fold booked (the warm processes, the probes' inferred causes), plus what the
     seen re-run still paid there: the row's part of the unattributed time."""

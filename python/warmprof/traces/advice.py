@@ -9,7 +9,7 @@ from typing import Any
 
 from .. import causes, devices
 from ..opspec import short_op
-from ..report.trace import unplaced_ms
+from ..report.trace import passes_gap_ms, unplaced_ms
 from .verdict import FIRST_CALL_COST, UNSTABLE, after_pause_ms, headline_wait_ms, no_cost_bound_ms
 
 CONTENTION = "cpu_contention"  # the machine's load: never a first-call cost (causes.py)
@@ -90,11 +90,8 @@ def _unstable_line(report: Any) -> list[str]:
         return [f"Unstable: {what}, more than the noise of two single passes allows: either a first-call cost no "
                 "instrument names, or one run's noise. Run `warmprof trace ... --repeat 5` (N fresh processes, each "
                 "cause's median and range): what stays in every run is the former."]
-    rr = acc.get("run_to_run", {})
-    gap = float(acc["excess_ms"]) - float(rr.get("instrumented_excess_less_own_ms",
-                                                 float(acc["excess_ms"]) - float(acc["run_to_run_ms"])))
     return [f"Unstable: the clean first pass and the instrumented one (less warmprof's own cost) differ by "
-            f"{abs(gap):.2f} ms, more than their measured waits and the noise of two single "
+            f"{abs(passes_gap_ms(acc)):.2f} ms, more than their measured waits and the noise of two single "
             "passes explain (a compile or a busy machine varies between two fresh processes): the causes' sizes are "
             "one run's. Run `warmprof trace ... --repeat 5` (N fresh processes, each cause's median and range) before "
             "acting on them."]

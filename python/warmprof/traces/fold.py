@@ -214,8 +214,7 @@ def _headline_contention(causes: list[Any], clean: Clean) -> list[Any]:
 
 
 def _accounting(report: Any, causes: list[Any], attributed: float, run_to_run: float, clean: Clean | None,
-                instrumented_band: float, model_instrumented: float = 0.0,
-                instrumented_waited: float = 0.0) -> dict[str, Any]:
+                instrumented_band: float, model_instrumented: float, instrumented_waited: float) -> dict[str, Any]:
     """The one accounting, with what the two processes' waits say about their difference: the clean pass's
     waits beyond its steady passes against what the instrumented pass booked (its cpu_contention and the
     waits inside its causes; its wait and disk_read). Both the run-to-run difference left beyond those waits
