@@ -120,10 +120,17 @@ class TraceTextRenderer(Renderer):
 def _verdict_lines(r: Any) -> list[str]:
     """What the headline says: no first-call cost at this shape, or an answer the two fresh processes do not
     agree on (the accounting's run-to-run difference beyond their waits and noise: --repeat)."""
-    if r.verdict == "no_first_call_cost":
-        return ["  no first-call cost at this shape: the first pass is within the steady passes' noise band"
-                + (" and what a warm pass after a short pause pays" if r.excess_ms > r.noise_band_ms else "")]
     acc = getattr(r, "accounting", None)
+    if r.verdict == "no_first_call_cost":
+        bound = acc.get("no_cost_bound") if isinstance(acc, dict) else None
+        if isinstance(bound, dict):  # the bound the verdict used (traces/verdict.no_cost_bound_parts)
+            spread = ("the steady passes' spread net of their waits for a CPU" if bound.get("net_of_waits")
+                      else "the steady passes' noise band")
+            paused = float(bound.get("after_pause_ms", 0.0)) > 0 and r.excess_ms > float(bound.get("spread_ms", 0.0))
+        else:  # a report written before the bound was kept
+            spread, paused = "the steady passes' noise band", r.excess_ms > r.noise_band_ms
+        return [f"  no first-call cost at this shape: the first pass is within {spread}"
+                + (" and what a warm pass after a short pause pays" if paused else "")]
     if r.verdict == "unstable" and isinstance(acc, dict):
         rr = acc.get("run_to_run", {})
         beyond = float(rr.get("beyond_waits_ms", acc["run_to_run_ms"]))

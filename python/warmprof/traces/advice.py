@@ -10,7 +10,7 @@ from typing import Any
 from .. import causes, devices
 from ..opspec import short_op
 from ..report.trace import passes_gap_ms, unplaced_ms
-from .verdict import FIRST_CALL_COST, UNSTABLE, after_pause_ms, headline_wait_ms, no_cost_bound_ms
+from .verdict import FIRST_CALL_COST, UNSTABLE, headline_wait_ms, no_cost_bound_ms, no_cost_bound_parts
 
 CONTENTION = "cpu_contention"  # the machine's load: never a first-call cost (causes.py)
 
@@ -123,9 +123,9 @@ def _advise(report: Any, share_floor: float = 0.1, max_causes: int = 3) -> list[
         less = " and ".join(x for x in (f"the wait for a CPU ({waited:.2f} ms, measured)" if waited > 0 else "",
                                         f"warmprof's own instrument cost ({own:.2f} ms, estimated)" if own > 0 else "")
                             if x)
-        spread = (f"the steady passes' spread ({band:.2f} ms)" if bound <= band else
-                  f"the steady passes' spread ({band:.2f} ms) and what a warm pass after a short pause pays "
-                  f"({bound - band:.2f} ms)")
+        spread_ms, net, pause = no_cost_bound_parts(report)
+        spread = (f"the steady passes' spread{' net of their waits' if net else ''} ({spread_ms:.2f} ms)"
+                  + (f" and what a warm pass after a short pause pays ({pause:.2f} ms)" if pause > 0 else ""))
         rest = excess - own - waited
         left = (f"the rest of the excess ({rest:.2f} ms) is within {spread}" if rest > 0 else
                 f"nothing of the excess is left (the wait is as long as the excess or longer), so nothing is beyond "
@@ -230,16 +230,17 @@ def _no_cost_line(report: Any) -> str:
     band, excess = report.noise_band_ms, report.excess_ms
     p10, p90 = getattr(report, "steady_p10_ms", 0.0), getattr(report, "steady_p90_ms", 0.0)
     clean = "clean first pass" if getattr(report, "clean", None) else "first pass"
-    pause = after_pause_ms(report)
-    if excess > band and pause > 0:
+    spread_ms, net, pause = no_cost_bound_parts(report)  # the bound the verdict used
+    own = (f"the steady passes' own spread net of their waits for a CPU ({spread_ms:.2f} ms; wall-time p10-p90 "
+           f"{p10:.2f}-{p90:.2f} ms)" if net and abs(spread_ms - band) >= 0.005 else
+           f"the steady passes' own spread ({band:.2f} ms, p10-p90 {p10:.2f}-{p90:.2f} ms)")
+    if excess > spread_ms and pause > 0:
         line = (f"No first-call cost at this shape: the {clean} was {excess:+.2f} ms from the steady median, no more "
-                f"than the steady passes' own spread ({band:.2f} ms, p10-p90 {p10:.2f}-{p90:.2f} ms) and the least a "
-                f"warm pass paid after a short pause ({pause:.2f} ms, measured; any request after other work pays it), "
-                "so no warm-up is needed for this shape.")
+                f"than {own} and the least a warm pass paid after a short pause ({pause:.2f} ms, measured; any "
+                "request after other work pays it), so no warm-up is needed for this shape.")
     else:
         line = (f"No first-call cost at this shape: the {clean} was {excess:+.2f} ms from the steady median, within "
-                f"the steady passes' own spread ({band:.2f} ms, p10-p90 {p10:.2f}-{p90:.2f} ms), so no warm-up is "
-                "needed for this shape.")
+                f"{own}, so no warm-up is needed for this shape.")
     steady = getattr(report, "steady_median_ms", 0.0)
     if steady > 0 and band > NOISY_BAND * steady:
         line += (f" The machine was noisy (the spread is {band / steady:.0%} of a steady pass): a smaller cost could "

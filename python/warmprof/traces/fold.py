@@ -35,7 +35,8 @@ from .advice import advise
 from .build import first_call_residual_note, share_of
 from .controls import NOTE_PREFIX, Clean, WarmControl
 from ..stats import median
-from .verdict import UNSTABLE, after_pause_ms, causes_wait_ms, no_cost_bound_ms, verdict
+from .verdict import (UNSTABLE, WARM_FAULTS, after_pause_ms, causes_wait_ms, no_cost_bound_ms, no_cost_bound_parts,
+                      verdict)
 
 CLEAN_WAIT_SOURCE = "run_queue:clean_pass"  # the clean first pass's own wait for a CPU (_headline_contention)
 ONCE_SOURCE = "warm_process"  # explain.WARM_SOURCE: what a process that ran another shape first did not pay again
@@ -284,8 +285,13 @@ def settle_unstable(acc: dict[str, Any]) -> None:
 
 def settle_verdict(report: Any) -> None:
     """The report's verdict from its figures: verdict.py's, a generate trace's from its time to first token
-    (traces/generate.headline_verdict) unless the answer is unstable."""
+    (traces/generate.headline_verdict) unless the answer is unstable. The bound it judged the excess by goes
+    into the accounting (no_cost_bound: the spread, whether net of waits, the after-pause term), for the text."""
     report.verdict = verdict(report)
+    acc = getattr(report, "accounting", None)
+    if isinstance(acc, dict):
+        spread, net, pause = no_cost_bound_parts(report)
+        acc["no_cost_bound"] = {"spread_ms": spread, "net_of_waits": net, "after_pause_ms": pause, "ms": spread + pause}
     if getattr(report, "generate", None) and report.verdict != UNSTABLE:
         from .generate import headline_verdict  # a generate trace's headline is its time to first token
 
@@ -419,15 +425,10 @@ def _once_per_process(report: Any, causes: list[Any], clean: Clean) -> list[Any]
     return causes
 
 
-# The most page faults beyond a steady pass's median a warm first pass takes: the heap growing by an arena or
-# a buffer (0-41 in 122 pre-run traces of demo, llama, bert and t5, quiet and under two CPU hogs); a pass running
-# code or touching data new to its process maps hundreds (450-2471 in 179 cold traces of the same models).
-WARM_FAULTS = 64
-
-
 def _first_pass_new_faults(clean: Clean) -> int | None:
     """The page faults the clean first pass took beyond its steady passes' median (the control counts
-    them); None where it did not (an older control)."""
+    them); None where it did not (an older control). verdict.first_pass_new_faults reads the same from a
+    report."""
     if "faults" not in clean.first:
         return None
     return max(0, int(clean.first["faults"]) - int(clean.steady.get("faults", 0)))
