@@ -425,8 +425,7 @@ _SETUP = S.Obj(
 )
 _GEN_SPREAD = {"steady_p10_ms": S.NUM, "steady_p90_ms": S.NUM, "noise_band_ms": S.NUM}  # a phase's steady calls
 _GEN_FIGURES = S.Obj({"first_ms": S.NUM, "steady_median_ms": S.NUM, "excess_ms": S.NUM}, dict(_GEN_SPREAD))
-# A phase's one accounting (traces/generate.settle): headline_excess_ms = attributed_ms + run_to_run_ms +
-# unattributed_ms; files before it have neither headline_excess_ms nor run_to_run_ms.
+# A phase's one accounting (traces/generate.settle): headline_excess_ms = attributed + run_to_run + unattributed_ms
 _GEN_PHASE = S.Obj(
     {"phase": S.OneOf("phase", ("prefill", "first_decode", "rest")), "first_ms": S.NUM, "steady_median_ms": S.NUM,
      "excess_ms": S.NUM, "causes": S.ListOf(_CAUSE_ENTRY)},
@@ -440,9 +439,10 @@ _GENERATE = S.Obj(
      "call": S.MapOf(S.NUM), "notes": S.ListOf(S.STR), "how": S.STR},
 )
 # The one accounting (traces/fold.py): excess_ms = causes_ms + run_to_run_ms + unattributed_ms, exactly.
+_BOUND = S.Obj({"spread_ms": S.NUM, "net_of_waits": S.BOOL, "after_pause_ms": S.NUM, "ms": S.NUM})  # the verdict's
 _ACCOUNTING = S.Obj({"excess_ms": S.NUM, "causes_ms": S.NUM, "run_to_run_ms": S.NUM, "unattributed_ms": S.NUM},
                     {"run_to_run": S.MapOf(S.ANY), "unstable": S.BOOL, "tolerance_ms": S.NUM, "noise_ms": S.NUM,
-                     "residual_unsettled": S.BOOL, "both_warm": S.BOOL, "how": S.STR})
+                     "residual_unsettled": S.BOOL, "both_warm": S.BOOL, "how": S.STR, "no_cost_bound": _BOUND})
 SCHEMA = S.Obj(
     {
         "model": S.STR, "shape": S.Nullable(S.ListOf(S.NON_NEGATIVE_INT)), "device": S.DEVICE,

@@ -133,10 +133,12 @@ def _advise(report: Any, share_floor: float = 0.1, max_causes: int = 3) -> list[
         return [f"No first-call cost of the model's at this shape: without {less} {left}."] + (
             [_lines(CONTENTION, "run_queue")[0]] if waited > 0 else []) + crowded
     workers = _workers_waited_ms(report)
-    if workers > 0 and excess - own - waited <= band + workers and not ttft_cost:
+    spread_ms, net, _ = no_cost_bound_parts(report)  # the spread the verdict judged the excess by
+    if workers > 0 and excess - own - waited <= spread_ms + workers and not ttft_cost:
         return [f"Too noisy to tell: the rest of the excess ({max(0.0, excess - own - waited):.2f} ms, without "
-                f"the pass thread's wait for a CPU, {waited:.2f} ms) is no more than the steady passes' spread "
-                f"({band:.2f} ms) and what one other thread of the process waited for a CPU ({workers:.2f} ms), which "
+                f"the pass thread's wait for a CPU, {waited:.2f} ms) is no more than the steady passes' spread"
+                f"{' net of their waits' if net else ''} ({spread_ms:.2f} ms) and what one other thread of the process "
+                f"waited for a CPU ({workers:.2f} ms), which "
                 "adds to the pass whenever the pass waits for that thread, so no first-call cost of the model's can be "
                 "told apart here."] + [_lines(CONTENTION, "run_queue")[0]] + crowded
     totals: dict[str, float] = {}
@@ -176,9 +178,9 @@ def _advise(report: Any, share_floor: float = 0.1, max_causes: int = 3) -> list[
                      f"instrument here names its cause. {_next_step(rows)}, or warm the served shapes with one pass "
                      "at start-up, which covers one-time costs of any cause.")
     if not lines:  # never silent: a first-call cost outside the noise that no line above names
-        lines.append(f"A first-call cost of {report.excess_ms:.2f} ms outside the noise band ({report.noise_band_ms:.2f} "
-                     "ms), with no single cause holding a tenth of it: one pass per served shape at start-up moves "
-                     "one-time costs of any cause before traffic.")
+        lines.append(f"A first-call cost of {report.excess_ms:.2f} ms beyond the steady passes' noise "
+                     f"({no_cost_bound_ms(report):.2f} ms), with no single cause holding a tenth of it: one pass per served "
+                     "shape at start-up moves one-time costs of any cause before traffic.")
     return lines + _threads_line(report)
 
 

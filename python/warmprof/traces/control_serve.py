@@ -315,6 +315,8 @@ def _clean(torch: Any, runner: Any, args: tuple, kwargs: dict, sync: Any,
             shapes.append(got)
     steady_split = {k: median([s[k] for s in splits]) for k in ("run_delay_ms", "off_cpu_ms", "faults")
                     if splits and all(k in s for s in splits)}
+    if "faults" in steady_split:  # the most any steady pass took: a warm first pass takes no more (verdict.py)
+        steady_split["faults_max"] = max(s["faults"] for s in splits)
     out_d = {"first_pass_ms": first_ms, "steady_ms": steady_ms, "first": first_split, "steady": steady_split}
     steady_net = _net(list(zip(steady_ms, splits)))  # fold._once_per_process reads it
     if steady_net is not None:

@@ -35,8 +35,8 @@ from .advice import advise
 from .build import first_call_residual_note, share_of
 from .controls import NOTE_PREFIX, Clean, WarmControl
 from ..stats import median
-from .verdict import (UNSTABLE, WARM_FAULTS, after_pause_ms, causes_wait_ms, no_cost_bound_ms, no_cost_bound_parts,
-                      verdict)
+from .verdict import (UNSTABLE, WARM_FAULTS, after_pause_ms, causes_wait_ms, new_faults, no_cost_bound_ms,
+                      no_cost_bound_parts, verdict)
 
 CLEAN_WAIT_SOURCE = "run_queue:clean_pass"  # the clean first pass's own wait for a CPU (_headline_contention)
 ONCE_SOURCE = "warm_process"  # explain.WARM_SOURCE: what a process that ran another shape first did not pay again
@@ -289,7 +289,7 @@ def settle_verdict(report: Any) -> None:
     into the accounting (no_cost_bound: the spread, whether net of waits, the after-pause term), for the text."""
     report.verdict = verdict(report)
     acc = getattr(report, "accounting", None)
-    if isinstance(acc, dict):
+    if isinstance(acc, dict) and not getattr(report, "generate", None):  # a generate verdict is its own (below)
         spread, net, pause = no_cost_bound_parts(report)
         acc["no_cost_bound"] = {"spread_ms": spread, "net_of_waits": net, "after_pause_ms": pause, "ms": spread + pause}
     if getattr(report, "generate", None) and report.verdict != UNSTABLE:
@@ -376,15 +376,15 @@ def _once_per_process(report: Any, causes: list[Any], clean: Clean) -> list[Any]
     # The figures share one term, the clean first pass: a single pass over its steady passes' spread (a warm
     # model's, 3 times in 10 at a pre-run llama) makes every figure agree. Whether that pass was a warm one is
     # read first from its page faults, a count load does not change: the first run of code and data in a
-    # process maps their pages (450-2471 faults beyond a steady pass's in 179 cold traces of the four accuracy
+    # process maps their pages (450-2471 faults beyond a steady pass's median in 179 cold traces of the four accuracy
     # models), and a warm pass maps next to none (0-41 in 122 pre-run traces). A pass that took no more than
     # WARM_FAULTS books nothing; one that took more is not a warm one, and its figures decide.
-    new_faults = _first_pass_new_faults(clean)
-    if new_faults is not None:
-        evidence["first_pass_new_faults"] = new_faults
-        if new_faults <= WARM_FAULTS:
+    fresh = new_faults(clean.first, clean.steady)
+    if fresh is not None:
+        evidence["first_pass_new_faults"] = fresh
+        if fresh <= WARM_FAULTS:
             report.notes.append(NOTE_PREFIX + "nothing booked as paid once per process: the clean first pass took "
-                                f"{new_faults} page faults beyond its steady passes' median, no more than a warm "
+                                f"{fresh} page faults beyond the most a steady pass took, no more than a warm "
                                 f"pass takes ({WARM_FAULTS}): it ran no code and touched no data new to the process, "
                                 f"though {said}")
             return causes
@@ -393,7 +393,7 @@ def _once_per_process(report: Any, causes: list[Any], clean: Clean) -> list[Any]
     # figures are). The verdict's test with net figures in place of the load-widened band and wall-time
     # pause: a clean pass within it is a warm one. (It also held back real rows: a cold t5's ~2 ms once per
     # process against a pause that costs it 1.4-2.7 ms, quiet or under load.)
-    if new_faults is None:
+    if fresh is None:
         pause = after_pause_ms(report, net=True)  # net of its waits, as the figures are (a t5 under load: 4.5-5.7 ms wall)
         warm_bound = spread + pause
         evidence["warm_bound_ms"] = warm_bound
@@ -423,15 +423,6 @@ def _once_per_process(report: Any, causes: list[Any], clean: Clean) -> list[Any]
                "booked from counts, placed over the modules' unattributed time in proportion (inferred: clean passes "
                "compared)"))
     return causes
-
-
-def _first_pass_new_faults(clean: Clean) -> int | None:
-    """The page faults the clean first pass took beyond its steady passes' median (the control counts
-    them); None where it did not (an older control). verdict.first_pass_new_faults reads the same from a
-    report."""
-    if "faults" not in clean.first:
-        return None
-    return max(0, int(clean.first["faults"]) - int(clean.steady.get("faults", 0)))
 
 
 _HOST_FAULTS = (Name.ALLOCATOR_GROWTH, "host_faults")

@@ -38,44 +38,51 @@ def after_pause_ms(report: Any, net: bool = False) -> float:
 WARM_FAULTS = 64
 
 
-def first_pass_new_faults(report: Any) -> int | None:
-    """The page faults the clean first pass took beyond its steady passes' median (report.clean, counted by
-    the control); None where it did not count them (no control, or an older one)."""
-    clean = getattr(report, "clean", None)
-    if not isinstance(clean, dict):
+def new_faults(first: Any, steady: Any) -> int | None:
+    """The page faults a clean first pass took beyond the most any of its steady passes took (the control
+    counts each; their median where an older control kept no most: demo's steady passes take 0 or ~480 each as
+    the heap is trimmed and grown again, and a warm pass may take as many); None where either count is missing."""
+    if not isinstance(first, dict) or not isinstance(steady, dict) or "faults" not in first or "faults" not in steady:
         return None
-    first, steady = clean.get("first"), clean.get("steady")
-    if not isinstance(first, dict) or "faults" not in first:
-        return None
-    steady = steady if isinstance(steady, dict) else {}
     try:
-        return max(0, int(first["faults"]) - int(steady.get("faults", 0)))
+        return max(0, int(first["faults"]) - int(max(float(steady["faults"]), float(steady.get("faults_max", 0)))))
     except (TypeError, ValueError):
         return None
 
 
-def no_cost_bound_parts(report: Any) -> tuple[float, bool, float]:
-    """(spread, net, pause): what no_cost_bound_ms adds up. The spread is the steady passes' net of their waits
-    for a CPU and off it where the control read them (net: True; load widens the wall-time band past a small
-    model's whole first-call cost, 4.3 ms against 3.1 ms for a cold Llama with a hog on each core), else
-    the noise band. The pause is the least a warm pass after a short pause paid (every first pass comes after
-    other work, steady passes back to back; net of its waits where the spread is, since a pass woken from a
-    sleep first waits for a CPU: 4-17 ms under two hogs), except where the clean first pass mapped pages new to
-    its process (more than WARM_FAULTS page faults beyond a steady pass's): that pass was no warm one, and
-    what it paid is its own."""
+def first_pass_new_faults(report: Any) -> int | None:
+    """new_faults of the report's clean first pass (report.clean); None without a control or its counts."""
     clean = getattr(report, "clean", None)
-    net_band = clean.get("steady_net_band_ms") if isinstance(clean, dict) else None
-    net = isinstance(net_band, (int, float))
-    spread = float(net_band) if isinstance(net_band, (int, float)) else float(report.noise_band_ms)
+    if not isinstance(clean, dict):
+        return None
+    return new_faults(clean.get("first"), clean.get("steady"))
+
+
+def no_cost_bound_parts(report: Any) -> tuple[float, bool, float]:
+    """(spread, net, pause): what no_cost_bound_ms adds up. For a clean first pass that mapped pages new to
+    its process (more than WARM_FAULTS page faults beyond the most a steady pass took: it ran code and touched
+    data for the first time), the spread of the steady passes net of their waits for a CPU and off it, where
+    the control read them (net: True), and no pause: what that pass paid is its own, and load widens the
+    wall-time band past a small model's whole first-call cost (4.27 ms against a cold Llama's 3.06 ms with a
+    hog on each core; 0.45 ms net) and the after-pause figure with it (a pass woken from its sleep first
+    waits for a CPU: 4-17 ms under two hogs). For any other first pass (a warm one, or no fault counts) the
+    steady passes' noise band and the least a warm pass after a short pause paid, both wall time: every first
+    pass comes after other work, steady passes back to back, and a warm pass's wait for its workers or off the
+    CPU (which the net spread leaves out, and its excess does not) must not read as a first-call cost."""
     new = first_pass_new_faults(report)
-    pause = 0.0 if new is not None and new > WARM_FAULTS else after_pause_ms(report, net=net)
-    return spread, net, pause
+    if new is not None and new > WARM_FAULTS:
+        clean = getattr(report, "clean", None)
+        net_band = clean.get("steady_net_band_ms") if isinstance(clean, dict) else None
+        if isinstance(net_band, (int, float)):
+            return float(net_band), True, 0.0
+        return float(report.noise_band_ms), False, 0.0
+    return float(report.noise_band_ms), False, after_pause_ms(report)
 
 
 def no_cost_bound_ms(report: Any) -> float:
     """The most a first pass may exceed the steady median (less its wait for a CPU) and still show no
-    first-call cost: the steady passes' spread, plus the least a warm pass after a short pause paid unless
-    the first pass was a cold one (no_cost_bound_parts)."""
+    first-call cost: the steady passes' spread (net of their waits for a cold pass), plus the least a warm
+    pass after a short pause paid unless the first pass was a cold one (no_cost_bound_parts)."""
     spread, _, pause = no_cost_bound_parts(report)
     return spread + pause
 
@@ -114,5 +121,5 @@ def verdict(report: Any) -> str:
 
 
 __all__ = ["FASTER", "FIRST_CALL_COST", "NO_COST", "UNSTABLE", "VERDICTS", "WARM_FAULTS", "after_pause_ms",
-           "causes_wait_ms", "first_pass_new_faults", "headline_wait_ms", "no_cost_bound_ms", "no_cost_bound_parts",
+           "causes_wait_ms", "first_pass_new_faults", "headline_wait_ms", "new_faults", "no_cost_bound_ms", "no_cost_bound_parts",
            "verdict"]
