@@ -382,27 +382,24 @@ def _once_per_process(report: Any, causes: list[Any], clean: Clean) -> list[Any]
     fresh = new_faults(clean.first, clean.steady)
     if fresh is not None:
         evidence["first_pass_new_faults"] = fresh
-        if fresh <= WARM_FAULTS:
-            report.notes.append(NOTE_PREFIX + "nothing booked as paid once per process: the clean first pass took "
-                                f"{fresh} page faults beyond the most a steady pass took, no more than a warm "
-                                f"pass takes ({WARM_FAULTS}): it ran no code and touched no data new to the process, "
-                                f"though {said}")
-            return causes
-    # Without the control's fault counts (an older control): a first pass also pays for coming after other
-    # work (the build), which a warm pass after a short pause pays too (after_pause, net of its waits as the
-    # figures are). The verdict's test with net figures in place of the load-widened band and wall-time
-    # pause: a clean pass within it is a warm one. (It also held back real rows: a cold t5's ~2 ms once per
-    # process against a pause that costs it 1.4-2.7 ms, quiet or under load.)
-    if fresh is None:
+        warm = fresh <= WARM_FAULTS and (f"took {fresh} page faults beyond the most a steady pass took, no more than "
+                                          f"a warm pass takes ({WARM_FAULTS}): it ran no code and touched no data new "
+                                          "to the process")
+    else:
+        # Without the control's fault counts (an older control): a first pass also pays for coming after other
+        # work (the build), which a warm pass after a short pause pays too (after_pause, net of its waits as the
+        # figures are). The verdict's test with net figures in place of the load-widened band and wall-time
+        # pause: a clean pass within it is a warm one. (It also held back real rows: a cold t5's ~2 ms once per
+        # process against a pause that costs it 1.4-2.7 ms, quiet or under load.)
         pause = after_pause_ms(report, net=True)  # net of its waits, as the figures are (a t5 under load: 4.5-5.7 ms wall)
-        warm_bound = spread + pause
-        evidence["warm_bound_ms"] = warm_bound
-        if clean_net <= warm_bound:
-            report.notes.append(NOTE_PREFIX + "nothing booked as paid once per process: the clean first pass paid "
-                                f"{clean_net:.2f} ms over its steady passes net of waits, no more than their spread "
-                                f"({spread:.2f} ms) and what a warm pass after a short pause pays ({pause:.2f} ms), "
-                                f"though {said}")
-            return causes
+        evidence["warm_bound_ms"] = spread + pause
+        warm = clean_net <= spread + pause and (f"paid {clean_net:.2f} ms over its steady passes net of waits, no "
+                                                f"more than their spread ({spread:.2f} ms) and what a warm pass after a "
+                                                f"short pause pays ({pause:.2f} ms)")
+    if warm:
+        report.notes.append(NOTE_PREFIX + f"nothing booked as paid once per process: the clean first pass {warm}, "
+                            f"though {said}")
+        return causes
     booked = sum(e.ms for e in causes if e.cause == Name.RUNTIME_INIT)
     left = once - booked
     if left < 1e-3:
